@@ -1,0 +1,223 @@
+"""The ``autotune`` command line (typer + rich).
+
+Exit codes: 0 ok, 1 a user error reported in one line (no traceback), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from search_space import AutofusionError, Graph, parse_input_shapes
+
+from .models import ZooOptions, load_model_spec
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="autotune",
+    help="Search-based operator fusion and tiling for Ascend NPUs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+zoo_app = typer.Typer(help="Built-in models (built in code, no downloads).", no_args_is_help=True)
+app.add_typer(zoo_app, name="zoo")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Turn a deliberate tool error into one line on stderr and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AutofusionError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+ModelArg = Annotated[
+    str, typer.Argument(help="An ONNX file, or zoo:NAME (see `autotune zoo list`).")
+]
+InputShape = Annotated[
+    list[str] | None,
+    typer.Option("--input-shape", help="Static shape of a dynamic input, NAME=1x128 (repeat)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+Weights = Annotated[str, typer.Option(help="Zoo weights: 'inputs' (shape-only) or 'random'.")]
+Scale = Annotated[float, typer.Option(help="Zoo: shrink the model, 0 < scale <= 1.")]
+Layers = Annotated[int | None, typer.Option(help="Zoo: number of layers/blocks to build.")]
+Batch = Annotated[int | None, typer.Option(help="Zoo: batch size.")]
+SeqLen = Annotated[int | None, typer.Option("--seq-len", help="Zoo: sequence length.")]
+
+
+def _human(n: float, unit: str = "") -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= factor:
+            return f"{n / factor:.2f} {prefix}{unit}"
+    return f"{n:g} {unit}".strip()
+
+
+@app.command()
+@user_errors
+def inspect(
+    model: ModelArg,
+    input_shape: InputShape = None,
+    json_out: JsonOpt = False,
+    ops: Annotated[bool, typer.Option("--ops", help="List every op with its shapes.")] = False,
+    weights: Weights = "inputs",
+    scale: Scale = 1.0,
+    layers: Layers = None,
+    batch: Batch = None,
+    seq_len: SeqLen = None,
+) -> None:
+    """Load a model, make it static, and account for its ops, FLOPs and bytes."""
+    shapes = parse_input_shapes(input_shape or [])
+    graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
+    summary = {"model": model, **graph.summary()}
+    if ops:
+        summary["per_op"] = [_op_row(graph, op.name) for op in graph.ops]
+    if json_out:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
+    _print_inspect(graph, summary, ops)
+
+
+def _op_row(graph: Graph, name: str) -> dict[str, Any]:
+    op = graph.op(name)
+    return {
+        "name": op.name,
+        "op_type": op.op_type,
+        "class": "view" if op.is_view else op.op_class.value,
+        "unit": op.unit,
+        "inputs": [list(graph.tensors[t].shape or ()) if t else None for t in op.inputs],
+        "outputs": [list(graph.tensors[t].shape or ()) for t in op.outputs if t],
+        "flops": op.flops,
+        "bytes": op.bytes,
+        "constant": op.constant,
+    }
+
+
+def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
+    head = Table(
+        title=f"{s['model']}  (graph '{s['graph']}', opset {s['opset']})", show_header=False
+    )
+    head.add_row("fingerprint", s["fingerprint"])
+    head.add_row(
+        "ops",
+        f"{s['ops']} ({s['kernels_unfused']} kernels unfused, "
+        f"{s['folded_nodes']} shape nodes folded)",
+    )
+    head.add_row(
+        "FLOPs",
+        f"{_human(s['flops'])} (cube {_human(s['cube_flops'])}, "
+        f"vector {_human(s['vector_flops'])})",
+    )
+    head.add_row("compulsory bytes", _human(s["bytes_min"], "B"))
+    head.add_row("weights", f"{s['weights']} tensors, {_human(s['weight_bytes'], 'B')}")
+    head.add_row("inputs", ", ".join(f"{k} {v}" for k, v in s["inputs"].items()) or "-")
+    head.add_row("outputs", ", ".join(f"{k} {v}" for k, v in s["outputs"].items()))
+    dyn = s["dynamic_tensors"]
+    head.add_row("dynamic tensors", "none" if not dyn else f"[red]{len(dyn)}[/]: {dyn[:5]}")
+    out.print(head)
+
+    by_type: dict[str, list[Any]] = {}
+    for op in graph.ops:
+        row = by_type.setdefault(op.op_type, [op.op_type, 0, set(), 0, 0])
+        row[1] += 1
+        row[2].add("view" if op.is_view else op.op_class.value)
+        row[3] += op.flops
+        row[4] += op.bytes
+    table = Table(title="op types")
+    for col in ("op type", "count", "class", "FLOPs", "bytes (unfused)"):
+        table.add_column(col, justify="right" if col in ("count", "FLOPs") else "left")
+    for t, n, cls, fl, by in sorted(by_type.values(), key=lambda r: (-r[3], -r[1])):
+        table.add_row(t, str(n), ",".join(sorted(cls)), _human(fl), _human(by, "B"))
+    out.print(table)
+    if per_op:
+        ops = Table(title="ops")
+        for col in ("name", "type", "class", "output", "FLOPs", "bytes"):
+            ops.add_column(col)
+        for op in graph.ops:
+            shape = graph.tensors[op.outputs[0]].shape if op.outputs and op.outputs[0] else None
+            ops.add_row(
+                op.name,
+                op.op_type,
+                "view" if op.is_view else op.op_class.value,
+                str(list(shape or ())),
+                _human(op.flops),
+                _human(op.bytes, "B"),
+            )
+        out.print(ops)
+
+
+@zoo_app.command("list")
+@user_errors
+def zoo_list(json_out: JsonOpt = False) -> None:
+    """List the built-in models."""
+    from .zoo import list_models
+
+    infos = list_models()
+    if json_out:
+        sys.stdout.write(json.dumps([asdict(i) for i in infos]) + "\n")
+        return
+    table = Table(title="model zoo (use as zoo:NAME)")
+    for col in ("name", "family", "params", "layers", "batch", "description"):
+        table.add_column(col)
+    for i in infos:
+        table.add_row(
+            i.name, i.family, _human(i.params), str(i.layers), str(i.default_batch), i.description
+        )
+    out.print(table)
+
+
+@zoo_app.command("export")
+@user_errors
+def zoo_export(
+    name: Annotated[str, typer.Argument(help="Zoo model name (see `autotune zoo list`).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx file.")],
+    weights: Annotated[str, typer.Option(help="'random' (real arrays) or 'inputs'.")] = "random",
+    scale: Scale = 1.0,
+    layers: Layers = None,
+    batch: Batch = None,
+    seq_len: SeqLen = None,
+    seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
+) -> None:
+    """Write a zoo model to an ONNX file."""
+    from .io import save_model
+    from .zoo import build
+
+    name = name.removeprefix("zoo:")
+    model = build(
+        name, weights=weights, scale=scale, layers=layers, batch=batch, seq_len=seq_len, seed=seed
+    )
+    path = save_model(model, output)
+    err.print(f"wrote {path} ({_human(path.stat().st_size, 'B')})")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

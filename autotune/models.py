@@ -1,0 +1,53 @@
+"""Resolving the MODEL argument of every command: a file path or ``zoo:NAME``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import onnx
+
+from search_space import Graph, load_graph
+
+__all__ = ["ZooOptions", "load_model_spec", "resolve_model"]
+
+
+@dataclass(frozen=True)
+class ZooOptions:
+    """How to build a zoo model named on the command line (ignored for files)."""
+
+    weights: str = "inputs"
+    scale: float = 1.0
+    layers: int | None = None
+    batch: int | None = None
+    seq_len: int | None = None
+
+
+def resolve_model(spec: str, zoo: ZooOptions | None = None) -> str | onnx.ModelProto:
+    """A path stays a path; ``zoo:NAME`` is built (weights as inputs unless asked otherwise).
+
+    Raises:
+        AutofusionError: unknown zoo model or bad zoo options (a ZooError).
+    """
+    if not spec.startswith("zoo:"):
+        return spec
+    from .zoo import build
+
+    opts = zoo or ZooOptions()
+    return build(
+        spec[4:],
+        weights=opts.weights,
+        scale=opts.scale,
+        layers=opts.layers,
+        batch=opts.batch,
+        seq_len=opts.seq_len,
+    )
+
+
+def load_model_spec(
+    spec: str,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    zoo: ZooOptions | None = None,
+) -> Graph:
+    """Load MODEL (path or ``zoo:NAME``) as a static graph."""
+    return load_graph(resolve_model(spec, zoo), input_shapes=input_shapes)

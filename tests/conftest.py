@@ -1,0 +1,136 @@
+"""Shared fixtures: tiny ONNX graphs written the way exporters write them (onnx.helper)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+EXPORTS = Path(__file__).parent / "fixtures" / "exports"
+
+
+def i64(name: str, values: list[int] | int) -> onnx.TensorProto:
+    arr = np.asarray(values, dtype=np.int64)
+    return numpy_helper.from_array(arr, name)
+
+
+def f32(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name)
+
+
+def make(nodes, inputs, outputs, inits=(), opset: int = 17, name: str = "g") -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def exporter_attention(hidden: int = 16, heads: int = 2) -> onnx.ModelProto:
+    """One attention block as the legacy torch exporter writes it, batch/seq dynamic.
+
+    Shape->Gather->Unsqueeze->Concat->Reshape head splits, a mask built with ConstantOfShape,
+    Equal, Where and an Expand to a run-time shape, Div by sqrt(d), Softmax with an
+    IsNaN/Where guard, and a Reshape with -1 whose size comes from Div.
+    """
+    rng = np.random.default_rng(0)
+    d = hidden // heads
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["x_shape"], name="shape_x"),
+        n("Gather", ["x_shape", "c0"], ["batch"], name="gather_b", axis=0),
+        n("Gather", ["x_shape", "c1"], ["seq"], name="gather_s", axis=0),
+        n("Unsqueeze", ["batch", "ax0"], ["batch_u"], name="unsq_b"),
+        n("Unsqueeze", ["seq", "ax0"], ["seq_u"], name="unsq_s"),
+        n("Concat", ["batch_u", "seq_u", "heads", "dh"], ["split_shape"], name="cat_split", axis=0),
+        n("MatMul", ["x", "wq"], ["q0"], name="q_proj"),
+        n("Add", ["q0", "bq"], ["q1"], name="q_bias"),
+        n("Reshape", ["q1", "split_shape"], ["q2"], name="q_split"),
+        n("Transpose", ["q2"], ["q"], name="q_t", perm=[0, 2, 1, 3]),
+        n("MatMul", ["x", "wk"], ["k0"], name="k_proj"),
+        n("Reshape", ["k0", "split_shape"], ["k2"], name="k_split"),
+        n("Transpose", ["k2"], ["kt"], name="k_t", perm=[0, 2, 3, 1]),
+        n("MatMul", ["q", "kt"], ["scores0"], name="qk"),
+        n("Constant", [], ["sqrt_d"], name="const_sqrt",
+          value=helper.make_tensor("v", T.FLOAT, [], [float(np.sqrt(d))])),
+        n("Div", ["scores0", "sqrt_d"], ["scores1"], name="scale"),
+        # mask: ones of shape [batch, seq] -> Equal(mask, 0) -> Where(-inf, 0) -> Expand
+        n("Concat", ["batch_u", "seq_u"], ["mask_shape"], name="cat_mask", axis=0),
+        n("ConstantOfShape", ["mask_shape"], ["ones"], name="cos_mask",
+          value=helper.make_tensor("one", T.INT64, [1], [1])),
+        n("Equal", ["ones", "c0"], ["is_pad"], name="eq_mask"),
+        n("Where", ["is_pad", "neg_inf", "zero_f"], ["mask2d"], name="where_mask"),
+        n("Unsqueeze", ["mask2d", "ax12"], ["mask4d"], name="unsq_mask"),
+        n("Concat", ["batch_u", "one", "seq_u", "seq_u"], ["exp_shape"], name="cat_exp", axis=0),
+        n("Expand", ["mask4d", "exp_shape"], ["mask"], name="expand_mask"),
+        n("Add", ["scores1", "mask"], ["scores"], name="add_mask"),
+        n("Softmax", ["scores"], ["probs0"], name="softmax", axis=-1),
+        n("IsNaN", ["probs0"], ["nan"], name="isnan"),
+        n("Where", ["nan", "zero_f", "probs0"], ["probs"], name="nan_guard"),
+        n("MatMul", ["probs", "q"], ["ctx0"], name="pv"),
+        n("Transpose", ["ctx0"], ["ctx1"], name="ctx_t", perm=[0, 2, 1, 3]),
+        # merge heads: [batch, seq, -1] with -1 from hidden // 1 via Div on a Shape
+        n("Shape", ["ctx1"], ["ctx_shape"], name="shape_ctx"),
+        n("Gather", ["ctx_shape", "c2"], ["nh"], name="gather_h", axis=0),
+        n("Gather", ["ctx_shape", "c3"], ["hd"], name="gather_d", axis=0),
+        n("Mul", ["nh", "hd"], ["hid"], name="mul_hd"),
+        n("Div", ["hid", "c1"], ["hid1"], name="div_hd"),
+        n("Mod", ["hid1", "big"], ["hid2"], name="mod_hd"),
+        n("Unsqueeze", ["hid2", "ax0"], ["hid_u"], name="unsq_h"),
+        n("Concat", ["batch_u", "minus1", "hid_u"], ["merge_shape"], name="cat_merge", axis=0),
+        n("Reshape", ["ctx1", "merge_shape"], ["ctx"], name="merge"),
+        n("MatMul", ["ctx", "wo"], ["y"], name="o_proj"),
+    ]
+    inits = [
+        i64("c0", 0), i64("c1", 1), i64("c2", 2), i64("c3", 3), i64("ax0", [0]),
+        i64("ax12", [1, 2]), i64("heads", [heads]), i64("dh", [d]), i64("one", [1]),
+        i64("minus1", [-1]), i64("big", 1 << 20),
+        f32("neg_inf", np.float32(-np.inf)), f32("zero_f", np.float32(0)),
+        f32("wq", rng.standard_normal((hidden, hidden)) * 0.1),
+        f32("bq", rng.standard_normal(hidden) * 0.1),
+        f32("wk", rng.standard_normal((hidden, hidden)) * 0.1),
+        f32("wo", rng.standard_normal((hidden, hidden)) * 0.1),
+    ]
+    x = helper.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", hidden])
+    y = helper.make_tensor_value_info("y", T.FLOAT, ["batch", "seq", hidden])
+    return make(nodes, [x], [y], inits, name="attention")
+
+
+def conv_bn_relu(opset: int = 17) -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Relu -> MatMul+Add head: ops that must not be rewritten."""
+    rng = np.random.default_rng(1)
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["img", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"], name="bn"),
+        n("Relu", ["bn"], ["r"], name="relu"),
+        n("GlobalAveragePool", ["r"], ["p"], name="gap"),
+        n("Flatten", ["p"], ["f"], name="flatten", axis=1),
+        n("MatMul", ["f", "fc_w"], ["fc"], name="fc"),
+        n("Add", ["fc", "fc_b"], ["logits"], name="fc_bias"),
+    ]
+    inits = [
+        f32("w", rng.standard_normal((8, 3, 3, 3)) * 0.2), f32("b", np.zeros(8)),
+        f32("s", np.ones(8)), f32("bb", np.zeros(8)), f32("m", np.zeros(8)),
+        f32("v", np.ones(8)), f32("fc_w", rng.standard_normal((8, 10))),
+        f32("fc_b", np.zeros(10)),
+    ]
+    img = helper.make_tensor_value_info("img", T.FLOAT, ["N", 3, 16, 16])
+    out = helper.make_tensor_value_info("logits", T.FLOAT, ["N", 10])
+    return make(nodes, [img], [out], inits, opset=opset, name="cnn")
+
+
+@pytest.fixture
+def attention_model() -> onnx.ModelProto:
+    return exporter_attention()
+
+
+@pytest.fixture
+def cnn_model() -> onnx.ModelProto:
+    return conv_bn_relu()

@@ -57,7 +57,13 @@ def test_attention_folds_shape_math_and_keeps_compute_ops(attention_model) -> No
 def test_compute_ops_are_not_rewritten(cnn_model) -> None:
     graph = load_graph(cnn_model, input_shapes={"img": (4, 3, 16, 16)})
     assert [op.op_type for op in graph.ops] == [
-        "Conv", "BatchNormalization", "Relu", "GlobalAveragePool", "Flatten", "MatMul", "Add",
+        "Conv",
+        "BatchNormalization",
+        "Relu",
+        "GlobalAveragePool",
+        "Flatten",
+        "MatMul",
+        "Add",
     ]
     assert graph.op("conv").op_class is OpClass.CUBE and graph.op("flatten").is_view
     assert graph.tensors["logits"].static_shape == (4, 10)
@@ -74,8 +80,13 @@ def test_conv_and_matmul_flops_by_hand(cnn_model) -> None:
 def test_large_constant_subgraph_is_not_materialised() -> None:
     n = helper.make_node
     nodes = [
-        n("ConstantOfShape", ["mshape"], ["full"], name="cos",
-          value=helper.make_tensor("v", T.FLOAT, [1], [1.0])),
+        n(
+            "ConstantOfShape",
+            ["mshape"],
+            ["full"],
+            name="cos",
+            value=helper.make_tensor("v", T.FLOAT, [1], [1.0]),
+        ),
         n("Trilu", ["full"], ["tri"], name="tril", upper=0),
         n("Add", ["x", "tri"], ["y"], name="add"),
     ]
@@ -149,7 +160,9 @@ def test_cycle_is_reported_by_op_names() -> None:
     nodes = [n("Add", ["x", "b"], ["a"], name="first"), n("Relu", ["a"], ["b"], name="second")]
     x = helper.make_tensor_value_info("x", T.FLOAT, [2])
     y = helper.make_tensor_value_info("b", T.FLOAT, [2])
-    with pytest.raises(GraphError, match="cycle: first -> second -> first|second -> first"):
+    with pytest.raises(
+        GraphError, match=r"cycle: (first -> second -> first|second -> first -> second)"
+    ):
         load_graph(make(nodes, [x], [y]))
 
 
@@ -164,7 +177,7 @@ def test_duplicate_tensor_is_reported() -> None:
 
 def test_unsupported_opset_says_how_to_convert(cnn_model) -> None:
     cnn_model.opset_import[0].version = 7
-    with pytest.raises(ModelLoadError, match="unsupported opset 7.*version_converter"):
+    with pytest.raises(ModelLoadError, match=r"unsupported opset 7.*version_converter"):
         load_graph(cnn_model, input_shapes={"img": (1, 3, 16, 16)})
 
 
@@ -185,13 +198,21 @@ def test_external_data_is_read_from_the_model_folder(tmp_path, attention_model) 
     path = tmp_path / "m.onnx"
     copy = onnx.ModelProto()
     copy.CopyFrom(attention_model)  # save_model moves the copy's weights out of the proto
-    onnx.save_model(copy, str(path), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="m.data", size_threshold=0)
+    onnx.save_model(
+        copy,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="m.data",
+        size_threshold=0,
+    )
     shapes = {"x": (2, 5, 16)}
-    assert load_graph(path, input_shapes=shapes).summary() == load_graph(
-        attention_model, input_shapes=shapes).summary()
+    assert (
+        load_graph(path, input_shapes=shapes).summary()
+        == load_graph(attention_model, input_shapes=shapes).summary()
+    )
     (tmp_path / "m.data").unlink()
-    with pytest.raises(ModelLoadError, match="external data file 'm.data'"):
+    with pytest.raises(ModelLoadError, match=r"external data file 'm\.data'"):
         load_graph(path, input_shapes=shapes)
 
 

@@ -1,0 +1,87 @@
+"""A plain (non-editable) wheel carries every module and runs from outside the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("search_space", "costmodel", "autotune")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=out,
+    )
+    (whl,) = out.glob("*.whl")
+    return whl
+
+
+def test_wheel_holds_every_module_and_no_datasets_package(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                assert str(path.relative_to(ROOT)) in names, path
+    assert not any(n.startswith(("datasets/", "tests/", "experiments/")) for n in names)
+
+
+def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    code = "import autotune, search_space, costmodel; print(autotune.__file__)"
+    where = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(site)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "zoo", "list", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert len(json.loads(proc.stdout)) == 7

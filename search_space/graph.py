@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from .ops import OpClass
+from .ops import GATHER_OPS, OpClass
 
 __all__ = ["Graph", "Op", "Tensor", "TensorKind"]
 
@@ -192,11 +192,22 @@ class Graph:
 
     @cached_property
     def bytes_min(self) -> int:
-        """Compulsory bytes: graph inputs, weights read by ops, and graph outputs, once each."""
-        read = {t for op in self.ops for t in op.inputs if t}
-        names = set(self.inputs) | set(self.outputs)
-        names |= {t for t in read if self.tensors[t].kind == "weight"}
-        return sum(self.tensors[t].nbytes for t in names)
+        """Compulsory bytes, once each: fed activations, weights read, graph outputs.
+
+        A weight that is only ever gathered from (an embedding table) counts the rows gathered,
+        at most the whole table.
+        """
+        names = {t for t in self.inputs if self.tensors[t].kind == "input"} | set(self.outputs)
+        total = sum(self.tensors[t].nbytes for t in names)
+        read = {t for op in self.ops for t in op.inputs if t and self.tensors[t].kind == "weight"}
+        for t in read - names:
+            users = self.consumers(t)
+            if all(op.op_type in GATHER_OPS and t not in op.inputs[1:] for op in users):
+                gathered = sum(self.tensors[o].nbytes for op in users for o in op.outputs if o)
+                total += min(self.tensors[t].nbytes, gathered)
+            else:
+                total += self.tensors[t].nbytes
+        return total
 
     @cached_property
     def dynamic_tensors(self) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from .onnx_io import (
     static_input_dims,
     topological_order,
 )
-from .ops import classify
+from .ops import GATHER_OPS, classify
 
 __all__ = ["WEIGHT_INPUTS_KEY", "load_graph"]
 
@@ -258,6 +258,16 @@ def _attr_record(value: Any) -> Any:
     return value
 
 
+def _bytes_moved(op_type: str, ins: list[Tensor | None], outs: list[Tensor]) -> int:
+    """Bytes an op reads and writes alone: distinct inputs plus outputs; a gather reads rows."""
+    written = sum(t.nbytes for t in outs)
+    distinct = {t.name: t for t in ins if t}
+    if op_type in GATHER_OPS and ins and ins[0] is not None:
+        table = distinct.pop(ins[0].name)
+        return sum(t.nbytes for t in distinct.values()) + min(table.nbytes, written) + written
+    return sum(t.nbytes for t in distinct.values()) + written
+
+
 def _build(
     model: onnx.ModelProto, names: list[str], kept: list[int], st: _Pass, folded: int, opset: int
 ) -> Graph:
@@ -290,14 +300,7 @@ def _build(
             [t.dtype if t else None for t in ins],
             [t.dtype for t in outs],
         )
-        moved = (
-            0
-            if work.is_view
-            else (
-                sum(t.nbytes for t in {t.name: t for t in ins if t}.values())
-                + sum(t.nbytes for t in outs)
-            )
-        )
+        moved = 0 if work.is_view else _bytes_moved(node.op_type, ins, outs)
         ops.append(
             Op(
                 name=names[idx],

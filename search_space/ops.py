@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "CUBE_OPS",
     "ELEMENTWISE_OPS",
+    "GATHER_OPS",
     "LAYOUT_OPS",
     "REDUCE_OPS",
     "VIEW_OPS",
@@ -167,6 +168,7 @@ LAYOUT_OPS = frozenset(
         "Size",
     }
 )
+GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND"})
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 # Vector FLOPs per output element where one is not the truth (rough instruction counts).

@@ -66,3 +66,19 @@ def test_totals_are_sums_and_bytes_min_counts_inputs_weights_outputs() -> None:
     weights = sum(t.nbytes for t in graph.tensors.values() if t.kind == "weight")
     assert graph.bytes_min == 4 * math.prod((2, 3, 16, 16)) + weights + 4 * 2 * 10
     assert graph.bytes_min <= sum(op.bytes for op in graph.ops)
+
+
+def test_embedding_gather_counts_rows_not_the_table() -> None:
+    from conftest import f32, make
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    vocab, dim = 1000, 8
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"], name="embed", axis=0)]
+    ids = helper.make_tensor_value_info("ids", T.INT64, [2, 3])
+    emb = helper.make_tensor_value_info("emb", T.FLOAT, [2, 3, dim])
+    table = f32("table", np.zeros((vocab, dim)))
+    graph = load_graph(make(nodes, [ids], [emb], [table]))
+    rows = 2 * 3 * dim * 4
+    assert graph.op("embed").bytes == 2 * 3 * 8 + 2 * rows  # ids, rows read, rows written
+    assert graph.bytes_min == 2 * 3 * 8 + rows + rows  # ids in, rows of the table, output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from search_space.atomic import OutputError
 from search_space.exceptions import AutofusionError
 
 __all__ = ["AutotuneError", "OutputError"]
@@ -9,7 +10,3 @@ __all__ = ["AutotuneError", "OutputError"]
 
 class AutotuneError(AutofusionError):
     """A user-facing problem in a tuner, zoo or CLI request."""
-
-
-class OutputError(AutotuneError):
-    """An output file cannot be written."""

@@ -1,15 +1,14 @@
-"""Atomic writes: a failed command never leaves a half-written output file."""
+"""Saving models atomically: a failed command never leaves a half-written output file."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
 
 import onnx
 
-from .exceptions import OutputError
+from search_space.atomic import atomic_write_bytes, output_path
 
 __all__ = ["atomic_write_bytes", "save_model"]
 
@@ -17,33 +16,9 @@ __all__ = ["atomic_write_bytes", "save_model"]
 _PROTO_LIMIT = (1 << 31) - (64 << 20)
 
 
-def _target(path: str | os.PathLike[str]) -> Path:
-    out = Path(path)
-    if out.exists() and out.is_dir():
-        raise OutputError(f"output path '{out}' is a folder; give a file name, e.g. {out}/x.onnx")
-    if not out.parent.exists():
-        raise OutputError(f"output folder '{out.parent}' does not exist; create it first")
-    return out
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    out = _target(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return out
-
-
 def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
     """Save an ONNX model atomically; past protobuf's 2 GiB limit weights go to ``<file>.data``."""
-    out = _target(path)
+    out = output_path(path)
     if model.ByteSize() < _PROTO_LIMIT:
         return atomic_write_bytes(out, model.SerializeToString())
     data_name = out.name + ".data"

@@ -168,6 +168,9 @@ class Graph:
         except KeyError:
             raise KeyError(f"no op named '{name}' in graph '{self.name}'") from None
 
+    def has_op(self, name: str) -> bool:
+        return name in self._by_name
+
     def producer(self, tensor: str) -> Op | None:
         return self._producer.get(tensor)
 

@@ -1,0 +1,126 @@
+"""The cost-model interface every model implements (TVM meta_schedule style).
+
+A cost model scores a *plan*: a sequence of kernels run back to back on one stream. Kernel
+``i`` may read what kernel ``i-1`` just wrote (L2 residency), so order matters.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from search_space.atomic import atomic_write_text
+
+from .exceptions import CostModelError
+from .kernel import Kernel
+from .spec import HardwareSpec, Target
+
+__all__ = ["CostModel", "KernelCost"]
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """What one kernel of a plan costs, and what bounds it.
+
+    Attributes:
+        latency_us: wall time of the kernel including its launch gap and heads.
+        pipes_us: busy time of each pipe (MTE2, MTE1, M, FIX, V, MTE3) on the busiest core.
+        bound: the pipe or resource that dominates (a pipe name, ``HBM``, ``L2`` or ``launch``).
+        hbm_bytes: bytes that went to or from HBM (L2 misses and write-backs).
+        l2_hit_rate: fraction of loaded bytes served by L2.
+    """
+
+    latency_us: float
+    pipes_us: Mapping[str, float] = field(default_factory=dict)
+    bound: str = ""
+    hbm_bytes: float = 0.0
+    l2_hit_rate: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "latency_us": self.latency_us,
+            "pipes_us": dict(self.pipes_us),
+            "bound": self.bound,
+            "hbm_bytes": self.hbm_bytes,
+            "l2_hit_rate": self.l2_hit_rate,
+        }
+
+
+class CostModel(abc.ABC):
+    """Scores kernels on one target.
+
+    Contract: :meth:`evaluate` returns one :class:`KernelCost` per kernel, in order, treating
+    the sequence as one plan run back to back (each kernel pays its launch gap and heads; L2
+    contents carry from one kernel to the next). Latencies are finite and positive for every
+    feasible kernel; an infeasible kernel (a buffer overflow) raises ``InfeasibleConfig`` and is
+    never cheap. Results are deterministic for a given model state. :meth:`update` feeds
+    measured rows (a no-op for models that do not learn); :meth:`save` / :meth:`load` round-trip
+    the model state through a JSON file, never pickle.
+    """
+
+    kind: str = ""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    @abc.abstractmethod
+    def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
+        """Cost of each kernel of a plan, in order.
+
+        Raises:
+            InfeasibleConfig: a kernel whose footprint overflows a buffer.
+        """
+
+    def predict(self, kernels: Sequence[Kernel]) -> np.ndarray:
+        """Latency (us) of each kernel of a plan, in order."""
+        return np.array([c.latency_us for c in self.evaluate(kernels)], dtype=np.float64)
+
+    def update(self, rows: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
+        """Learn from measured rows; models that do not learn ignore them."""
+
+    @property
+    def version(self) -> str:
+        """Changes whenever the model's predictions may change (stored on every trial)."""
+        return f"{self.kind}-{self.target.spec.digest()}-{self.target.precision}"
+
+    def state(self) -> dict[str, Any]:
+        """JSON-ready model state (beyond the target)."""
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore what :meth:`state` returned."""
+
+    def save(self, path: str | Path) -> None:
+        """Write ``{"kind", "target", "precision", "state"}`` as JSON, atomically."""
+        doc = {
+            "kind": self.kind,
+            "target": self.target.spec.to_dict(),
+            "precision": self.target.precision,
+            "state": self.state(),
+        }
+        atomic_write_text(path, json.dumps(doc))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostModel:
+        """Rebuild a model saved by :meth:`save` (JSON only; nothing is unpickled).
+
+        Raises:
+            CostModelError: unreadable file, or a file saved by another kind of model.
+        """
+        try:
+            doc = json.loads(Path(path).read_text())
+            spec = HardwareSpec(**doc["target"])
+            kind = doc["kind"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise CostModelError(f"cannot read cost model file '{path}': {err}") from None
+        if cls.kind and kind != cls.kind:
+            raise CostModelError(f"'{path}' holds a '{kind}' cost model, not '{cls.kind}'")
+        model = cls(Target(spec, doc.get("precision", "auto")))
+        model.load_state(doc.get("state", {}))
+        return model

@@ -1,0 +1,19 @@
+"""Errors of the cost-model package (all derive from the tool-wide base)."""
+
+from __future__ import annotations
+
+from search_space.exceptions import AutofusionError
+
+__all__ = ["CostModelError", "InfeasibleConfig", "SpecError"]
+
+
+class CostModelError(AutofusionError):
+    """A cost-model request that cannot be served (unknown model kind, bad artifact...)."""
+
+
+class SpecError(CostModelError):
+    """A hardware spec file or override is invalid."""
+
+
+class InfeasibleConfig(CostModelError):
+    """A kernel config overflows a buffer or breaks a tiling rule."""

@@ -1,0 +1,330 @@
+"""Kernel configs and lowered kernels: the records the cost models read (DESIGN §3).
+
+A :class:`Kernel` is a *tile program*. Its ``grid = (B, I, J)`` output tiles are handed out
+round robin: tile ``t`` (row-major over ``b, i, j``) runs on core ``t % cores`` in wave
+``t // cores``. Each tile runs ``steps`` reduction steps (index ``k``). Execution semantics,
+which the analytic model and the simulator both implement:
+
+* per step ``k``: MTE2 loads every ``per="step"`` load stream's block (per-tile load streams
+  are loaded before step 0); MTE1 moves ``mte1_l0a_bytes`` (at ``l1_to_l0a_bytes_per_cycle``)
+  and ``mte1_l0b_bytes`` (at ``l1_to_l0b_bytes_per_cycle``) L1 -> L0; the cube (pipe ``M``)
+  runs ``cube_cycles``; the vector unit (pipe ``V``) runs ``vector_cycles_step``. A step's
+  MTE1 waits for its MTE2 loads, its M for its MTE1, its V for its M (when both exist).
+* after the last step: ``FIX`` stores the per-tile FIX streams (L0C -> GM); ``V`` runs
+  ``vector_cycles_tile`` (the epilogue); ``MTE3`` stores the per-tile MTE3 streams (UB -> GM).
+  A mixed kernel on a split chip expresses its L0C -> GM/L2 -> UB hand-off as a FIX store plus
+  a vector-side MTE2 load of the same tensor, and pays ``cross_core_syncs`` x
+  ``cross_core_sync_cycles`` per tile on its critical path.
+* double buffering (``config.double_buffer``) gives every queue two slots, so loads for step
+  ``k+1`` overlap compute of step ``k`` and the steady state is the slowest pipe; without it a
+  load waits until the previous step's compute has freed the single slot (stages add up).
+* every DMA pays a first-byte latency (``gm_latency_cycles`` from HBM, ``l2_latency_cycles``
+  on an L2 hit; ``mte3_latency_cycles`` for stores) that double buffering hides behind other
+  work; every kernel pays ``kernel_gap_s`` + ``kernel_head_cycles``.
+* L2 identity: a stream's block for indices ``(b, i, j, k)`` is block number ``x`` of its
+  tensor, ``x`` = the row-major index over the stream's ``key`` letters (extents ``B, I, J`` and
+  ``steps``), and covers bytes ``[x, x + 1) * tensor_bytes / blocks`` where ``blocks`` is the
+  product of those extents. So every core working on row ``i`` reads the same A-panel block
+  (L2 panel sharing), and a tensor the previous kernel wrote (any tiling) is found resident.
+* bandwidth: HBM (``hbm_bytes_per_s``) is shared by all active transfers, each core capped at
+  ``core_gm_bytes_per_cycle``; an L2 hit moves at ``l2_read_bytes_per_cycle`` per core; stores
+  at ``l2_write_bytes_per_cycle`` (FIX at ``fixpipe_bytes_per_cycle``); an ``nd2nz`` load runs at
+  ``nd2nz_rate`` x its rate; a contiguous run (``row_bytes``) shorter than ``gm_burst_bytes`` or
+  not ``ub_align_bytes``-aligned costs whole bursts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .spec import HardwareSpec
+
+__all__ = ["BUFFERS", "PIPES", "Kernel", "KernelBatch", "KernelConfig", "Stream", "StreamBatch"]
+
+PIPES = ("MTE2", "MTE1", "M", "FIX", "V", "MTE3")
+BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
+
+
+@dataclass(frozen=True, order=True)
+class KernelConfig:
+    """Tiling of one kernel. Zero means "not used by this template".
+
+    Cube work tiles twice: the L1 block (``base_m``, ``base_n``, ``base_k``) and the L0 tile
+    (``m``, ``n``, ``k``), all multiples of 16. Vector work tiles the Unified Buffer as
+    ``ub_rows`` x ``ub_cols`` elements (cols 32-byte aligned). ``block_dim`` counts cube cores
+    for cube kernels, vector cores for vector kernels and AIC+2AIV groups for mixed kernels.
+    ``knobs`` holds template knobs as sorted (name, value) pairs (e.g. attention's kv tile).
+    """
+
+    block_dim: int
+    base_m: int = 0
+    base_n: int = 0
+    base_k: int = 0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    ub_rows: int = 0
+    ub_cols: int = 0
+    double_buffer: bool = True
+    knobs: tuple[tuple[str, int], ...] = ()
+
+    def knob(self, name: str, default: int = 0) -> int:
+        return dict(self.knobs).get(name, default)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("block_dim", self.block_dim),
+                ("base_m", self.base_m),
+                ("base_n", self.base_n),
+                ("base_k", self.base_k),
+                ("m", self.m),
+                ("n", self.n),
+                ("k", self.k),
+                ("ub_rows", self.ub_rows),
+                ("ub_cols", self.ub_cols),
+            )
+            if v
+        }
+        out["double_buffer"] = self.double_buffer
+        if self.knobs:
+            out["knobs"] = dict(self.knobs)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KernelConfig:
+        knobs = tuple(sorted((str(k), int(v)) for k, v in dict(data.get("knobs", {})).items()))
+        ints = {
+            k: int(data.get(k, 0))
+            for k in ("base_m", "base_n", "base_k", "m", "n", "k", "ub_rows", "ub_cols")
+        }
+        return cls(
+            block_dim=int(data["block_dim"]),
+            double_buffer=bool(data.get("double_buffer", True)),
+            knobs=knobs,
+            **ints,
+        )
+
+    def short(self) -> str:
+        """A compact human form, e.g. ``L1 256x256x256 L0 128x128x64 x24 db``."""
+        parts = []
+        if self.base_m:
+            parts.append(f"L1 {self.base_m}x{self.base_n}x{self.base_k}")
+            parts.append(f"L0 {self.m}x{self.n}x{self.k}")
+        if self.ub_rows or self.ub_cols:
+            parts.append(f"UB {self.ub_rows}x{self.ub_cols}")
+        parts.append(f"x{self.block_dim}")
+        parts.append("db" if self.double_buffer else "sb")
+        parts += [f"{k}={v}" for k, v in self.knobs]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One operand moved block by block.
+
+    Attributes:
+        tensor: the tensor the bytes belong to (view chains resolved), the L2 identity.
+        pipe: ``MTE2`` (GM -> L1/UB load), ``FIX`` (L0C -> GM store), ``MTE3`` (UB -> GM store).
+        bytes: bytes of one block.
+        key: the grid indices the block depends on, a subset of ``"bijk"`` (``k`` = step).
+        per: ``"step"`` (moved every reduction step) or ``"tile"`` (once per tile).
+        side: ``"cube"`` or ``"vector"``: which core of a mixed kernel issues it.
+        nd2nz: converted to the fractal NZ layout on the fly (MTE2 at a reduced rate).
+        tensor_bytes: size of the whole tensor (for L2 residency).
+        row_bytes: length of one contiguous run in GM (a block is ``bytes / row_bytes`` runs);
+            runs shorter than a 512-byte burst, or not 32-byte aligned, waste bandwidth.
+    """
+
+    tensor: str
+    pipe: str
+    bytes: int
+    key: str
+    per: str = "step"
+    side: str = "cube"
+    nd2nz: bool = False
+    tensor_bytes: int = 0
+    row_bytes: int = 0
+
+    @property
+    def is_load(self) -> bool:
+        return self.pipe == "MTE2"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fused group lowered under one config on one target.
+
+    Per-step work runs ``steps`` times per tile; per-tile work once per tile. Cycles are core
+    cycles at the spec's clock. ``footprint`` is bytes per buffer as configured (both slots when
+    double-buffered).
+    """
+
+    name: str
+    ops: tuple[str, ...]
+    kind: str
+    unit: str  # "cube" | "vector" | "mixed"
+    config: KernelConfig
+    grid: tuple[int, int, int]
+    steps: int
+    streams: tuple[Stream, ...]
+    mte1_l0a_bytes: int = 0  # per step
+    mte1_l0b_bytes: int = 0  # per step
+    mmads: int = 0  # Mmad instructions per step
+    cube_cycles: float = 0.0  # per step, fixed costs included
+    vector_cycles_step: float = 0.0
+    vector_cycles_tile: float = 0.0
+    vector_instrs: int = 0  # per tile (issue cost already inside vector cycles)
+    cross_core_syncs: int = 0  # per tile, mixed kernels
+    footprint: Mapping[str, int] = field(default_factory=dict)
+    flops: int = 0
+    cube_flops: int = 0
+    compulsory_bytes: int = 0
+    signature: str = ""
+
+    @property
+    def tiles(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def cores(self) -> int:
+        return max(1, min(self.config.block_dim, self.tiles))
+
+    @property
+    def waves(self) -> int:
+        return -(-self.tiles // self.cores)
+
+    def bytes_moved(self) -> int:
+        """Bytes through every load/store stream over the whole kernel (before any L2 reuse)."""
+        total = 0
+        for s in self.streams:
+            total += s.bytes * self.tiles * (self.steps if s.per == "step" else 1)
+        return total
+
+    def feasible(self, spec: HardwareSpec) -> tuple[bool, str]:
+        """Whether every buffer fits; otherwise which one overflows and by how much."""
+        for buf in BUFFERS:
+            need = self.footprint.get(buf, 0)
+            have = int(getattr(spec, f"{buf}_bytes"))
+            if need > have:
+                return (
+                    False,
+                    f"{buf.upper()} overflow: needs {need} B, has {have} B (+{need - have} B)",
+                )
+        return True, ""
+
+
+@dataclass(frozen=True)
+class StreamBatch:
+    """A :class:`Stream` across many configs of one group: ``bytes``/``row_bytes`` are arrays."""
+
+    tensor: str
+    pipe: str
+    bytes: np.ndarray
+    row_bytes: np.ndarray
+    key: str
+    per: str = "step"
+    side: str = "cube"
+    nd2nz: bool = False
+    tensor_bytes: int = 0
+
+    def at(self, i: int) -> Stream:
+        return Stream(
+            self.tensor,
+            self.pipe,
+            int(self.bytes[i]),
+            self.key,
+            self.per,
+            self.side,
+            self.nd2nz,
+            self.tensor_bytes,
+            int(self.row_bytes[i]),
+        )
+
+
+@dataclass(frozen=True)
+class KernelBatch:
+    """One group lowered under many configs at once: per-config fields are numpy arrays.
+
+    This is what the vectorised analytic model scores; :meth:`kernel` gives row ``i`` as a
+    :class:`Kernel` (what the simulator runs).
+    """
+
+    name: str
+    ops: tuple[str, ...]
+    kind: str
+    unit: str
+    configs: tuple[KernelConfig, ...]
+    grid: np.ndarray  # (n, 3) int
+    steps: np.ndarray
+    streams: tuple[StreamBatch, ...]
+    mte1_l0a_bytes: np.ndarray
+    mte1_l0b_bytes: np.ndarray
+    mmads: np.ndarray
+    cube_cycles: np.ndarray
+    vector_cycles_step: np.ndarray
+    vector_cycles_tile: np.ndarray
+    vector_instrs: np.ndarray
+    cross_core_syncs: np.ndarray
+    footprint: Mapping[str, np.ndarray]
+    flops: int = 0
+    cube_flops: int = 0
+    compulsory_bytes: int = 0
+    signature: str = ""
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    @property
+    def tiles(self) -> np.ndarray:
+        return np.prod(self.grid, axis=1)
+
+    @property
+    def block_dim(self) -> np.ndarray:
+        return np.array([c.block_dim for c in self.configs], dtype=np.int64)
+
+    @property
+    def double_buffer(self) -> np.ndarray:
+        return np.array([c.double_buffer for c in self.configs], dtype=bool)
+
+    @property
+    def cores(self) -> np.ndarray:
+        return np.maximum(1, np.minimum(self.block_dim, self.tiles))
+
+    def feasible_mask(self, spec: HardwareSpec) -> np.ndarray:
+        ok = np.ones(len(self), dtype=bool)
+        for buf in BUFFERS:
+            if buf in self.footprint:
+                ok &= self.footprint[buf] <= int(getattr(spec, f"{buf}_bytes"))
+        return ok
+
+    def kernel(self, i: int) -> Kernel:
+        return Kernel(
+            name=self.name,
+            ops=self.ops,
+            kind=self.kind,
+            unit=self.unit,
+            config=self.configs[i],
+            grid=tuple(int(g) for g in self.grid[i]),  # type: ignore[arg-type]
+            steps=int(self.steps[i]),
+            streams=tuple(s.at(i) for s in self.streams),
+            mte1_l0a_bytes=int(self.mte1_l0a_bytes[i]),
+            mte1_l0b_bytes=int(self.mte1_l0b_bytes[i]),
+            mmads=int(self.mmads[i]),
+            cube_cycles=float(self.cube_cycles[i]),
+            vector_cycles_step=float(self.vector_cycles_step[i]),
+            vector_cycles_tile=float(self.vector_cycles_tile[i]),
+            vector_instrs=int(self.vector_instrs[i]),
+            cross_core_syncs=int(self.cross_core_syncs[i]),
+            footprint={k: int(v[i]) for k, v in self.footprint.items()},
+            flops=self.flops,
+            cube_flops=self.cube_flops,
+            compulsory_bytes=self.compulsory_bytes,
+            signature=self.signature,
+        )

@@ -1,0 +1,253 @@
+"""Hardware specs as data (DESIGN §6): one TOML file per target, validated, overridable.
+
+Shipped targets live in ``costmodel/specs/*.toml`` (package data). A user file may name a
+``base`` target and override any field; ``--set FIELD=VALUE`` does the same from the CLI for a
+what-if study (``--set l2_bytes=0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .exceptions import SpecError
+
+__all__ = ["PRECISIONS", "HardwareSpec", "Target", "available_targets", "load_spec", "load_target"]
+
+PRECISIONS = ("auto", "fp32", "fp16", "bf16", "mixed")
+_ZERO_OK = frozenset(
+    {
+        "l2_bytes",
+        "gm_latency_cycles",
+        "l2_latency_cycles",
+        "mte3_latency_cycles",
+        "kernel_head_cycles",
+        "cross_core_sync_cycles",
+        "kernel_gap_s",
+        "mmad_fixed_cycles",
+        "vector_issue_cycles",
+    }
+)
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One Ascend target. Rates are per core and per cycle unless the name says otherwise."""
+
+    name: str
+    arch: str  # "split" (910B: AIC and AIV meet through GM/L2) or "coupled" (910, 310P)
+    cube_cores: int
+    vector_cores: int
+    clock_hz: float
+    cube_flops_per_cycle: int
+    cube_fp32_rate: float
+    mmad_fixed_cycles: float
+    vector_bytes_per_cycle: float
+    vector_slow_op_rate: float
+    vector_issue_cycles: float
+    l1_bytes: int
+    l0a_bytes: int
+    l0b_bytes: int
+    l0c_bytes: int
+    ub_bytes: int
+    l2_bytes: int
+    l2_line_bytes: int
+    hbm_bytes_per_s: float
+    hbm_peak_bytes_per_s: float
+    core_gm_bytes_per_cycle: float
+    l2_read_bytes_per_cycle: float
+    l2_write_bytes_per_cycle: float
+    l1_to_l0a_bytes_per_cycle: float
+    l1_to_l0b_bytes_per_cycle: float
+    fixpipe_bytes_per_cycle: float
+    nd2nz_rate: float
+    gm_latency_cycles: float
+    l2_latency_cycles: float
+    mte3_latency_cycles: float
+    kernel_head_cycles: float
+    cross_core_sync_cycles: float
+    kernel_gap_s: float
+    l0c_to_ub: bool
+    ub_align_bytes: int
+    l1_align_bytes: int
+    l0_align_bytes: int
+    gm_burst_bytes: int
+
+    # -- derived figures ----------------------------------------------------------------------
+    @property
+    def cube_peak_flops(self) -> float:
+        """Nominal fp16 cube peak of the chip, FLOP/s (what the roofline uses)."""
+        return self.cube_cores * self.cube_flops_per_cycle * self.clock_hz
+
+    @property
+    def hbm_bytes_per_cycle(self) -> float:
+        """Effective HBM bandwidth of the chip per core-clock cycle."""
+        return self.hbm_bytes_per_s / self.clock_hz
+
+    @property
+    def is_split(self) -> bool:
+        return self.arch == "split"
+
+    def replace(self, **changes: Any) -> HardwareSpec:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """Hash of every value: provenance for measurements made on this spec."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+_FIELDS = {f.name: f for f in fields(HardwareSpec)}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A hardware spec plus the precision mode kernels are costed in (DESIGN §6).
+
+    ``auto`` (the default, like the Ascend model converter): cube operands in fp16 with fp32
+    accumulation, vector ops in the model's dtype. ``fp16``/``bf16``: everything 16-bit.
+    ``fp32``: cube at its fp32 rate. ``mixed``: 16-bit cube and elementwise, fp32 reductions.
+    """
+
+    spec: HardwareSpec
+    precision: str = "auto"
+
+    def cube_itemsize(self, model_itemsize: int) -> int:
+        return 4 if self.precision == "fp32" and model_itemsize >= 4 else min(2, model_itemsize)
+
+    def vector_itemsize(self, model_itemsize: int, reduce: bool = False) -> int:
+        if self.precision in ("fp16", "bf16") or (self.precision == "mixed" and not reduce):
+            return min(2, model_itemsize)
+        return model_itemsize
+
+    def cube_rate(self, model_itemsize: int) -> float:
+        """Fraction of the fp16 cube rate this precision runs at."""
+        return self.spec.cube_fp32_rate if self.cube_itemsize(model_itemsize) == 4 else 1.0
+
+
+def available_targets() -> list[str]:
+    files = resources.files("costmodel").joinpath("specs")
+    return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".toml"))
+
+
+def _read_toml(target: str) -> tuple[dict[str, Any], str]:
+    if target.endswith(".toml") or "/" in target:
+        path = Path(target)
+        if not path.is_file():
+            raise SpecError(f"hardware spec file '{target}' not found")
+        try:
+            return tomllib.loads(path.read_text()), str(path)
+        except tomllib.TOMLDecodeError as err:
+            raise SpecError(f"hardware spec '{target}' is not valid TOML: {err}") from None
+    names = available_targets()
+    if target not in names:
+        raise SpecError(
+            f"unknown target '{target}'; available: {', '.join(names)}, or a .toml path"
+        )
+    text = resources.files("costmodel").joinpath("specs", f"{target}.toml").read_text()
+    return tomllib.loads(text), target
+
+
+def _coerce(name: str, value: Any, problems: list[str]) -> Any:
+    kind = _FIELDS[name].type
+    if kind == "bool" or kind is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        if isinstance(value, bool):
+            return value
+        problems.append(f"{name} must be true or false, but got {value!r}")
+        return value
+    if kind == "str" or kind is str:
+        if name == "arch" and value not in ("split", "coupled"):
+            problems.append(f"arch must be 'split' or 'coupled', but got {value!r}")
+        return str(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        problems.append(f"{name} must be a number, but got {value!r}")
+        return value
+    if isinstance(value, bool) or number != number:
+        problems.append(f"{name} must be a number, but got {value!r}")
+        return value
+    floor_ok = number >= 0 if name in _ZERO_OK else number > 0
+    if not floor_ok:
+        rule = ">= 0" if name in _ZERO_OK else "> 0"
+        problems.append(f"{name} must be {rule}, but got {value!r}")
+    if kind == "int" or kind is int:
+        if number != int(number):
+            problems.append(f"{name} must be a whole number, but got {value!r}")
+        return int(number)
+    return number
+
+
+def load_spec(
+    target: str = "ascend910b", overrides: Iterable[str] | Mapping[str, Any] = ()
+) -> HardwareSpec:
+    """Load a shipped target by name or a TOML file by path, then apply overrides.
+
+    Args:
+        target: ``ascend910b``, ``ascend910``, ``ascend310p`` or a path to a ``.toml`` file (which
+            may set ``base = "ascend910b"`` and override only some fields).
+        overrides: ``FIELD=VALUE`` strings (the CLI's ``--set``) or a mapping.
+
+    Raises:
+        SpecError: unknown target or file; every bad, missing or unknown field, in one line.
+    """
+    data, origin = _read_toml(target)
+    data.pop("sources", None)
+    base = data.pop("base", None)
+    if base is not None:
+        base_data, _ = _read_toml(str(base))
+        base_data.pop("sources", None)
+        base_data.pop("base", None)
+        data = {**base_data, **data}
+    items = overrides.items() if isinstance(overrides, Mapping) else _parse_sets(overrides)
+    for key, value in items:
+        if key not in _FIELDS:
+            raise SpecError(f"--set {key}: unknown spec field; fields: {', '.join(_FIELDS)}")
+        data[key] = value
+    problems: list[str] = []
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        problems.append(f"unknown field(s) {', '.join(unknown)}")
+    missing = [k for k in _FIELDS if k not in data]
+    if missing:
+        problems.append(f'missing field(s) {", ".join(missing)} (or set base = "ascend910b")')
+    values = {k: _coerce(k, v, problems) for k, v in data.items() if k in _FIELDS}
+    if problems:
+        raise SpecError(f"hardware spec '{origin}': " + "; ".join(problems))
+    return HardwareSpec(**values)
+
+
+def _parse_sets(specs: Iterable[str]) -> list[tuple[str, str]]:
+    out = []
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"--set expects FIELD=VALUE (e.g. l2_bytes=0), but got '{spec}'")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def load_target(
+    target: str = "ascend910b",
+    overrides: Iterable[str] | Mapping[str, Any] = (),
+    precision: str = "auto",
+) -> Target:
+    """A spec plus a precision mode.
+
+    Raises:
+        SpecError: as :func:`load_spec`, or an unknown precision mode.
+    """
+    if precision not in PRECISIONS:
+        raise SpecError(f"unknown precision '{precision}'; available: {', '.join(PRECISIONS)}")
+    return Target(load_spec(target, overrides), precision)

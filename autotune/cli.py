@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from search_space import AutofusionError, Graph, parse_input_shapes
@@ -46,7 +47,7 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except AutofusionError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("interrupted")

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, inliner, numpy_helper, shape_inference
 
+from .exceptions import GraphError
 from .fold import FOLD_LIMIT, attributes_of, evaluate
 from .graph import Graph, Op, Tensor
 from .onnx_io import (
@@ -32,7 +33,7 @@ from .onnx_io import (
     static_input_dims,
     topological_order,
 )
-from .ops import GATHER_OPS, classify
+from .ops import CUBE_OPS, GATHER_OPS, classify
 
 __all__ = ["WEIGHT_INPUTS_KEY", "load_graph"]
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 # metadata_props key listing graph inputs that are weights (the zoo's weights=inputs mode).
 WEIGHT_INPUTS_KEY = "ai.autofusion.weight_inputs"
+_SAME_SIZE = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 _GROWS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Pad", "Upsample"})
 
 
@@ -126,7 +128,7 @@ class _Pass:
             self.protos[name] = numpy_helper.from_array(self.values[name], name)
         return self.protos[name]
 
-    def infer(self, node: onnx.NodeProto) -> None:
+    def infer(self, node: onnx.NodeProto, name: str) -> None:
         """Set the output types of ``node`` (onnx inference, else declared value_info)."""
         schema = self._schema(node)
         inferred: dict[str, onnx.TypeProto] = {}
@@ -139,6 +141,15 @@ class _Pass:
                 )
             except Exception as err:  # inference failure: fall back to declared types
                 log.debug("shape inference failed on %s: %s", node.name, err)
+                ins = [t for t in node.input if t]
+                if ins and all(_static(_shape_of(self.types.get(t))) is not None for t in ins):
+                    shapes = ", ".join(str(list(_shape_of(self.types[t]) or ())) for t in ins)
+                    reason = str(err).strip().splitlines()[-1][:200]
+                    raise GraphError(
+                        f"op '{name}' ({node.op_type}) cannot run on inputs {shapes}: {reason}; "
+                        "the model fixes a size that these input shapes contradict: re-export "
+                        "it with dynamic axes or pass matching --input-shape values"
+                    ) from None
         for out in node.output:
             if not out:
                 continue
@@ -149,6 +160,16 @@ class _Pass:
                     tp = declared
             if tp is not None:
                 self.types[out] = tp
+        if node.op_type in _SAME_SIZE and node.input and node.output and node.output[0]:
+            src = _static(_shape_of(self.types.get(node.input[0])))
+            dst = _static(_shape_of(self.types.get(node.output[0])))
+            if src is not None and dst is not None and math.prod(src) != math.prod(dst):
+                raise GraphError(
+                    f"op '{name}' ({node.op_type}) turns {list(src)} ({math.prod(src)} elements) "
+                    f"into {list(dst)} ({math.prod(dst)}): the model fixes a size that these "
+                    "input shapes contradict; re-export it with dynamic axes or pass matching "
+                    "--input-shape values"
+                )
 
     def try_fold(self, node: onnx.NodeProto) -> bool:
         """Evaluate ``node`` at compile time when its inputs are known and its output small."""
@@ -164,6 +185,8 @@ class _Pass:
             self.set_value(node.output[0], np.array(shape[start:end], dtype=np.int64))
             return True
         if any(t and t not in self.values for t in node.input) or not node.input:
+            return False
+        if node.op_type in CUBE_OPS:  # compute stays visible even on constant inputs
             return False
         sizes = [_static(_shape_of(self.types.get(o))) for o in node.output if o]
         if all(s is not None for s in sizes):
@@ -224,7 +247,7 @@ def load_graph(
             st.set_value(node.output[0], value)
             st.kinds[node.output[0]] = "weight" if value.size > FOLD_LIMIT else "constant"
             continue
-        st.infer(node)
+        st.infer(node, names[idx])
         if st.try_fold(node):
             folded += 1
             continue

@@ -10,8 +10,12 @@ which the analytic model and the simulator both implement:
   and ``mte1_l0b_bytes`` (at ``l1_to_l0b_bytes_per_cycle``) L1 -> L0; the cube (pipe ``M``)
   runs ``cube_cycles``; the vector unit (pipe ``V``) runs ``vector_cycles_step``. A step's
   MTE1 waits for its MTE2 loads, its M for its MTE1, its V for its M (when both exist).
+* store streams may also be ``per="step"`` (attention's score/probability hand-offs): FIX
+  after that step's M, MTE3 after that step's V.
 * after the last step: ``FIX`` stores the per-tile FIX streams (L0C -> GM); ``V`` runs
   ``vector_cycles_tile`` (the epilogue); ``MTE3`` stores the per-tile MTE3 streams (UB -> GM).
+  L0C holds the tile's whole ``base_m x base_n`` fp32 accumulator in a single slot, so the next
+  tile's first Mmad waits for this tile's FIX to drain it.
   A mixed kernel on a split chip expresses its L0C -> GM/L2 -> UB hand-off as a FIX store plus
   a vector-side MTE2 load of the same tensor, and pays ``cross_core_syncs`` x
   ``cross_core_sync_cycles`` per tile on its critical path.

@@ -1,0 +1,329 @@
+"""Lowering of vector-only groups: single elementwise/reduce/layout/opaque ops, vector chains
+and row reductions (LayerNorm, RMSNorm, Softmax with their neighbours).
+
+The group's data is viewed as ``rows x cols`` (cols = the reduced extent for a reduction,
+else the last dim) and tiled in the Unified Buffer as ``ub_rows x ub_cols``. A reduction
+keeps whole rows in UB; when one row does not fit, the row is split into ``steps`` chunks and
+read twice (statistics pass, then the normalising pass).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from search_space.graph import Graph, Op
+from search_space.groups import FusionGroup, alias_root
+from search_space.ops import GATHER_OPS, OpClass
+
+from ..kernel import KernelBatch, KernelConfig, StreamBatch
+from ..spec import Target
+from .common import ceil_div, is_compile_time, mem_itemsize, vector_cost
+
+__all__ = ["VectorWork", "analyse_vector", "lower_vector", "vector_grid"]
+
+SCALAR_MAX = 16  # inputs this small ride in scalar registers, not streams
+
+
+@dataclass(frozen=True)
+class VectorWork:
+    rows: int
+    cols: int
+    reduce: bool
+    item: int  # UB working bytes per element
+    run_bytes: int  # contiguous GM run of a full row-block (0: the tile is contiguous)
+    inputs: tuple[tuple[str, int, int, bool], ...]  # (tensor, itemsize, numel, gathered rows)
+    outputs: tuple[tuple[str, int, int], ...]  # (tensor, itemsize, numel)
+    ops: tuple[tuple[Op, int], ...]  # (op, elements it touches)
+    opaque: bool = False
+    flops: int = 0
+    compulsory: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def elems(self) -> int:
+        return self.rows * self.cols
+
+
+def _reduced(op: Op, shape: tuple[int, ...], graph: Graph) -> tuple[int, int]:
+    """(reduced extent, first reduced axis) of a reduction over ``shape``."""
+    rank = len(shape)
+    if rank == 0:
+        return 1, 0
+    if op.op_type in (
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "ArgMax",
+        "ArgMin",
+        "CumSum",
+        "LpNormalization",
+        "RMSNormalization",
+    ):
+        default = -1 if (graph.opset >= 13 or op.op_type == "LayerNormalization") else 1
+        axis = int(op.attr("axis", default)) % rank
+        if op.op_type in ("ArgMax", "ArgMin", "CumSum", "LpNormalization") or (
+            op.op_type == "Softmax" and graph.opset >= 13
+        ):
+            return shape[axis], axis
+        return math.prod(shape[axis:]), axis
+    if op.op_type in (
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "InstanceNormalization",
+        "GroupNormalization",
+    ):
+        return math.prod(shape[2:]) or 1, min(2, rank - 1)
+    axes = op.attr("axes")
+    if axes is None and len(op.inputs) > 1 and op.inputs[1] in graph.constants:
+        axes = graph.constants[op.inputs[1]].reshape(-1).tolist()
+    if not axes:
+        return math.prod(shape), 0
+    ax = sorted(int(a) % rank for a in axes)
+    return math.prod(shape[a] for a in ax), ax[0]
+
+
+def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWork:
+    """Describe a vector-only group as rows x cols with its streams and per-op work."""
+    ops = [graph.op(n) for n in group.ops if not graph.op(n).is_view]
+    acts = [
+        t
+        for op in ops
+        for t in (*op.inputs, *op.outputs)
+        if t and not is_compile_time(graph, t) and graph.tensors[t].numel > SCALAR_MAX
+    ]
+    big = max(
+        acts or [t for op in ops for t in op.outputs if t], key=lambda t: graph.tensors[t].numel
+    )
+    elems = max(graph.tensors[big].numel, 1)
+    shape = graph.tensors[big].static_shape or (1,)
+    red = next(
+        (
+            op
+            for op in ops
+            if op.op_class is OpClass.REDUCE and op.op_type not in ("MaxPool", "AveragePool")
+        ),
+        None,
+    )
+    run = 0
+    if red is not None and red.inputs[0]:
+        rshape = graph.tensors[red.inputs[0]].static_shape or (1,)
+        cols, axis = _reduced(red, rshape, graph)
+        elems = max(elems, math.prod(rshape))
+        trailing = math.prod(rshape[axis:]) == cols
+        if not trailing:  # reducing a middle axis: GM runs are the trailing dims
+            run = math.prod(rshape[axis + 1 :]) or 1
+    else:
+        cols = shape[-1] if shape else 1
+    cols = max(1, min(cols, elems))
+    rows = max(1, elems // cols)
+    item = max(mem_itemsize(graph, big, target), 1)
+    reduce_items = [target.vector_itemsize(graph.tensors[big].itemsize, reduce=True)]
+    if red is not None:
+        item = max(item, *reduce_items)
+    gathered = {op.inputs[0] for op in ops if op.op_type in GATHER_OPS and op.inputs}
+    inputs = tuple(
+        (
+            t,
+            mem_itemsize(graph, t, target),
+            graph.tensors[alias_root(graph, t)].numel,
+            t in gathered,
+        )
+        for t in group.inputs
+        if graph.tensors[t].numel > SCALAR_MAX or not is_compile_time(graph, t)
+    )
+    outputs = tuple(
+        (t, mem_itemsize(graph, t, target), graph.tensors[t].numel) for t in group.outputs
+    )
+    touched = []
+    for op in ops:
+        sizes = [
+            graph.tensors[t].numel
+            for t in (*op.inputs, *op.outputs)
+            if t and not is_compile_time(graph, t)
+        ]
+        if op.op_type in GATHER_OPS:
+            sizes = [graph.tensors[t].numel for t in op.outputs if t]
+        touched.append((op, max(sizes or [1])))
+    compulsory = sum(
+        min(n * it, sum(o[1] * o[2] for o in outputs)) if g else n * it for _, it, n, g in inputs
+    ) + sum(it * n for _, it, n in outputs)
+    return VectorWork(
+        rows=rows,
+        cols=cols,
+        reduce=red is not None,
+        item=item,
+        run_bytes=run * item,
+        inputs=inputs,
+        outputs=outputs,
+        ops=tuple(touched),
+        opaque=any(op.op_class is OpClass.OPAQUE for op in ops),
+        flops=sum(op.flops for op in ops),
+        compulsory=compulsory,
+    )
+
+
+def vector_grid(work: VectorWork, target: Target) -> list[KernelConfig]:
+    """Feasible UB tilings: row blocks by powers of two (whole rows when they fit, else
+    32-byte-aligned chunks of a row), both buffering modes, all or half of the vector cores."""
+    spec = target.spec
+    align = max(1, spec.ub_align_bytes // work.item)
+    full_cols = int(ceil_div(work.cols, align) * align)
+    fits_row = _ub_bytes(work, 1, full_cols, False) <= spec.ub_bytes
+    col_opts = [full_cols] if fits_row else []
+    if not (work.reduce and fits_row):
+        c = align * 8
+        while c < full_cols:
+            col_opts.append(c)
+            c *= 2
+    cores = sorted({spec.vector_cores, max(1, spec.vector_cores // 2)}, reverse=True)
+    configs = []
+    for db in (True, False):
+        for ub_cols in col_opts:
+            max_rows = work.rows if ub_cols >= full_cols else 1
+            rows = 1
+            while _ub_bytes(work, rows, ub_cols, db) <= spec.ub_bytes:
+                configs += [
+                    KernelConfig(block_dim=bd, ub_rows=rows, ub_cols=ub_cols, double_buffer=db)
+                    for bd in cores
+                ]
+                if rows >= max_rows:
+                    break
+                rows *= 2
+    if not configs:  # not even one aligned chunk fits: smallest chunk, single buffer
+        configs.append(
+            KernelConfig(
+                block_dim=spec.vector_cores, ub_rows=1, ub_cols=align, double_buffer=False
+            )
+        )
+    return configs
+
+
+def _ub_bytes(work: VectorWork, rows: int, cols: int, db: bool) -> int:
+    tile = rows * cols
+    ins = sum(_tile_elems(work, n, rows, cols) * it for _, it, n, _ in work.inputs)
+    outs = sum(_tile_elems(work, n, rows, cols) * it for _, it, n in work.outputs)
+    temp = tile * 4 if (work.reduce or len(work.ops) > 1) else 0
+    return int((ins + outs) * (2 if db else 1) + temp)
+
+
+def _tile_elems(work: VectorWork, numel: int, rows: int, cols: int) -> int:
+    if numel >= work.elems:
+        return rows * cols
+    if numel == work.cols:
+        return cols
+    if numel == work.rows:
+        return rows
+    return max(1, math.ceil(rows * cols * numel / work.elems))
+
+
+def lower_vector(
+    work: VectorWork,
+    configs: list[KernelConfig],
+    target: Target,
+    name: str,
+    ops: tuple[str, ...],
+    kind: str,
+    signature: str,
+) -> KernelBatch:
+    """Lower a vector group under many UB tilings at once."""
+    n = len(configs)
+    R = np.array([c.ub_rows for c in configs], dtype=np.int64)
+    C = np.minimum(np.array([c.ub_cols for c in configs], dtype=np.int64), work.cols)
+    db = np.array([c.double_buffer for c in configs], dtype=bool)
+    split = C < work.cols
+    gi = ceil_div(work.rows, R)
+    if work.reduce:
+        gj = np.ones(n, dtype=np.int64)
+        steps = np.where(split, ceil_div(work.cols, C), 1)
+    else:
+        gj = ceil_div(work.cols, C)
+        steps = np.ones(n, dtype=np.int64)
+    tiles = gi * gj
+    chunks = tiles * steps
+    avg = work.elems / chunks  # elements moved per tile-step, edges averaged
+    passes = np.where(split & work.reduce, 2, 1)  # a split row is read twice
+    per = "step" if work.reduce else "tile"
+    streams = []
+    for t, it, numel, gathered in work.inputs:
+        ratio = min(1.0, numel / work.elems)
+        if gathered:
+            out_bytes = sum(o[1] * o[2] for o in work.outputs)
+            nbytes = np.maximum(it, out_bytes / chunks)
+            key, run = "ij", np.maximum(it, nbytes / np.maximum(R, 1))
+        elif numel == work.cols and work.rows > 1:
+            nbytes, key, run = C * it, ("k" if work.reduce else "j"), C * it
+        elif numel == work.rows and work.cols > 1:
+            nbytes, key, run = R * it, "i", R * it
+        else:
+            nbytes = np.maximum(it, avg * ratio * it) * passes
+            key = "ik" if work.reduce else "ij"
+            run = _runs(work, R, C, it)
+        streams.append(
+            StreamBatch(
+                tensor=t,
+                pipe="MTE2",
+                bytes=np.ceil(nbytes).astype(np.int64),
+                row_bytes=np.ceil(run).astype(np.int64),
+                key=key,
+                per=per,
+                side="vector",
+                tensor_bytes=numel * it,
+            )
+        )
+    for t, it, numel in work.outputs:
+        ratio = min(1.0, numel / work.elems)
+        total = np.maximum(it, avg * ratio * it) * steps  # stored once per tile
+        streams.append(
+            StreamBatch(
+                tensor=t,
+                pipe="MTE3",
+                bytes=np.ceil(total).astype(np.int64),
+                row_bytes=np.ceil(np.minimum(_runs(work, R, C, it), total)).astype(np.int64),
+                key="i" if work.reduce else "ij",
+                per="tile",
+                side="vector",
+                tensor_bytes=numel * it,
+            )
+        )
+    touched = [(op, avg * min(1.0, e / work.elems) * work.item * passes) for op, e in work.ops]
+    vc = vector_cost(target, touched, opaque=work.opaque)
+    zeros = np.zeros(n, dtype=np.int64)
+    ub = np.array(
+        [_ub_bytes(work, int(r), int(c), bool(d)) for r, c, d in zip(R, C, db, strict=True)]
+    )
+    step_cycles = np.where(steps > 1, vc.cycles, 0.0)
+    tile_cycles = np.where(steps > 1, 0.0, vc.cycles)
+    return KernelBatch(
+        name=name,
+        ops=ops,
+        kind=kind,
+        unit="vector",
+        configs=tuple(configs),
+        grid=np.stack([np.ones(n, dtype=np.int64), gi, gj], axis=1),
+        steps=steps,
+        streams=tuple(streams),
+        mte1_l0a_bytes=zeros,
+        mte1_l0b_bytes=zeros,
+        mmads=zeros,
+        cube_cycles=np.zeros(n),
+        vector_cycles_step=step_cycles + zeros,
+        vector_cycles_tile=tile_cycles + zeros,
+        vector_instrs=(vc.instrs * steps + zeros),
+        cross_core_syncs=zeros,
+        footprint={"ub": ub},
+        flops=work.flops,
+        cube_flops=0,
+        compulsory_bytes=work.compulsory,
+        signature=signature,
+    )
+
+
+def _runs(work: VectorWork, R: np.ndarray, C: np.ndarray, it: int) -> np.ndarray:
+    """Contiguous GM run of one block: the whole tile when it spans full rows."""
+    if work.run_bytes:
+        return np.full(R.shape, work.run_bytes, dtype=np.float64)
+    whole = R * C * it
+    return np.where(C >= work.cols, whole, C * it).astype(np.float64)

@@ -114,5 +114,13 @@ def make_group(graph: Graph, names: Iterable[str], kind: str | None = None) -> F
 
 
 def singleton_groups(graph: Graph) -> list[FusionGroup]:
-    """The ``none`` plan: every op that does work is its own kernel; views are free metadata."""
-    return [make_group(graph, [op.name], "single") for op in graph.ops if not op.is_view]
+    """The ``none`` plan: every op that does work is its own kernel.
+
+    Views are free metadata, and ops computed from constants only (a causal mask built from
+    shapes) are prepared offline like weights, so neither becomes a kernel.
+    """
+    return [
+        make_group(graph, [op.name], "single")
+        for op in graph.ops
+        if not op.is_view and not op.constant
+    ]

@@ -163,3 +163,39 @@ def attention_model() -> onnx.ModelProto:
 @pytest.fixture
 def cnn_model() -> onnx.ModelProto:
     return conv_bn_relu()
+
+
+def weight_inputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """Mark graph inputs as weights (what the zoo's weights=inputs mode does)."""
+    import json
+
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "ai.autofusion.weight_inputs", json.dumps(names)
+    return model
+
+
+def bert_ffn_block(tokens: int = 4096, hidden: int = 768, ffn: int = 3072) -> onnx.ModelProto:
+    """BERT-base shapes: MatMul -> Add(bias) -> Relu, and MatMul -> Add(residual) -> LayerNorm.
+
+    Weights are graph inputs (shape-only), as in the zoo's weights=inputs mode.
+    """
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "w1"], ["h0"], name="up"),
+        n("Add", ["h0", "b1"], ["h1"], name="up_bias"),
+        n("Relu", ["h1"], ["h"], name="relu"),
+        n("MatMul", ["h", "w2"], ["y0"], name="down"),
+        n("Add", ["y0", "x"], ["y1"], name="residual"),
+        n("LayerNormalization", ["y1", "g", "beta"], ["y"], name="ln", axis=-1),
+    ]
+    vi = helper.make_tensor_value_info
+    ins = [
+        vi("x", T.FLOAT, [tokens, hidden]),
+        vi("w1", T.FLOAT, [hidden, ffn]),
+        vi("b1", T.FLOAT, [ffn]),
+        vi("w2", T.FLOAT, [ffn, hidden]),
+        vi("g", T.FLOAT, [hidden]),
+        vi("beta", T.FLOAT, [hidden]),
+    ]
+    out = [vi("y", T.FLOAT, [tokens, hidden])]
+    return weight_inputs(make(nodes, ins, out, name="ffn"), ["w1", "b1", "w2", "g", "beta"])

@@ -1,0 +1,49 @@
+"""The roofline bound of a whole graph on a target (nominal peaks: nothing may beat it)."""
+
+from __future__ import annotations
+
+from search_space.graph import Graph
+from search_space.ops import OpClass
+
+from .lower.common import is_compile_time, mem_itemsize
+from .spec import Target
+
+__all__ = ["compulsory_bytes", "roofline_us"]
+
+
+def compulsory_bytes(graph: Graph, target: Target) -> int:
+    """Bytes any execution must move at least once, at the target's storage precision.
+
+    Graph inputs and outputs, and every weight an op reads (cube weights at the cube dtype,
+    converted offline; a table only gathered from counts the rows gathered).
+    """
+    total = 0
+    for t in set(graph.inputs) | set(graph.outputs):
+        if graph.tensors[t].kind == "input" or t in graph.outputs:
+            total += graph.tensors[t].numel * mem_itemsize(graph, t, target)
+    weights = {
+        t
+        for op in graph.ops
+        for t in op.inputs
+        if t and is_compile_time(graph, t) and graph.tensors[t].kind == "weight"
+    }
+    for t in weights:
+        users = graph.consumers(t)
+        cube = any(op.op_class is OpClass.CUBE for op in users)
+        full = graph.tensors[t].numel * mem_itemsize(graph, t, target, cube_operand=cube)
+        if users and all(
+            op.op_type in ("Gather", "GatherElements", "GatherND") and t not in op.inputs[1:]
+            for op in users
+        ):
+            rows = sum(graph.tensors[o].numel for op in users for o in op.outputs if o)
+            full = min(full, rows * mem_itemsize(graph, t, target))
+        total += full
+    return total
+
+
+def roofline_us(graph: Graph, target: Target) -> float:
+    """max(FLOPs / nominal cube peak, compulsory bytes / nominal HBM bandwidth), in us."""
+    spec = target.spec
+    compute = graph.flops / spec.cube_peak_flops
+    memory = compulsory_bytes(graph, target) / spec.hbm_peak_bytes_per_s
+    return max(compute, memory) * 1e6

@@ -1,0 +1,88 @@
+"""Kernel configs: how one fused group is tiled and spread over cores (DESIGN §3).
+
+A pure record (no hardware knowledge): the cost model enumerates the feasible ones for a
+target, the search space indexes them, and plans store them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["KernelConfig"]
+
+
+@dataclass(frozen=True, order=True)
+class KernelConfig:
+    """Tiling of one kernel. Zero means "not used by this template".
+
+    Cube work tiles twice: the L1 block (``base_m``, ``base_n``, ``base_k``) and the L0 tile
+    (``m``, ``n``, ``k``), all multiples of 16. Vector work tiles the Unified Buffer as
+    ``ub_rows`` x ``ub_cols`` elements (cols 32-byte aligned). ``block_dim`` counts cube cores
+    for cube kernels, vector cores for vector kernels and AIC+2AIV groups for mixed kernels.
+    ``knobs`` holds template knobs as sorted (name, value) pairs (e.g. attention's kv tile).
+    """
+
+    block_dim: int
+    base_m: int = 0
+    base_n: int = 0
+    base_k: int = 0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    ub_rows: int = 0
+    ub_cols: int = 0
+    double_buffer: bool = True
+    knobs: tuple[tuple[str, int], ...] = ()
+
+    def knob(self, name: str, default: int = 0) -> int:
+        return dict(self.knobs).get(name, default)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("block_dim", self.block_dim),
+                ("base_m", self.base_m),
+                ("base_n", self.base_n),
+                ("base_k", self.base_k),
+                ("m", self.m),
+                ("n", self.n),
+                ("k", self.k),
+                ("ub_rows", self.ub_rows),
+                ("ub_cols", self.ub_cols),
+            )
+            if v
+        }
+        out["double_buffer"] = self.double_buffer
+        if self.knobs:
+            out["knobs"] = dict(self.knobs)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KernelConfig:
+        knobs = tuple(sorted((str(k), int(v)) for k, v in dict(data.get("knobs", {})).items()))
+        ints = {
+            k: int(data.get(k, 0))
+            for k in ("base_m", "base_n", "base_k", "m", "n", "k", "ub_rows", "ub_cols")
+        }
+        return cls(
+            block_dim=int(data["block_dim"]),
+            double_buffer=bool(data.get("double_buffer", True)),
+            knobs=knobs,
+            **ints,
+        )
+
+    def short(self) -> str:
+        """A compact human form, e.g. ``L1 256x256x256 L0 128x128x64 x24 db``."""
+        parts = []
+        if self.base_m:
+            parts.append(f"L1 {self.base_m}x{self.base_n}x{self.base_k}")
+            parts.append(f"L0 {self.m}x{self.n}x{self.k}")
+        if self.ub_rows or self.ub_cols:
+            parts.append(f"UB {self.ub_rows}x{self.ub_cols}")
+        parts.append(f"x{self.block_dim}")
+        parts.append("db" if self.double_buffer else "sb")
+        parts += [f"{k}={v}" for k, v in self.knobs]
+        return " ".join(parts)

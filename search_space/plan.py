@@ -1,0 +1,164 @@
+"""FusionPlan: the persisted record of one fusion + tiling decision for one model and target.
+
+Plans are JSON (never pickle). Loading checks the schema version and, when given the model's
+graph, its fingerprint and that every group names real ops: a plan is never applied silently
+to a model it was not made for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .atomic import atomic_write_text
+from .config import KernelConfig
+from .exceptions import AutofusionError, check
+from .graph import Graph
+
+__all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanError", "PlanGroup"]
+
+SCHEMA_VERSION = 1
+
+
+class PlanError(AutofusionError):
+    """A plan file is unreadable, too new, or does not belong to the model."""
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """One kernel of a plan: its ops (user names), template kind, config and verdict."""
+
+    ops: tuple[str, ...]
+    kind: str
+    config: KernelConfig | None = None
+    verdict: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ops": list(self.ops), "kind": self.kind}
+        if self.config is not None:
+            out["config"] = self.config.to_json()
+        if self.verdict:
+            out["verdict"] = self.verdict
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PlanGroup:
+        config = data.get("config")
+        return cls(
+            ops=tuple(str(o) for o in data["ops"]),
+            kind=str(data.get("kind", "single")),
+            config=KernelConfig.from_json(config) if config else None,
+            verdict=str(data.get("verdict", "")),
+        )
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    """Groups + configs for one model on one target, with what was predicted and measured."""
+
+    fingerprint: str
+    target: str
+    groups: tuple[PlanGroup, ...]
+    precision: str = "auto"
+    name: str = ""
+    predicted_us: float | None = None
+    measured_us: float | None = None
+    cost_model: str = ""
+    tool_version: str = "0.1.0"
+    schema_version: int = SCHEMA_VERSION
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "tool_version": self.tool_version,
+            "name": self.name,
+            "fingerprint": self.fingerprint,
+            "target": self.target,
+            "precision": self.precision,
+            "cost_model": self.cost_model,
+            "predicted_us": self.predicted_us,
+            "measured_us": self.measured_us,
+            "groups": [g.to_json() for g in self.groups],
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], graph: Graph | None = None) -> FusionPlan:
+        """Rebuild a plan; with ``graph``, check it belongs to that model.
+
+        Raises:
+            PlanError: a newer schema, missing fields, a fingerprint mismatch, unknown ops.
+        """
+        try:
+            version = int(data.get("schema_version", 0))
+        except (TypeError, ValueError):
+            raise PlanError("plan has no valid schema_version; is it a plan file?") from None
+        check(
+            1 <= version <= SCHEMA_VERSION,
+            f"plan schema {version} is not supported by this tool (reads 1..{SCHEMA_VERSION}); "
+            "upgrade the tool or re-create the plan",
+            PlanError,
+        )
+        try:
+            plan = cls(
+                fingerprint=str(data["fingerprint"]),
+                target=str(data["target"]),
+                groups=tuple(PlanGroup.from_json(g) for g in data["groups"]),
+                precision=str(data.get("precision", "auto")),
+                name=str(data.get("name", "")),
+                predicted_us=data.get("predicted_us"),
+                measured_us=data.get("measured_us"),
+                cost_model=str(data.get("cost_model", "")),
+                tool_version=str(data.get("tool_version", "")),
+                schema_version=version,
+                meta=dict(data.get("meta", {})),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise PlanError(f"plan is missing or has a bad field: {err}") from None
+        if graph is not None:
+            plan.check_model(graph)
+        return plan
+
+    def check_model(self, graph: Graph) -> None:
+        """Raise :class:`PlanError` unless the plan was made for this graph."""
+        fp = graph.fingerprint()
+        check(
+            self.fingerprint == fp,
+            f"plan was made for a different model (fingerprint {self.fingerprint}, this model "
+            f"is {fp}); re-tune for this model or pass the model the plan was made for",
+            PlanError,
+        )
+        seen: set[str] = set()
+        for g in self.groups:
+            for op in g.ops:
+                check(
+                    graph.has_op(op),
+                    f"plan names op '{op}', which the model does not have",
+                    PlanError,
+                )
+                check(op not in seen, f"plan puts op '{op}' in two groups", PlanError)
+                seen.add(op)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], graph: Graph | None = None) -> FusionPlan:
+        """Read a plan file (JSON).
+
+        Raises:
+            PlanError: missing or unreadable file, or any check of :meth:`from_json`.
+        """
+        p = Path(path)
+        check(p.is_file(), f"plan file '{p}' not found", PlanError)
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise PlanError(f"plan file '{p}' is not valid JSON: {err}") from None
+        check(isinstance(data, dict), f"plan file '{p}' does not hold a JSON object", PlanError)
+        return cls.from_json(data, graph)

@@ -1,0 +1,122 @@
+"""Lowering: templates, config grids and defaults, feasibility, and the vectorised batch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import bert_ffn_block, conv_bn_relu, exporter_attention
+
+from autotune.zoo import build, list_models
+from costmodel.kernel import KernelConfig
+from costmodel.lower import Lowering, template_of
+from costmodel.spec import load_target
+from search_space import load_graph
+from search_space.groups import make_group, singleton_groups
+
+T910B = load_target("ascend910b")
+
+
+@pytest.fixture(scope="module")
+def ffn():
+    return load_graph(bert_ffn_block())
+
+
+@pytest.mark.parametrize("name", [m.name for m in list_models()])
+def test_every_zoo_kernel_lowers_with_a_feasible_default_in_its_grid(name: str) -> None:
+    graph = load_graph(build(name, weights="inputs", scale=0.25))
+    low = Lowering(graph, T910B)
+    for group in singleton_groups(graph):
+        grid = low.grid(group)
+        assert 1 <= len(grid) <= 600, (group.ops, len(grid))
+        default = low.default(group)
+        assert default in grid
+        kernel = low.kernel(group, default)
+        assert kernel.feasible(T910B.spec) == (True, "")
+        assert kernel.flops == sum(graph.op(o).flops for o in group.ops)
+        assert kernel.tiles >= 1 and kernel.steps >= 1
+        assert all(s.bytes > 0 for s in kernel.streams)
+
+
+def test_batch_rows_equal_single_lowerings(ffn) -> None:
+    low = Lowering(ffn, T910B)
+    group = make_group(ffn, ["up", "up_bias", "relu"])
+    grid = low.grid(group)
+    batch = low.batch(group, grid)
+    for i in range(0, len(grid), max(1, len(grid) // 25)):
+        assert batch.kernel(i) == low.kernel(group, grid[i])
+    assert batch.feasible_mask(T910B.spec).all()
+
+
+def test_matmul_bias_relu_rides_on_fixpipe(ffn) -> None:
+    group = make_group(ffn, ["up", "up_bias", "relu"])
+    assert group.kind == "cube_epilogue"
+    k = Lowering(ffn, T910B).kernel(group, Lowering(ffn, T910B).default(group))
+    assert k.unit == "cube" and k.vector_cycles_tile == 0
+    assert [s.pipe for s in k.streams].count("FIX") == 1  # only the final output is stored
+    assert {s.tensor for s in k.streams} == {"x", "w1", "b1", "h"}
+
+
+def test_residual_layernorm_is_mixed_with_an_l2_handoff_on_910b_only(ffn) -> None:
+    group = make_group(ffn, ["down", "residual", "ln"])
+    split = Lowering(ffn, T910B)
+    k = split.kernel(group, split.default(group))
+    assert k.unit == "mixed" and k.cross_core_syncs == 1 and k.vector_cycles_tile > 0
+    hand = [s for s in k.streams if s.tensor == "y0"]
+    assert {(s.pipe, s.side) for s in hand} == {("FIX", "cube"), ("MTE2", "vector")}
+    assert k.config.base_n >= 768  # LayerNorm needs whole rows in one tile
+    coupled_target = load_target("ascend910")
+    coupled = Lowering(ffn, coupled_target)
+    kc = coupled.kernel(group, coupled.default(group))
+    assert kc.cross_core_syncs == 0 and not any(s.tensor == "y0" for s in kc.streams)
+
+
+def test_conv_is_an_implicit_im2col_matmul() -> None:
+    graph = load_graph(conv_bn_relu(), input_shapes={"img": (4, 3, 16, 16)})
+    group = make_group(graph, ["conv", "bn", "relu"])
+    low = Lowering(graph, T910B)
+    cfg = KernelConfig(block_dim=24, base_m=64, base_n=16, base_k=32, m=64, n=16, k=32)
+    k = low.kernel(group, cfg)
+    # M = 4*8*8 output pixels, N = 8 channels, K = 3*3*3 = 27
+    assert k.grid == (1, math.ceil(256 / 64), 1) and k.steps == 1
+    assert k.unit == "cube"  # BatchNorm's per-channel affine and Relu ride on FixPipe
+
+
+def test_overflowing_config_is_named_with_the_overflow(ffn) -> None:
+    group = make_group(ffn, ["up"])
+    big = KernelConfig(block_dim=24, base_m=512, base_n=512, base_k=512, m=256, n=256, k=256)
+    ok, why = Lowering(ffn, T910B).kernel(group, big).feasible(T910B.spec)
+    assert not ok and why.startswith("L1 overflow") and "+" in why
+
+
+def test_default_is_double_buffered_on_all_cores_and_largest(ffn) -> None:
+    low = Lowering(ffn, T910B)
+    group = make_group(ffn, ["up"])
+    d = low.default(group)
+    assert d.double_buffer and d.block_dim == T910B.spec.cube_cores
+    area = max(c.base_m * c.base_n for c in low.grid(group) if c.double_buffer)
+    assert d.base_m * d.base_n == area
+
+
+def test_attention_group_is_flash_tiled() -> None:
+    graph = load_graph(exporter_attention(), input_shapes={"x": (2, 64, 16)})
+    names = ["qk", "scale", "add_mask", "softmax", "isnan", "nan_guard", "pv"]
+    group = make_group(graph, names)
+    assert template_of(graph, group) == "attention"
+    low = Lowering(graph, T910B)
+    k = low.kernel(group, low.default(group))
+    kv = [s for s in k.streams if s.per == "step" and s.side == "cube" and s.pipe == "MTE2"]
+    assert {s.key for s in kv} >= {"bk"}
+    assert k.grid[0] == 2 * 2  # batch x heads
+
+
+def test_fp32_precision_quarter_cube_rate(ffn) -> None:
+    group = make_group(ffn, ["up"])
+    cfg = Lowering(ffn, T910B).default(group)
+    fp16 = Lowering(ffn, T910B).kernel(group, cfg)
+    fp32 = Lowering(ffn, load_target(precision="fp32")).kernel(group, cfg)
+    work16 = fp16.cube_cycles - fp16.mmads * T910B.spec.mmad_fixed_cycles
+    work32 = fp32.cube_cycles - fp32.mmads * T910B.spec.mmad_fixed_cycles
+    assert work32 == pytest.approx(4 * work16)
+    assert np.isfinite(work32)

@@ -1,0 +1,95 @@
+"""Hardware specs: shipped data is complete and sourced; user files are checked field by field."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from costmodel.exceptions import SpecError
+from costmodel.spec import HardwareSpec, available_targets, load_spec, load_target
+
+DESIGN_KEYS = {
+    "cube_cores",
+    "vector_cores",
+    "clock_hz",
+    "l1_bytes",
+    "l0a_bytes",
+    "l0b_bytes",
+    "l0c_bytes",
+    "ub_bytes",
+    "l2_bytes",
+    "hbm_bytes_per_s",
+    "hbm_peak_bytes_per_s",
+    "kernel_gap_s",
+}
+
+
+def test_shipped_targets_are_complete_and_every_value_has_a_source() -> None:
+    assert {"ascend910b", "ascend910", "ascend310p"} <= set(available_targets())
+    names = {f.name for f in fields(HardwareSpec)}
+    assert names >= DESIGN_KEYS
+    for target in ("ascend910b", "ascend910", "ascend310p"):
+        text = resources.files("costmodel").joinpath("specs", f"{target}.toml").read_text()
+        data = tomllib.loads(text)
+        sources = data.pop("sources")
+        assert set(data) == names, target
+        assert set(sources) == names and all(len(v) > 10 for v in sources.values()), target
+        load_spec(target)
+
+
+def test_910b_figures_match_the_published_ones() -> None:
+    spec = load_spec("ascend910b")
+    assert spec.cube_peak_flops == pytest.approx(353.9e12, rel=1e-3)  # 24 x 8192 x 1.8 GHz
+    assert spec.is_split and not load_spec("ascend910").is_split
+    assert spec.hbm_bytes_per_s < spec.hbm_peak_bytes_per_s
+
+
+def test_overrides_for_what_if_studies() -> None:
+    assert load_spec("ascend910b", ["l2_bytes=0"]).l2_bytes == 0
+    assert load_spec("ascend910b", {"hbm_bytes_per_s": 6.5e11}).hbm_bytes_per_s == 6.5e11
+    with pytest.raises(SpecError, match="unknown spec field"):
+        load_spec("ascend910b", ["l3_bytes=1"])
+    with pytest.raises(SpecError, match="FIELD=VALUE"):
+        load_spec("ascend910b", ["l2_bytes"])
+
+
+def test_user_file_reports_every_bad_field_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        'base = "ascend910b"\ncube_cores = -2\nub_bytes = "big"\nl0c_to_ub = 3\nwarp_size = 32\n'
+    )
+    with pytest.raises(SpecError) as err:
+        load_spec(str(path))
+    msg = str(err.value)
+    assert "\n" not in msg
+    for needle in (
+        "cube_cores must be > 0",
+        "ub_bytes must be a number",
+        "l0c_to_ub",
+        "unknown field(s) warp_size",
+    ):
+        assert needle in msg
+
+
+def test_user_file_with_a_base_overrides_only_what_it_sets(tmp_path: Path) -> None:
+    path = tmp_path / "half.toml"
+    path.write_text('base = "ascend910b"\nname = "half"\ncube_cores = 12\n')
+    spec = load_spec(str(path))
+    assert spec.cube_cores == 12 and spec.name == "half"
+    assert spec.l1_bytes == load_spec("ascend910b").l1_bytes
+    path.write_text("cube_cores = 12\n")
+    with pytest.raises(SpecError, match="missing field"):
+        load_spec(str(path))
+
+
+def test_unknown_target_and_precision() -> None:
+    with pytest.raises(SpecError, match="unknown target 'tpu'; available: ascend310p"):
+        load_spec("tpu")
+    with pytest.raises(SpecError, match="unknown precision"):
+        load_target(precision="int3")
+    assert load_target(precision="fp32").cube_rate(4) == load_spec().cube_fp32_rate
+    assert load_target().cube_itemsize(4) == 2  # fp32 models: fp16 cube by default

@@ -271,7 +271,7 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
     spec = target.spec
     ci = work.cube_item
     bms = pow2_choices(work.M)
-    bns = [int(ceil_to(work.N, 16))] if work.full_row else pow2_choices(work.N)
+    bns = pow2_choices(work.N)
     bks = pow2_choices(work.K, lo=32)
     cores = sorted({spec.cube_cores, max(1, spec.cube_cores // 2)}, reverse=True)
     configs = []
@@ -281,7 +281,7 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
             for bn in bns:
                 if bm * bn * 4 > spec.l0c_bytes:
                     continue
-                if work.mixed and _ub_need(work, bm, bn, db) > spec.ub_bytes:
+                if work.mixed and _ub_need(work, bm, bn, db, spec.ub_bytes) > spec.ub_bytes:
                     continue
                 for bk in bks:
                     if (bm * bk + bk * bn) * ci * f + bn * 4 > spec.l1_bytes:
@@ -303,12 +303,19 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
     return configs
 
 
-def _ub_need(work: CubeWork, bm: int, bn: int, db: bool) -> int:
-    """UB bytes on each of the two vector cores sharing a mixed tile."""
-    tile = bm * bn / 2
+def _ub_need(work: CubeWork, bm: int, bn: int, db: bool, ub_bytes: int) -> int:
+    """UB bytes on each of the two vector cores sharing a mixed tile.
+
+    The vector side works through its half of the tile in row chunks, so only one chunk must
+    fit; a row reduction (LayerNorm) needs whole rows, which it assembles from the L2 hand-off
+    of every tile of the row block.
+    """
     io = 4 + sum(it * min(1.0, r) for _, it, r, _ in work.vec_inputs)
     io += sum(it * min(1.0, r) for _, it, r, side in work.outputs if side == "vector")
-    return int(tile * io * (2 if db else 1) + tile * 4)
+    width = work.N if work.full_row else bn
+    row = width * io * (2 if db else 1) + width * 4
+    rows = bm / 2 if not work.full_row else max(1.0, bm * bn / (2 * work.N))
+    return int(min(rows * row, max(row, ub_bytes)))
 
 
 def lower_cube(
@@ -452,7 +459,7 @@ def lower_cube(
     if work.mixed:
         foot["ub"] = np.array(
             [
-                _ub_need(work, int(a), int(b), bool(d))
+                _ub_need(work, int(a), int(b), bool(d), spec.ub_bytes)
                 for a, b, d in zip(arr["base_m"], arr["base_n"], db, strict=True)
             ]
         )

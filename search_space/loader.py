@@ -146,9 +146,8 @@ class _Pass:
                     shapes = ", ".join(str(list(_shape_of(self.types[t]) or ())) for t in ins)
                     reason = str(err).strip().splitlines()[-1][:200]
                     raise GraphError(
-                        f"op '{name}' ({node.op_type}) cannot run on inputs {shapes}: {reason}; "
-                        "the model fixes a size that these input shapes contradict: re-export "
-                        "it with dynamic axes or pass matching --input-shape values"
+                        f"op '{name}' ({node.op_type}) is invalid for inputs {shapes}: "
+                        f"{reason}; fix the model, or pass --input-shape values it accepts"
                     ) from None
         for out in node.output:
             if not out:

@@ -1,0 +1,232 @@
+"""The Optuna search space over fusion decisions and tile configs (DESIGN §5).
+
+Decision variables are one boolean per fusible-edge *class* (``fuse/<class>``): edges whose
+endpoint ops have identical types, attributes and shapes in identical neighbourhoods share a
+class, so twelve identical BERT layers cost one layer of variables. Chosen edges are repaired
+deterministically into a legal partition (:meth:`FusionContext.repair`). Each group signature
+then gets one categorical ``config/<sig>`` indexing its pruned feasible-config list (``joint``),
+or its best config under the vectorised analytic model (``bilevel``). A plan replays through
+the same code with ``optuna.trial.FixedTrial``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .config import KernelConfig
+from .fusion import Edge, FusionContext
+from .graph import Graph
+from .groups import FusionGroup, alias_root
+
+__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "peak_live_bytes"]
+
+STRATEGIES = ("joint", "bilevel")
+
+
+class GroupOracle(Protocol):
+    """What the space needs from a cost model (``costmodel.oracle.CostOracle`` provides it)."""
+
+    def feasible(self, ops: Iterable[str]) -> bool: ...
+
+    def grid(self, group: FusionGroup) -> list[KernelConfig]: ...
+
+    def default(self, group: FusionGroup) -> KernelConfig: ...
+
+    def best(self, group: FusionGroup) -> tuple[KernelConfig, float]: ...
+
+    def cost(self, group: FusionGroup, config: KernelConfig) -> float: ...
+
+
+class TrialLike(Protocol):
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class SpacePlan:
+    """What one trial chose: groups (repaired, legal) and one config per group."""
+
+    groups: tuple[FusionGroup, ...]
+    configs: tuple[KernelConfig, ...]
+
+    def key(self) -> str:
+        """Hash of the plan: trials that repair to the same plan share one evaluation."""
+        h = hashlib.sha256()
+        for g, c in zip(self.groups, self.configs, strict=True):
+            h.update(("|".join(g.ops) + "#" + repr(c)).encode())
+        return h.hexdigest()[:16]
+
+    @property
+    def fused_groups(self) -> int:
+        return sum(1 for g in self.groups if len(g.ops) > 1)
+
+
+def _op_hash(graph: Graph, ctx: FusionContext, name: str) -> str:
+    op = graph.op(name)
+
+    def own(n: str) -> str:
+        o = graph.op(n)
+        shapes = [graph.tensors[alias_root(graph, t)].shape if t else None for t in o.inputs]
+        outs = [graph.tensors[t].shape for t in o.outputs if t]
+        return f"{o.op_type}{o.attributes}{shapes}{outs}"
+
+    parts = [own(name)]
+    parts += sorted(own(p) for p in ctx.pred[name])
+    parts += ["->" + own(s) for s in sorted(ctx.succ[name], key=own)]
+    del op
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
+
+
+class SearchSpace:
+    """Fusion booleans per edge class, repair, and per-signature config categoricals.
+
+    Args:
+        ctx: the kernel graph and hard limits.
+        oracle: feasibility, grids and analytic costs of groups.
+        open_edges: edges the search may decide (default: every fusible edge).
+        fixed_edges: edges always fused (``always`` rules, fusion level 1).
+        share: share classes across repeated layers (``--no-share`` turns it off).
+        strategy: ``joint`` (configs in the trial) or ``bilevel`` (best config per group).
+    """
+
+    def __init__(
+        self,
+        ctx: FusionContext,
+        oracle: GroupOracle,
+        *,
+        open_edges: Iterable[Edge] | None = None,
+        fixed_edges: Iterable[Edge] = (),
+        share: bool = True,
+        strategy: str = "joint",
+    ) -> None:
+        if strategy not in STRATEGIES:
+            from .exceptions import AutofusionError
+
+            raise AutofusionError(f"unknown strategy '{strategy}'; available: joint, bilevel")
+        self.ctx = ctx
+        self.oracle = oracle
+        self.strategy = strategy
+        self.share = share
+        self.fixed = frozenset(fixed_edges)
+        opened = ctx.edges if open_edges is None else tuple(open_edges)
+        self.open = tuple(e for e in opened if e not in self.fixed)
+        self.classes: dict[str, list[Edge]] = {}
+        self.class_of: dict[Edge, str] = {}
+        hashes: dict[str, str] = {}
+        for e in self.open:
+            if share:
+                for n in (e.src, e.dst):
+                    if n not in hashes:
+                        hashes[n] = _op_hash(ctx.graph, ctx, n)
+                slot = (
+                    ctx.graph.op(e.dst).inputs.index(e.tensor)
+                    if e.tensor in ctx.graph.op(e.dst).inputs
+                    else -1
+                )
+                raw = f"{hashes[e.src]}>{hashes[e.dst]}:{e.kind}:{slot}"
+            else:
+                raw = f"{e.src}>{e.dst}:{e.kind}"
+            digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+            src_t, dst_t = ctx.graph.op(e.src).op_type, ctx.graph.op(e.dst).op_type
+            name = f"{src_t}>{dst_t}:{digest}"
+            self.classes.setdefault(name, []).append(e)
+            self.class_of[e] = name
+        self._feasible = oracle.feasible
+
+    @property
+    def decision_vars(self) -> int:
+        """Number of fusion booleans in the space."""
+        return len(self.classes)
+
+    # -- one trial ---------------------------------------------------------------------------
+    def plan(
+        self, chosen: Iterable[Edge], configs: Mapping[str, KernelConfig] | None = None
+    ) -> SpacePlan:
+        """Repair ``chosen`` edges into groups; configs by signature, else the default."""
+        partition = self.ctx.repair(set(chosen) | self.fixed, self._feasible)
+        groups = tuple(self.ctx.to_groups(partition))
+        cfgs = []
+        for g in groups:
+            sig = g.signature(self.ctx.graph)
+            if configs and sig in configs:
+                cfgs.append(configs[sig])
+            elif self.strategy == "bilevel":
+                cfgs.append(self.oracle.best(g)[0])
+            else:
+                cfgs.append(self.oracle.default(g))
+        return SpacePlan(groups, tuple(cfgs))
+
+    def suggest(self, trial: TrialLike) -> SpacePlan:
+        """Define-by-run: ask the trial for every fusion boolean, repair, then the configs."""
+        chosen = [
+            e
+            for name, edges in self.classes.items()
+            if trial.suggest_categorical(f"fuse/{name}", [False, True])
+            for e in edges
+        ]
+        partition = self.ctx.repair(set(chosen) | self.fixed, self._feasible)
+        groups = tuple(self.ctx.to_groups(partition))
+        configs = []
+        for g in groups:
+            if self.strategy == "bilevel":
+                configs.append(self.oracle.best(g)[0])
+                continue
+            grid = self.oracle.grid(g)
+            sig = g.signature(self.ctx.graph)
+            idx = trial.suggest_categorical(f"config/{sig}", list(range(len(grid))))
+            configs.append(grid[int(idx)])
+        return SpacePlan(groups, tuple(configs))
+
+    def params_for(
+        self, partition: Iterable[frozenset[str]], configs: str = "default"
+    ) -> dict[str, Any]:
+        """Trial parameters that reproduce (as closely as sharing allows) a given partition:
+        a class is fused when every one of its edges lies inside one group. Used to enqueue
+        the none / greedy / max baselines as warm starts."""
+        where = {n: p for p in partition for n in p}
+        params: dict[str, Any] = {}
+        for name, edges in self.classes.items():
+            params[f"fuse/{name}"] = all(where.get(e.src) is where.get(e.dst) for e in edges)
+        if self.strategy == "joint":
+            chosen = [
+                e for name, edges in self.classes.items() if params[f"fuse/{name}"] for e in edges
+            ]
+            plan = self.plan(chosen)
+            for g in plan.groups:
+                grid = self.oracle.grid(g)
+                cfg = self.oracle.best(g)[0] if configs == "best" else self.oracle.default(g)
+                params[f"config/{g.signature(self.ctx.graph)}"] = grid.index(cfg)
+        return params
+
+
+def peak_live_bytes(graph: Graph, groups: Sequence[FusionGroup]) -> int:
+    """Peak bytes of intermediates alive while the groups run in order (graph inputs, weights
+    and constants excluded; a tensor lives from its group until its last reading group)."""
+    position = {n: i for i, g in enumerate(groups) for n in g.ops}
+    last: dict[str, int] = {}
+    born: dict[str, int] = {}
+    for i, g in enumerate(groups):
+        for t in g.outputs:
+            root = alias_root(graph, t)
+            if graph.tensors[root].kind == "intermediate":
+                born.setdefault(root, i)
+                end = i if t not in graph.outputs else len(groups)
+                for c in graph.consumers(t):
+                    end = max(end, position.get(c.name, i))
+                last[root] = max(last.get(root, i), end)
+        for t in g.inputs:
+            root = alias_root(graph, t)
+            if root in born:
+                last[root] = max(last.get(root, i), i)
+    peak = 0
+    events: list[tuple[int, int]] = []
+    for t, start in born.items():
+        events.append((start, graph.tensors[t].nbytes))
+        events.append((last[t] + 1, -graph.tensors[t].nbytes))
+    live = 0
+    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        live += delta
+        peak = max(peak, live)
+    return peak

@@ -171,6 +171,85 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
         out.print(ops)
 
 
+@app.command()
+@user_errors
+def estimate(
+    model: ModelArg,
+    target: Annotated[str, typer.Option(help="Target name or a spec .toml path.")] = "ascend910b",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a spec field for a what-if, FIELD=VALUE (repeat)."),
+    ] = None,
+    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    plan: Annotated[str, typer.Option(help="'none' (every op its own kernel) or a plan file.")] = (
+        "none"
+    ),
+    cost: Annotated[str, typer.Option(help="Cost model: analytic or simulator.")] = "analytic",
+    input_shape: InputShape = None,
+    json_out: JsonOpt = False,
+    top: Annotated[int, typer.Option(help="Kernels to list, slowest first.")] = 15,
+    weights: Weights = "inputs",
+    scale: Scale = 1.0,
+    layers: Layers = None,
+    batch: Batch = None,
+    seq_len: SeqLen = None,
+) -> None:
+    """Estimate a model's latency on an Ascend target under a plan."""
+    from .estimate import estimate_graph
+
+    shapes = parse_input_shapes(input_shape or [])
+    graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
+    result = estimate_graph(
+        graph,
+        model_name=model,
+        target=target,
+        sets=set_ or [],
+        precision=precision,
+        plan=plan,
+        cost=cost,
+    )
+    if json_out:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    head = Table(
+        title=f"{model} on {result['target']} ({result['precision']}), plan "
+        f"{result['plan']}, {result['cost_model']} model",
+        show_header=False,
+    )
+    head.add_row("latency", f"{result['latency_us']:.1f} us over {result['kernels']} kernels")
+    head.add_row(
+        "roofline",
+        f"{result['roofline_us']:.1f} us "
+        f"({result['roofline_us'] / result['latency_us']:.1%} of the estimate)",
+    )
+    bounds: dict[str, float] = {}
+    for k in result["per_kernel"]:
+        bounds[k["bound"]] = bounds.get(k["bound"], 0.0) + k["latency_us"]
+    head.add_row(
+        "time by bound",
+        ", ".join(
+            f"{b} {v / result['latency_us']:.0%}"
+            for b, v in sorted(bounds.items(), key=lambda x: -x[1])
+        ),
+    )
+    out.print(head)
+    table = Table(title=f"slowest {top} kernels")
+    for col in ("kernel", "kind", "config", "us", "bound"):
+        table.add_column(col, justify="right" if col == "us" else "left")
+    from search_space.config import KernelConfig
+
+    for k in sorted(result["per_kernel"], key=lambda k: -k["latency_us"])[:top]:
+        name = k["ops"][0] + (f" +{len(k['ops']) - 1}" if len(k["ops"]) > 1 else "")
+        table.add_row(
+            escape(name),
+            k["kind"],
+            KernelConfig.from_json(k["config"]).short(),
+            f"{k['latency_us']:.1f}",
+            k["bound"],
+        )
+    out.print(table)
+
+
 @zoo_app.command("list")
 @user_errors
 def zoo_list(json_out: JsonOpt = False) -> None:

@@ -20,8 +20,12 @@ which the analytic model and the simulator both implement:
   a vector-side MTE2 load of the same tensor, and pays ``cross_core_syncs`` x
   ``cross_core_sync_cycles`` per tile on its critical path.
 * double buffering (``config.double_buffer``) gives every queue two slots, so loads for step
-  ``k+1`` overlap compute of step ``k`` and the steady state is the slowest pipe; without it a
-  load waits until the previous step's compute has freed the single slot (stages add up).
+  ``k+1`` overlap compute of step ``k`` and the steady state is the slowest pipe; without it
+  each queue has one slot, freed only when the stage reading it finishes, so a step takes
+  about the slowest *pair* of adjacent stages and DMA latencies are exposed.
+* vector cycles are per vector core (AIV): a mixed kernel's lowering has already split a
+  tile's vector work between the two AIVs of its AIC+2AIV group; its vector-side stream bytes
+  are per group (the pair shares them).
 * every DMA pays a first-byte latency (``gm_latency_cycles`` from HBM, ``l2_latency_cycles``
   on an L2 hit; ``mte3_latency_cycles`` for stores) that double buffering hides behind other
   work; every kernel pays ``kernel_gap_s`` + ``kernel_head_cycles``.
@@ -30,8 +34,8 @@ which the analytic model and the simulator both implement:
   ``steps``), and covers bytes ``[x, x + 1) * tensor_bytes / blocks`` where ``blocks`` is the
   product of those extents. So every core working on row ``i`` reads the same A-panel block
   (L2 panel sharing), and a tensor the previous kernel wrote (any tiling) is found resident.
-* bandwidth: HBM (``hbm_bytes_per_s``) is shared by all active transfers, each core capped at
-  ``core_gm_bytes_per_cycle``; an L2 hit moves at ``l2_read_bytes_per_cycle`` per core; stores
+* bandwidth: HBM (``hbm_bytes_per_s``) is shared by all active transfers (reads that miss L2
+  and write-backs of stores), a core's reads capped at ``core_gm_bytes_per_cycle``; an L2 hit moves at ``l2_read_bytes_per_cycle`` per core; stores
   at ``l2_write_bytes_per_cycle`` (FIX at ``fixpipe_bytes_per_cycle``); an ``nd2nz`` load runs at
   ``nd2nz_rate`` x its rate; a contiguous run (``row_bytes``) shorter than ``gm_burst_bytes`` or
   not ``ub_align_bytes``-aligned costs whole bursts.

@@ -44,6 +44,7 @@ FIXPIPE_OPS = frozenset(
     }
 )
 SCALAR_MAX = 16
+C0 = 16  # channels per fractal slice of the 5HD activation layout
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class CubeWork:
     a_bytes: int
     a_run: int
     reuse: float
+    conv: bool
     b: str
     b_item: int
     b_weight: bool
@@ -94,10 +96,12 @@ def _dims(graph: Graph, anchor: Op) -> tuple[int, int, int, int, float, int]:
         strides = anchor.attr("strides") or (1,) * (len(w) - 2)
         if anchor.op_type.startswith("ConvTranspose"):
             M, N, K = x[0] * math.prod(x[2:]), w[1] * kernel, w[0] // group
-            return group, M, N, K, 1.0, int(x[-1])
+            return group, M, N, K, 1.0, int(math.prod(x[2:]) * C0)
         M, N, K = out[0] * math.prod(out[2:]), w[0] // group, w[1] * kernel
         reuse = min(float(kernel), max(1.0, kernel / max(1, math.prod(strides))))
-        return group, M, N, K, reuse, int(x[-1])
+        # activations between convolutions live in NC1HWC0 (5HD): a C0 slice of the whole
+        # feature map is one contiguous run, and img2col loads it without an ND->NZ pass
+        return group, M, N, K, reuse, int(math.prod(x[2:]) * C0)
     a, b = sh[0], sh[1]
     if anchor.op_type == "Gemm":
         M, K = (a[1], a[0]) if anchor.attr("transA", 0) else (a[0], a[1])
@@ -208,6 +212,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
     full_row = any(op.op_class is OpClass.REDUCE for op in vec)
     a_bytes = graph.tensors[a_root].numel * a_item
     b_bytes = sum(graph.tensors[alias_root(graph, t)].numel for t in b_names) * b_item
+    conv = anchor.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv")
     compulsory = a_bytes + b_bytes + sum(graph.tensors[t].numel * it for t, it in bias)
     compulsory += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in vec_inputs)
     compulsory += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in outputs)
@@ -219,14 +224,15 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         a=a_root,
         a_item=a_item,
         a_weight=is_compile_time(graph, a),
-        a_batched=len(a_shape) > 2 and math.prod(a_shape[:-2]) > 1,
+        a_batched=batch > 1 if conv else len(a_shape) > 2 and math.prod(a_shape[:-2]) > 1,
         a_bytes=a_bytes,
         a_run=run,
         reuse=reuse,
+        conv=conv,
         b=b_root,
         b_item=b_item,
         b_weight=is_compile_time(graph, b),
-        b_batched=len(b_shape) > 2 and math.prod(b_shape[:-2]) > 1,
+        b_batched=batch > 1 if conv else len(b_shape) > 2 and math.prod(b_shape[:-2]) > 1,
         b_bytes=b_bytes,
         cube_item=cube_item,
         rate=target.cube_rate(graph.tensors[a_root].itemsize),
@@ -342,6 +348,8 @@ def lower_cube(
     ke = np.minimum(arr["base_k"], ceil_to(ceil_div(work.K, steps), 16))
     f = np.where(db, 2, 1)
     a_per_batch = work.a_bytes / (work.batch if work.a_batched else 1)
+    # a row-major A block is base_m runs of base_k elements; a conv input runs along its rows
+    a_run = ke if work.reuse == 1.0 and work.a_run == work.K else work.a_run
     b_per_batch = work.b_bytes / (work.batch if work.b_batched else 1)
     a_step = np.maximum(1, a_per_batch / work.reuse / (gi * steps))
     b_step = np.maximum(1, b_per_batch / (steps * gj))
@@ -350,7 +358,7 @@ def lower_cube(
             work.a,
             "MTE2",
             np.ceil(a_step).astype(np.int64),
-            np.minimum(np.ceil(a_step), work.a_run * work.a_item).astype(np.int64),
+            np.minimum(np.ceil(a_step), a_run * work.a_item).astype(np.int64),
             "bik" if work.a_batched else "ik",
             nd2nz=not work.a_weight,
             tensor_bytes=work.a_bytes,

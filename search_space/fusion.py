@@ -159,9 +159,7 @@ class FusionContext:
         edges = []
         for tensor, names in readers.items():
             names = sorted(names, key=self.index.__getitem__)
-            edges += [
-                Edge(a, b, "horizontal", tensor) for a, b in pairwise(names)
-            ]
+            edges += [Edge(a, b, "horizontal", tensor) for a, b in pairwise(names)]
         return edges
 
     # -- legality ----------------------------------------------------------------------------
@@ -338,17 +336,26 @@ class FusionContext:
         """
         group: dict[str, frozenset[str]] = {n: frozenset([n]) for n in self.nodes}
         order = {e: i for i, e in enumerate(self.edges)}
-        for edge in sorted(set(chosen), key=lambda e: order.get(e, len(order))):
-            a, b = group[edge.src], group[edge.dst]
-            if a is b:
-                continue
-            merged = a | b
-            if self._cycle_through(a, b, group) or not self.check(merged).ok:
-                continue
-            if feasible is not None and not feasible(merged):
-                continue
-            for n in merged:
-                group[n] = merged
+        pending = sorted(set(chosen), key=lambda e: order.get(e, len(order)))
+        while pending:  # an edge refused now may become legal once others have merged
+            skipped = []
+            for edge in pending:
+                a, b = group[edge.src], group[edge.dst]
+                if a is b:
+                    continue
+                merged = a | b
+                if (
+                    self._cycle_through(a, b, group)
+                    or not self.check(merged).ok
+                    or (feasible is not None and not feasible(merged))
+                ):
+                    skipped.append(edge)
+                    continue
+                for n in merged:
+                    group[n] = merged
+            if len(skipped) == len(pending):
+                break
+            pending = skipped
         seen: dict[frozenset[str], None] = {}
         for n in self.nodes:
             seen.setdefault(group[n])

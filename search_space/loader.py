@@ -110,6 +110,9 @@ class _Pass:
         self.values[name] = value
         self.types[name] = _type_of(value)
         self.compile_time.add(name)
+        if name not in self.kinds:  # folded from constants: a weight or a small constant
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            self.kinds[name] = "weight" if _is_weight(elem, value.size) else "constant"
 
     def _schema(self, node: onnx.NodeProto) -> Any:
         key = (node.op_type, node.domain)

@@ -1,0 +1,105 @@
+"""Stacking :class:`Kernel` records into :class:`KernelBatch` rows for the analytic model.
+
+Kernels with one *layout* (unit and stream structure: pipes, keys, per, sides, conversions and
+which streams share a tensor) stack into one batch even when their tensors differ, so a plan
+of twelve identical layers is scored in one vectorised call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from .exceptions import CostModelError
+from .kernel import BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
+
+__all__ = ["batch_of", "layout", "stack", "tensor_bytes"]
+
+
+def layout(kernel: Kernel) -> Hashable:
+    """What kernels must share to be rows of one batch."""
+    first: dict[str, int] = {}
+    streams = tuple(
+        (first.setdefault(s.tensor, i), s.pipe, s.key, s.per, s.side, s.nd2nz)
+        for i, s in enumerate(kernel.streams)
+    )
+    return kernel.unit, streams
+
+
+def tensor_bytes(stream: Stream, kernel: Kernel) -> float:
+    """Size of the stream's whole tensor (from its blocks when the lowering left it 0)."""
+    if stream.tensor_bytes:
+        return float(stream.tensor_bytes)
+    extents = dict(zip("bij", kernel.grid, strict=True)) | {"k": kernel.steps}
+    return max(
+        1.0, float(stream.bytes * math.prod(extents[x] for x in stream.key if x in extents))
+    )
+
+
+def batch_of(kernels: Sequence[Kernel]) -> KernelBatch:
+    """Stack configs of one group (same tensors and streams) into a :class:`KernelBatch`.
+
+    Raises:
+        CostModelError: no kernels, or kernels whose streams differ.
+    """
+    if not kernels:
+        raise CostModelError("batch_of needs at least one kernel")
+    k0 = kernels[0]
+    shape = [(s.tensor, s.pipe, s.key, s.per, s.side, s.nd2nz) for s in k0.streams]
+    for k in kernels[1:]:
+        other = [(s.tensor, s.pipe, s.key, s.per, s.side, s.nd2nz) for s in k.streams]
+        if other != shape or k.unit != k0.unit:
+            raise CostModelError(
+                f"batch_of: kernel '{k.name}' has streams {other}, expected {shape} "
+                f"(only configs of one group stack)"
+            )
+    return stack(kernels)
+
+
+def stack(kernels: Sequence[Kernel]) -> KernelBatch:
+    """Stack kernels of one :func:`layout`; names and tensor sizes are the first kernel's."""
+    k0 = kernels[0]
+
+    def col(attr: str, dtype: type = np.float64) -> np.ndarray:
+        return np.array([getattr(k, attr) for k in kernels], dtype=dtype)
+
+    streams = tuple(
+        StreamBatch(
+            tensor=s.tensor,
+            pipe=s.pipe,
+            bytes=np.array([k.streams[i].bytes for k in kernels], dtype=np.int64),
+            row_bytes=np.array([k.streams[i].row_bytes for k in kernels], dtype=np.int64),
+            key=s.key,
+            per=s.per,
+            side=s.side,
+            nd2nz=s.nd2nz,
+            tensor_bytes=s.tensor_bytes,
+        )
+        for i, s in enumerate(k0.streams)
+    )
+    bufs = sorted({b for k in kernels for b in k.footprint} & set(BUFFERS))
+    return KernelBatch(
+        name=k0.name,
+        ops=k0.ops,
+        kind=k0.kind,
+        unit=k0.unit,
+        configs=tuple(k.config for k in kernels),
+        grid=np.array([k.grid for k in kernels], dtype=np.int64).reshape(len(kernels), 3),
+        steps=col("steps", np.int64),
+        streams=streams,
+        mte1_l0a_bytes=col("mte1_l0a_bytes"),
+        mte1_l0b_bytes=col("mte1_l0b_bytes"),
+        mmads=col("mmads", np.int64),
+        cube_cycles=col("cube_cycles"),
+        vector_cycles_step=col("vector_cycles_step"),
+        vector_cycles_tile=col("vector_cycles_tile"),
+        vector_instrs=col("vector_instrs", np.int64),
+        cross_core_syncs=col("cross_core_syncs", np.int64),
+        footprint={b: np.array([k.footprint.get(b, 0) for k in kernels]) for b in bufs},
+        flops=k0.flops,
+        cube_flops=k0.cube_flops,
+        compulsory_bytes=k0.compulsory_bytes,
+        signature=k0.signature,
+    )

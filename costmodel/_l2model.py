@@ -1,0 +1,172 @@
+"""The analytic model's L2: per-stream hit fractions in closed form, and plan residency.
+
+Within a kernel, a stream's block (its ``key`` projection of the tile index, see the
+``kernel`` module docstring) is requested once per value of the grid letters *not* in its key.
+Consecutive requests for one block are ``gap`` tiles apart in tile order (round robin over
+``cores``): a request in the same wave as the previous one is a *concurrent* hit if the wave's
+per-step working set fits (panel sharing; the core may still wait for the fill in flight); one
+in a later wave hits if the distinct bytes the chip touched in between (the reuse distance)
+fit. The first request of every block is a compulsory miss unless an earlier kernel of the plan
+left the tensor resident.
+
+Across kernels, :class:`L2Residency` keeps the tensors a plan touched as an LRU by whole
+tensors within the usable L2 capacity; a tensor larger than that streams through and evicts
+everything (a cyclic scan defeats LRU), so it is never resident.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernel import StreamBatch
+
+__all__ = ["GridView", "L2Residency", "distinct_blocks", "load_hit_fractions"]
+
+_TILE_LETTERS = "jib"  # tile-order digits, innermost first (tile t = (b*I + i)*J + j)
+
+
+@dataclass(frozen=True)
+class GridView:
+    """Extents and tile-order strides of the grid letters, one value per config."""
+
+    extent: Mapping[str, np.ndarray]
+    stride: Mapping[str, np.ndarray]
+    steps: np.ndarray
+    cores: np.ndarray
+
+    @classmethod
+    def of(cls, grid: np.ndarray, steps: np.ndarray, cores: np.ndarray) -> GridView:
+        g = grid.astype(np.float64)
+        b, i, j = g[:, 0], g[:, 1], g[:, 2]
+        return cls(
+            extent={"b": b, "i": i, "j": j},
+            stride={"b": i * j, "i": j, "j": np.ones_like(j)},
+            steps=steps.astype(np.float64),
+            cores=cores.astype(np.float64),
+        )
+
+
+def distinct_blocks(key: str, gv: GridView, window: np.ndarray | float) -> np.ndarray:
+    """Distinct blocks of one step a stream touches over ``window`` consecutive tiles.
+
+    Adjacent key letters in tile order form one digit (their combos are not independent); a
+    digit of stride ``s`` and extent ``e`` takes ``min(e, 1 + (window - 1) / s)`` values.
+    """
+    w = np.maximum(np.asarray(window, dtype=np.float64), 1.0)
+    out = np.ones_like(gv.steps)
+    run_ext: np.ndarray | None = None
+    run_stride: np.ndarray | None = None
+    for letter in (*_TILE_LETTERS, ""):
+        if letter and letter in key:
+            if run_ext is None:
+                run_ext, run_stride = gv.extent[letter], gv.stride[letter]
+            else:
+                run_ext = run_ext * gv.extent[letter]
+            continue
+        if run_ext is not None and run_stride is not None:
+            out = out * np.minimum(run_ext, 1.0 + (w - 1.0) / run_stride)
+            run_ext = run_stride = None
+    return out
+
+
+def _window_bytes(streams: Sequence[StreamBatch], gv: GridView, window: np.ndarray) -> np.ndarray:
+    """Distinct bytes every stream of the kernel touches over ``window`` consecutive tiles."""
+    total = np.zeros_like(gv.steps)
+    for s in streams:
+        per_k = gv.steps if (s.per == "step" and "k" in s.key) else 1.0
+        total = total + s.bytes * distinct_blocks(s.key, gv, window) * per_k
+    return total
+
+
+def wave_working_set(streams: Sequence[StreamBatch], gv: GridView) -> np.ndarray:
+    """Bytes one wave keeps live in one step: the per-step blocks of every concurrent tile."""
+    total = np.zeros_like(gv.steps)
+    for s in streams:
+        total = total + s.bytes * distinct_blocks(s.key, gv, gv.cores)
+    return total
+
+
+def load_hit_fractions(
+    streams: Sequence[StreamBatch],
+    gv: GridView,
+    capacity: float,
+    window_steps: float,
+    resident: Sequence[np.ndarray | float],
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Fraction of each load stream's requested bytes served by L2.
+
+    Args:
+        streams: every stream of the kernel (stores count towards reuse distances).
+        gv: the grid of each config.
+        capacity: usable L2 bytes (0: no hits at all).
+        window_steps: how many steps of a wave's working set must fit for concurrent reuse.
+        resident: per load stream (in order), the fraction of its tensor already in L2.
+
+    Returns:
+        Per load stream, in stream order: the hit fraction, and the part of it that is a
+        concurrent hit (another core of the same wave fetched the block), each in [0, 1].
+    """
+    loads = [s for s in streams if s.pipe == "MTE2"]
+    fits_wave = wave_working_set(streams, gv) * window_steps <= capacity
+    out = []
+    for s, res in zip(loads, resident, strict=True):
+        free = []  # (extent, tile stride) of the letters the block does not depend on
+        if s.per == "step" and "k" not in s.key:
+            free.append((gv.steps, np.zeros_like(gv.steps)))
+        free += [(gv.extent[x], gv.stride[x]) for x in _TILE_LETTERS if x not in s.key]
+        hits = np.zeros_like(gv.steps)
+        concurrent = np.zeros_like(gv.steps)
+        reqs = np.ones_like(gv.steps)  # requests per block
+        inner_span = np.zeros_like(gv.steps)  # tiles the inner free letters sweep
+        for n, (ext, stride) in enumerate(free):
+            outer = np.ones_like(gv.steps)
+            for ext_o, _ in free[n + 1 :]:
+                outer = outer * ext_o
+            gap = np.maximum(stride - inner_span, 0.0)
+            same_wave = np.clip(1.0 - gap / gv.cores, 0.0, 1.0) * (stride > 0)
+            far_ok = _window_bytes(streams, gv, gap) <= capacity
+            near = same_wave * fits_wave
+            hits = hits + (ext - 1.0) * outer * (near + (1.0 - same_wave) * far_ok)
+            concurrent = concurrent + (ext - 1.0) * outer * near
+            reqs = reqs * ext
+            inner_span = inner_span + (ext - 1.0) * stride
+        first = np.asarray(res, dtype=np.float64) * (capacity > 0)
+        out.append((np.clip((hits + first) / reqs, 0.0, 1.0), np.clip(concurrent / reqs, 0, 1)))
+    return out
+
+
+class L2Residency(Mapping[str, float]):
+    """Tensors a plan left in L2: an LRU of whole tensors within ``capacity`` bytes.
+
+    It is a read-only mapping from tensor name to resident bytes, which is what
+    ``AnalyticModel.predict_batch(..., resident=...)`` takes.
+    """
+
+    def __init__(self, capacity: float) -> None:
+        self.capacity = float(capacity)
+        self._lru: OrderedDict[str, float] = OrderedDict()
+
+    def touch(self, tensor: str, nbytes: float) -> None:
+        """Record that ``tensor`` was read or written in full (most recently used)."""
+        self._lru.pop(tensor, None)
+        if nbytes > self.capacity:
+            self._lru.clear()  # streaming a tensor larger than L2 flushes it
+            return
+        self._lru[tensor] = float(nbytes)
+        used = sum(self._lru.values())
+        while used > self.capacity:
+            _, evicted = self._lru.popitem(last=False)
+            used -= evicted
+
+    def __getitem__(self, tensor: str) -> float:
+        return self._lru[tensor]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lru)
+
+    def __len__(self) -> int:
+        return len(self._lru)

@@ -1,0 +1,277 @@
+"""The analytic model's closed form: every term of a kernel's time, for many configs at once.
+
+See :mod:`costmodel.analytic` for the formulas; this module evaluates them with numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._l2model import GridView, load_hit_fractions
+from .kernel import KernelBatch, StreamBatch
+from .spec import HardwareSpec
+
+if TYPE_CHECKING:
+    from .analytic import AnalyticConstants
+
+__all__ = ["Breakdown", "bound", "score"]
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """What :func:`score` derives for every config (cycles unless named)."""
+
+    latency_us: np.ndarray
+    busy: dict[str, np.ndarray]  # per pipe, over the busiest core's W tiles
+    tile_terms: dict[str, np.ndarray]  # per-tile resource times the bound is read from
+    fixed: np.ndarray  # gap + head, cycles
+    body: np.ndarray  # everything else, cycles
+    serial: np.ndarray  # single-buffered tile time (0 where double-buffered)
+    hbm_bytes: np.ndarray
+    hit_rate: np.ndarray
+    split_mte2: np.ndarray  # per tile: MTE2 time on misses, on hits
+    split_hits: np.ndarray
+    hbm_share_limited: np.ndarray
+
+
+@dataclass
+class _Transfers:
+    """Stream traffic of every config, per tile: times in cycles, sizes in bytes."""
+
+    step: dict[str, np.ndarray]  # per-step time of MTE2c/MTE2v (cube/vector side), FIX, MTE3
+    tile: dict[str, np.ndarray]  # per-tile time of the same pipes (loads before step 0)
+    lat_step: np.ndarray
+    lat_pre: np.ndarray
+    miss_time: np.ndarray
+    hit_time: np.ndarray
+    miss_bytes: np.ndarray
+    hit_bytes: np.ndarray
+    raw_bytes: np.ndarray
+    writeback: np.ndarray
+    store_latency: float = 0.0
+
+    @classmethod
+    def zeros(cls, n: int) -> _Transfers:
+        pipes = ("MTE2c", "MTE2v", "FIX", "MTE3")
+        z = np.zeros(n)
+        return cls(
+            {p: z.copy() for p in pipes}, {p: z.copy() for p in pipes}, z.copy(), z.copy(),
+            z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
+        )  # fmt: skip
+
+
+def score(
+    spec: HardwareSpec, c: AnalyticConstants, batch: KernelBatch, resident: Sequence[np.ndarray]
+) -> Breakdown:
+    """Every term of the model for every config (``resident``: per load stream, the
+    fraction of its tensor already in L2)."""
+    steps = batch.steps.astype(np.float64)
+    tiles = batch.tiles.astype(np.float64)
+    phys = spec.vector_cores if batch.unit == "vector" else spec.cube_cores
+    cores = np.clip(np.minimum(batch.block_dim, tiles), 1, phys).astype(np.float64)
+    waves = np.ceil(tiles / cores)
+    # a mixed group on a split chip is 1 AIC + 2 AIV: two MTE2 pipes, three GM paths
+    sides = batch.unit == "mixed" and spec.is_split
+    # a core's GM read path is capped; write-backs only share the chip's HBM
+    read_cap = spec.core_gm_bytes_per_cycle * c.core_gm * (3.0 if sides else 1.0)
+    hbm_share = spec.hbm_bytes_per_cycle * c.hbm / cores
+    t = _transfers(spec, c, batch, resident, cores, sides)
+
+    mte1 = batch.mte1_l0a_bytes / (spec.l1_to_l0a_bytes_per_cycle * c.mte1) + (
+        batch.mte1_l0b_bytes / (spec.l1_to_l0b_bytes_per_cycle * c.mte1)
+    )
+    cube = batch.cube_cycles / c.cube
+    v_step = batch.vector_cycles_step / c.vector
+    v_tile = batch.vector_cycles_tile / c.vector
+    sync = batch.cross_core_syncs * spec.cross_core_sync_cycles * c.sync
+    hbm = np.maximum((t.miss_bytes + t.writeback) / hbm_share, t.miss_bytes / read_cap)
+
+    ld_c, ld_v, fix_s, mte3_s = (t.step[p] for p in ("MTE2c", "MTE2v", "FIX", "MTE3"))
+    stages = [ld_c, mte1, cube, fix_s, ld_v, v_step, mte3_s]  # in dependency order
+    step_sum, step_max = np.add.reduce(stages), np.maximum.reduce(stages)
+    busy = {
+        "MTE2": np.maximum(steps * ld_c + t.tile["MTE2c"], steps * ld_v + t.tile["MTE2v"]),
+        "MTE1": steps * mte1,
+        "M": steps * cube,
+        "FIX": steps * fix_s + t.tile["FIX"],
+        "V": steps * v_step + v_tile,
+        "MTE3": steps * mte3_s + t.tile["MTE3"],
+    }
+    pre = t.tile["MTE2c"] + t.tile["MTE2v"]
+    lat3 = t.store_latency
+    epilogue = t.tile["FIX"] + v_tile + t.tile["MTE3"] + lat3 + sync
+    # double buffered: the slowest pipe; L0C holds one tile's accumulator, so the next
+    # tile's Mmads also wait for this tile's FIX
+    steady = np.maximum.reduce([steps * step_max + t.tile["FIX"], hbm, *busy.values()])
+    tile_db = steady + sync
+    first = np.maximum(t.lat_pre, t.lat_step)
+    chain_db = first + pre + step_sum + (steps - 1) * step_max + epilogue
+    body_db = waves * tile_db + np.maximum(chain_db - tile_db, 0.0)
+    # single buffered: a slot frees when its consumer finishes, so a queue's producer and
+    # consumer alternate; the period is the slowest pair of adjacent stages, latencies
+    # exposed (loads to the first load stage, stores to each store)
+    lat_c = np.where(ld_c > 0, t.lat_step, 0.0)
+    lat_v = np.where((ld_c == 0) & (ld_v > 0), t.lat_step, 0.0)
+    step_sb = _pairs(
+        [
+            ld_c + lat_c,
+            mte1,
+            cube,
+            _plus(fix_s, lat3),
+            ld_v + lat_v,
+            v_step,
+            _plus(mte3_s, lat3),
+        ]
+    )
+    pre_lat_c = np.where(t.tile["MTE2c"] > 0, t.lat_pre, 0.0)
+    pre_lat_v = np.where(pre_lat_c > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
+    tile_sb = (
+        np.maximum(
+            _pairs(
+                [
+                    t.tile["MTE2c"] + pre_lat_c,
+                    steps * step_sb,
+                    _plus(t.tile["FIX"], lat3),
+                    t.tile["MTE2v"] + pre_lat_v,
+                    v_tile,
+                    _plus(t.tile["MTE3"], lat3),
+                ]
+            ),
+            steady,
+        )
+        + sync
+    )
+    chain_sb = chain_db + (steps - 1) * (step_sb - step_max)
+    body_sb = waves * tile_sb + np.maximum(chain_sb - tile_sb, 0.0)
+    body = np.where(batch.double_buffer, body_db, body_sb)
+
+    fixed = spec.kernel_gap_s * c.gap * spec.clock_hz + spec.kernel_head_cycles * c.head
+    loaded = t.raw_bytes * tiles
+    return Breakdown(
+        latency_us=(fixed + body) / spec.clock_hz * 1e6,
+        busy={p: v * waves for p, v in busy.items()},
+        tile_terms={**busy, "HBM": hbm},
+        fixed=np.full(len(batch), fixed),
+        body=body,
+        serial=np.where(batch.double_buffer, 0.0, tile_sb),
+        hbm_bytes=(t.miss_bytes + t.writeback) * tiles,
+        hit_rate=np.divide(
+            t.hit_bytes * tiles, loaded, out=np.zeros(len(batch)), where=loaded > 0
+        ),
+        split_mte2=t.miss_time,
+        split_hits=t.hit_time,
+        hbm_share_limited=hbm_share < read_cap,
+    )
+
+
+def _transfers(
+    spec: HardwareSpec,
+    c: AnalyticConstants,
+    batch: KernelBatch,
+    resident: Sequence[np.ndarray],
+    cores: np.ndarray,
+    sides: bool,
+) -> _Transfers:
+    """Per-step and per-tile time of every load and store stream, and the bytes behind it."""
+    steps = batch.steps.astype(np.float64)
+    miss_bw = np.minimum(
+        spec.core_gm_bytes_per_cycle * c.core_gm, spec.hbm_bytes_per_cycle * c.hbm / cores
+    )
+    hit_bw = spec.l2_read_bytes_per_cycle * c.l2_read
+    gm_lat, l2_lat = (
+        spec.gm_latency_cycles * c.gm_latency,
+        spec.l2_latency_cycles * c.l2_latency,
+    )
+    stored = {s.tensor for s in batch.streams if s.pipe != "MTE2"}
+    loads = [s for s in batch.streams if s.pipe == "MTE2"]
+    loaded = {s.tensor for s in loads}
+    # a tensor the kernel stores and loads is its own L2 hand-off (mixed kernels)
+    res = [1.0 if s.tensor in stored else r for s, r in zip(loads, resident, strict=True)]
+    capacity = spec.l2_bytes * c.l2_capacity
+    hits = load_hit_fractions(
+        batch.streams, GridView.of(batch.grid, batch.steps, cores), capacity, c.l2_window, res
+    )
+    # the AIV pair of a split mixed group shares each vector-side block, half each
+    pair = float(max(1, spec.vector_cores // spec.cube_cores)) if sides else 1.0
+    t = _Transfers.zeros(len(batch))
+    for s, (h, hc) in zip(loads, hits, strict=True):
+        padded = _padded(spec, s)
+        conv = spec.nd2nz_rate * c.nd2nz if s.nd2nz else 1.0
+        conv *= pair if s.side == "vector" else 1.0
+        tm = padded * (1 - h) / (miss_bw * conv)
+        per_hit = np.maximum(1.0 / hit_bw, c.l2_fill_wait / miss_bw)  # concurrent sharers
+        th = padded * ((h - hc) / hit_bw + hc * per_hit) / conv
+        lat = (1 - h) * gm_lat + h * l2_lat
+        reps = steps if s.per == "step" else 1.0
+        pipe = "MTE2v" if sides and s.side == "vector" else "MTE2c"
+        (t.step if s.per == "step" else t.tile)[pipe] += tm + th
+        if s.per == "step":
+            t.lat_step = np.maximum(t.lat_step, lat)
+        else:
+            t.lat_pre = np.maximum(t.lat_pre, lat)
+        t.miss_time += tm * reps
+        t.hit_time += th * reps
+        t.miss_bytes += padded * (1 - h) * reps
+        t.hit_bytes += s.bytes * h * reps
+        t.raw_bytes += s.bytes * reps
+    for s in batch.streams:
+        if s.pipe == "MTE2":
+            continue
+        padded = _padded(spec, s)
+        bw = (
+            spec.fixpipe_bytes_per_cycle * c.fixpipe
+            if s.pipe == "FIX"
+            else spec.l2_write_bytes_per_cycle * c.l2_write
+        )
+        bw *= pair if s.side == "vector" else 1.0
+        (t.step if s.per == "step" else t.tile)[s.pipe] += padded / bw
+        if s.tensor not in loaded:  # a hand-off is overwritten in L2, never written back
+            t.writeback += padded * (steps if s.per == "step" else 1.0)
+        t.store_latency = spec.mte3_latency_cycles * c.store_latency
+    return t
+
+
+def _padded(spec: HardwareSpec, s: StreamBatch) -> np.ndarray:
+    """Bytes a block really moves: short or misaligned runs cost whole bursts."""
+    run = s.row_bytes.astype(np.float64)
+    burst = float(spec.gm_burst_bytes)
+    bad = (run > 0) & ((run < burst) | (np.mod(run, spec.ub_align_bytes) != 0))
+    runs = np.divide(s.bytes, run, out=np.ones(len(run)), where=run > 0)
+    return np.where(bad, np.ceil(runs) * np.ceil(run / burst) * burst, s.bytes)
+
+
+def _plus(stage: np.ndarray, latency: float) -> np.ndarray:
+    """A store stage with its latency, where the store exists."""
+    return np.where(stage > 0, stage + latency, 0.0)
+
+
+def _pairs(stages: Sequence[np.ndarray]) -> np.ndarray:
+    """Period of a single-slot pipeline: the largest sum of two adjacent present stages (a
+    lone stage on its own); absent (zero) stages are skipped."""
+    best = prev = np.zeros_like(stages[0])
+    for x in stages:
+        here = x > 0
+        best = np.where(here, np.maximum(best, prev + x), best)
+        prev = np.where(here, x, prev)
+    return best
+
+
+def bound(b: Breakdown, row: int) -> str:
+    """The pipe or resource that dominates one config of a breakdown."""
+    if b.fixed[row] >= b.body[row]:
+        return "launch"
+    terms = {k: float(v[row]) for k, v in b.tile_terms.items()}
+    if b.serial[row] > terms["HBM"]:  # single-buffered: the largest stage of the sum
+        del terms["HBM"]
+    name = max(terms, key=lambda k: terms[k])
+    if name == "MTE2":
+        if b.split_hits[row] > b.split_mte2[row]:
+            return "L2"
+        return "HBM" if b.hbm_share_limited[row] else "MTE2"
+    if name == "HBM" and not b.hbm_share_limited[row]:
+        return "MTE2"  # one core's GM path, not the chip's HBM, is the limit
+    return name

@@ -1,0 +1,230 @@
+"""The closed-form cost model (DESIGN §6), vectorised over the configs of one group.
+
+Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, ``S`` steps)::
+
+    double buffered:  gap + head + W * tile + max(chain - tile, 0)
+        tile  = max(S * max(step stages) + FIX per tile,   (L0C has one slot: the next tile's
+                    busy time of every pipe per tile,       Mmads wait for this tile's FIX)
+                    HBM) + syncs
+        chain = first-load latency + per-tile loads + one step through every stage
+                + (S - 1) * max(step stages) + FIX + V + MTE3 of the tile + store latency
+                + syncs                        (fill and drain: the first and last tile)
+    single buffered:  gap + head + W * tile_sb + max(chain_sb - tile_sb, 0)
+        tile_sb = max(slowest pair of adjacent tile stages, the double-buffered tile) + syncs
+        tile stages = per-tile loads, S * step_sb, FIX, vector-side loads, V, MTE3
+        step_sb = slowest pair of adjacent step stages
+                  (one slot per queue: a slot frees when its consumer finishes, so every
+                  producer alternates with its consumer; latencies are exposed)
+
+Step stages are the per-step MTE2 loads (one pipe per side of a split mixed kernel), MTE1, M,
+per-step FIX stores, V and per-step MTE3 stores. A load moves its burst-padded bytes at
+``min(core_gm, hbm / C)`` on an L2 miss and ``l2_read`` on a hit (times ``nd2nz_rate`` when
+converting). The HBM term is a core's misses plus write-backs over its share ``hbm / C``, and
+its misses over its read path ``core_gm`` (every store is written back, except a kernel's own
+L2 hand-off; stores themselves run at the FixPipe / L2 write rates). Hit fractions come from
+:mod:`costmodel._l2model`, the numpy evaluation from :mod:`costmodel._pipeline`.
+Every number is a spec value times one factor of :class:`AnalyticConstants` (all 1.0 by
+default), which calibration fits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from ._batching import batch_of, layout, stack, tensor_bytes
+from ._l2model import L2Residency
+from ._pipeline import Breakdown, bound, score
+from .base import CostModel, KernelCost
+from .exceptions import CostModelError, InfeasibleConfig
+from .kernel import Kernel, KernelBatch
+from .spec import Target
+
+__all__ = ["AnalyticConstants", "AnalyticModel", "L2Residency", "batch_of"]
+
+STATE_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class AnalyticConstants:
+    """The analytic model's free constants: factors on spec values (1.0 = the spec as written).
+
+    Rate factors multiply a bandwidth or throughput (``hbm`` the effective HBM bandwidth,
+    ``cube`` the cube's cycles-per-step divisor, ...); ``*_latency``, ``head`` and ``gap``
+    multiply fixed costs; ``l2_capacity`` scales the usable L2 bytes, ``l2_window`` is how
+    many steps of a wave's working set must fit for cores of one wave to share blocks, and
+    ``l2_fill_wait`` is the fraction of a block's miss time a core sharing it concurrently waits
+    for the fill in flight (0: a concurrent sharer hits at the L2 rate).
+    """
+
+    hbm: float = 1.0
+    core_gm: float = 1.0
+    l2_read: float = 1.0
+    l2_write: float = 1.0
+    fixpipe: float = 1.0
+    mte1: float = 1.0
+    cube: float = 1.0
+    vector: float = 1.0
+    nd2nz: float = 1.0
+    gm_latency: float = 1.0
+    l2_latency: float = 1.0
+    store_latency: float = 1.0
+    head: float = 1.0
+    gap: float = 1.0
+    sync: float = 1.0
+    l2_capacity: float = 1.0
+    l2_window: float = 1.0
+    l2_fill_wait: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise CostModelError(f"analytic constant {f.name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0 or (value == 0 and f.name in _RATES):
+                rule = "> 0" if f.name in _RATES else ">= 0"
+                raise CostModelError(f"analytic constant {f.name} must be {rule}, got {value!r}")
+
+    def to_json(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AnalyticConstants:
+        """Raises: CostModelError on an unknown name (a typo would silently be ignored)."""
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            names = ", ".join(f.name for f in fields(cls))
+            raise CostModelError(f"unknown analytic constant(s) {unknown}; known: {names}")
+        try:
+            return cls(**{k: float(v) for k, v in data.items()})
+        except (TypeError, ValueError) as err:
+            raise CostModelError(f"analytic constants must be numbers: {err}") from None
+
+
+_RATES = frozenset(
+    {"hbm", "core_gm", "l2_read", "l2_write", "fixpipe", "mte1", "cube", "vector", "nd2nz"}
+)
+
+
+class AnalyticModel(CostModel):
+    """Closed-form per-kernel latency; :meth:`predict_batch` scores many configs at once.
+
+    Args:
+        target: hardware spec and precision mode.
+        constants: the fitted factors (defaults: the spec as written).
+    """
+
+    kind = "analytic"
+
+    def __init__(self, target: Target, constants: AnalyticConstants | None = None) -> None:
+        super().__init__(target)
+        self.constants = constants or AnalyticConstants()
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.state(), sort_keys=True).encode()).hexdigest()
+        return f"{super().version}-{digest[:10]}"
+
+    def state(self) -> dict[str, Any]:
+        return {"schema_version": STATE_SCHEMA, "constants": self.constants.to_json()}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Raises: CostModelError for another schema version or unknown constants."""
+        version = state.get("schema_version", STATE_SCHEMA)
+        if version != STATE_SCHEMA:
+            raise CostModelError(
+                f"analytic model state has schema_version {version}; this tool reads "
+                f"{STATE_SCHEMA}"
+            )
+        self.constants = AnalyticConstants.from_json(state.get("constants", {}))
+
+    # -- scoring ----------------------------------------------------------------------------
+    def predict_batch(
+        self, batch: KernelBatch, resident: Mapping[str, float] | None = None
+    ) -> np.ndarray:
+        """Latency (us) of every config of ``batch``; ``+inf`` where a buffer overflows.
+
+        Args:
+            batch: one group lowered under many configs.
+            resident: bytes of each tensor already in L2 (e.g. :meth:`residency_after` the
+                plan's earlier kernels); ``None`` is a cold L2.
+        """
+        resident = resident or {}
+        res = []
+        for s in batch.streams:
+            if s.pipe == "MTE2":
+                size = np.maximum(1.0, s.tensor_bytes or s.bytes * _blocks(s.key, batch))
+                res.append(np.minimum(1.0, resident.get(s.tensor, 0.0) / size))
+        out = score(self.target.spec, self.constants, batch, res).latency_us
+        return np.where(batch.feasible_mask(self.target.spec), out, np.inf)
+
+    def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
+        """Cost of each kernel of a plan in order, carrying L2 residency between kernels.
+
+        Kernels of one layout (e.g. the same op in every layer) are scored in one batch.
+
+        Raises:
+            InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
+        """
+        for kernel in kernels:
+            ok, why = kernel.feasible(self.target.spec)
+            if not ok:
+                raise InfeasibleConfig(f"kernel '{kernel.name}' ({kernel.config.short()}): {why}")
+        l2 = L2Residency(self._capacity)
+        res_rows, groups = [], defaultdict(list)
+        for i, kernel in enumerate(kernels):
+            res_rows.append(
+                [
+                    min(1.0, l2.get(s.tensor, 0.0) / tensor_bytes(s, kernel))
+                    for s in kernel.streams
+                    if s.pipe == "MTE2"
+                ]
+            )
+            for s in kernel.streams:
+                l2.touch(s.tensor, tensor_bytes(s, kernel))
+            groups[layout(kernel)].append(i)
+        costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
+        for rows in groups.values():
+            res = list(np.array([res_rows[i] for i in rows], dtype=np.float64).T)
+            b = score(self.target.spec, self.constants, stack([kernels[i] for i in rows]), res)
+            for n, i in enumerate(rows):
+                costs[i] = self._cost(b, n)
+        return costs
+
+    def residency_after(self, kernels: Sequence[Kernel]) -> L2Residency:
+        """What the plan ``kernels`` leaves in L2 (to score the next group's configs)."""
+        l2 = L2Residency(self._capacity)
+        for kernel in kernels:
+            for s in kernel.streams:
+                l2.touch(s.tensor, tensor_bytes(s, kernel))
+        return l2
+
+    @property
+    def _capacity(self) -> float:
+        return self.target.spec.l2_bytes * self.constants.l2_capacity
+
+    def _cost(self, b: Breakdown, row: int) -> KernelCost:
+        to_us = 1e6 / self.target.spec.clock_hz
+        return KernelCost(
+            latency_us=float(b.latency_us[row]),
+            pipes_us={p: float(v[row]) * to_us for p, v in b.busy.items()},
+            bound=bound(b, row),
+            hbm_bytes=float(b.hbm_bytes[row]),
+            l2_hit_rate=float(b.hit_rate[row]),
+        )
+
+
+def _blocks(key: str, batch: KernelBatch) -> np.ndarray:
+    extents = dict(zip("bijk", (*batch.grid.T, batch.steps), strict=True))
+    out = np.ones(len(batch))
+    for letter in key:
+        out = out * extents[letter]
+    return out

@@ -1,0 +1,79 @@
+"""The cost oracle the search space consults: feasibility, config grids and group costs.
+
+The search space (``search_space``) cannot import the cost model; it receives this object.
+Everything is cached by group signature, so repeated layers are lowered and scored once.
+Costs here are *standalone* kernel costs on a cold L2 (the additive model the exact
+optimum is defined for); whole plans are re-scored with L2 carry-over by the tuner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from search_space.config import KernelConfig
+from search_space.graph import Graph
+from search_space.groups import FusionGroup, make_group
+
+from .analytic import AnalyticModel
+from .exceptions import InfeasibleConfig
+from .lower import Lowering
+from .spec import Target
+
+__all__ = ["CostOracle"]
+
+
+class CostOracle:
+    """Feasible configs and analytic costs of fusion groups of one graph on one target."""
+
+    def __init__(self, graph: Graph, target: Target, model: AnalyticModel | None = None) -> None:
+        self.graph = graph
+        self.target = target
+        self.model = model or AnalyticModel(target)
+        self.lowering = Lowering(graph, target)
+        self._feasible: dict[frozenset[str], bool] = {}
+        self._costs: dict[str, np.ndarray] = {}
+        self.evaluations = 0
+
+    def feasible(self, ops: Iterable[str]) -> bool:
+        """Whether some config of the group fits every buffer."""
+        key = frozenset(ops)
+        if key not in self._feasible:
+            try:
+                self.lowering.grid(make_group(self.graph, key))
+                self._feasible[key] = True
+            except InfeasibleConfig:
+                self._feasible[key] = False
+        return self._feasible[key]
+
+    def grid(self, group: FusionGroup) -> list[KernelConfig]:
+        return self.lowering.grid(group)
+
+    def default(self, group: FusionGroup) -> KernelConfig:
+        return self.lowering.default(group)
+
+    def costs(self, group: FusionGroup) -> np.ndarray:
+        """Standalone latency (us) of every config of the group's grid, in grid order."""
+        sig = self.lowering.signature(group)
+        if sig not in self._costs:
+            grid = self.grid(group)
+            self._costs[sig] = self.model.predict_batch(self.lowering.batch(group, grid))
+            self.evaluations += len(grid)
+        return self._costs[sig]
+
+    def cost(self, group: FusionGroup, config: KernelConfig) -> float:
+        grid = self.grid(group)
+        try:
+            return float(self.costs(group)[grid.index(config)])
+        except ValueError:
+            return float(self.model.predict_batch(self.lowering.batch(group, [config]))[0])
+
+    def best(self, group: FusionGroup) -> tuple[KernelConfig, float]:
+        """The cheapest config of the group's grid and its cost."""
+        costs = self.costs(group)
+        i = int(np.argmin(costs))
+        return self.grid(group)[i], float(costs[i])
+
+    def default_cost(self, group: FusionGroup) -> float:
+        return self.cost(group, self.default(group))

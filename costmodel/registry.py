@@ -1,0 +1,63 @@
+"""Cost models by kind: ``make_cost_model("analytic", target)`` and a JSON loader.
+
+Implementations are imported lazily by dotted path, so a kind whose module is not there yet
+(or pulls heavy dependencies) costs nothing until someone asks for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .base import CostModel
+from .exceptions import CostModelError
+from .spec import Target
+
+__all__ = ["available_cost_models", "load_cost_model", "make_cost_model"]
+
+_KINDS: dict[str, str] = {
+    "analytic": "costmodel.analytic:AnalyticModel",
+    "simulator": "costmodel.simulator:SimulatorModel",
+}
+
+
+def available_cost_models() -> list[str]:
+    return sorted(_KINDS)
+
+
+def _model_class(kind: str) -> type[CostModel]:
+    if kind not in _KINDS:
+        raise CostModelError(
+            f"unknown cost model '{kind}'; available: {', '.join(available_cost_models())}"
+        )
+    module_name, _, attr = _KINDS[kind].partition(":")
+    try:
+        cls: type[CostModel] = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise CostModelError(f"cost model '{kind}' is not available: {err}") from err
+    return cls
+
+
+def make_cost_model(kind: str, target: Target, **kw: Any) -> CostModel:
+    """A fresh cost model of ``kind`` for ``target``; ``kw`` go to its constructor.
+
+    Raises:
+        CostModelError: an unknown kind (the message lists the known ones), or a kind whose
+            implementation cannot be imported.
+    """
+    return _model_class(kind)(target, **kw)
+
+
+def load_cost_model(path: str | Path) -> CostModel:
+    """Rebuild whatever kind of model :meth:`CostModel.save` wrote to ``path``.
+
+    Raises:
+        CostModelError: unreadable file or unknown kind.
+    """
+    try:
+        kind = json.loads(Path(path).read_text())["kind"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CostModelError(f"cannot read cost model file '{path}': {err}") from None
+    return _model_class(str(kind)).load(path)

@@ -1,0 +1,365 @@
+"""The analytic cost model: physics it must respect, 910B sanity bands, its batch path."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from kernels_by_hand import add, gelu, matmul, matmul_gelu
+
+from costmodel._l2model import GridView, L2Residency, distinct_blocks
+from costmodel.analytic import AnalyticConstants, AnalyticModel, batch_of
+from costmodel.exceptions import CostModelError, InfeasibleConfig
+from costmodel.kernel import PIPES, Kernel
+from costmodel.spec import Target, load_target
+
+PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def model(**overrides: float) -> AnalyticModel:
+    return AnalyticModel(load_target("ascend910b", overrides))
+
+
+def cost(kernel: Kernel, **overrides: float):
+    return model(**overrides).evaluate([kernel])[0]
+
+
+def cube_efficiency(kernel: Kernel, latency_us: float, target: Target | None = None) -> float:
+    spec = (target or load_target("ascend910b")).spec
+    return kernel.cube_flops / spec.cube_peak_flops / (latency_us * 1e-6)
+
+
+def roofline_us(kernel: Kernel, target: Target) -> float:
+    spec = target.spec
+    return 1e6 * max(
+        kernel.cube_flops / spec.cube_peak_flops,
+        kernel.compulsory_bytes / spec.hbm_peak_bytes_per_s,
+    )
+
+
+# -- strategies: kernels as the lowering writes them ------------------------------------------
+pow2 = st.sampled_from
+
+
+SHAPES = [(512, 512, 512), (1024, 2048, 512), (2048, 1024, 4096)]
+
+
+@st.composite
+def matmuls(
+    draw: st.DrawFn, shape: tuple[int, int, int] | None = None, itemsize: int | None = None
+) -> Kernel:
+    size = shape or draw(st.sampled_from(SHAPES))
+    bm, bn = draw(pow2([64, 128, 256])), draw(pow2([64, 128, 256]))
+    bk = draw(pow2([32, 64, 128, 256]))
+    l0 = (min(bm, 128), min(bn, 128), min(bk, draw(pow2([32, 64]))))
+    kernel = matmul(
+        size, (bm, bn, bk), l0, draw(st.integers(1, 24)), draw(st.booleans()),
+        out_itemsize=itemsize or draw(st.sampled_from([2, 4])),
+    )  # fmt: skip
+    return kernel
+
+
+@st.composite
+def matmul_groups(draw: st.DrawFn) -> list[Kernel]:
+    """Many configs of one matmul (what the bilevel search scores in one batch)."""
+    shape, itemsize = draw(st.sampled_from(SHAPES)), draw(st.sampled_from([2, 4]))
+    return draw(st.lists(matmuls(shape, itemsize), min_size=1, max_size=16))
+
+
+@st.composite
+def adds(draw: st.DrawFn) -> Kernel:
+    return add(
+        elements=draw(st.sampled_from([1 << 14, 1 << 18, 1 << 22])),
+        tile=draw(st.sampled_from([1024, 4096, 16384])),
+        block_dim=draw(st.integers(1, 48)),
+        double_buffer=draw(st.booleans()),
+    )
+
+
+@st.composite
+def mixed(draw: st.DrawFn) -> Kernel:
+    l1 = (draw(pow2([64, 128])), draw(pow2([64, 128])), draw(pow2([64, 128, 256])))
+    return matmul_gelu(
+        draw(st.sampled_from([512, 1024])), l1, (l1[0], l1[1], 64), draw(st.integers(1, 24)),
+        draw(st.booleans()),
+    )  # fmt: skip
+
+
+kernels = st.one_of(matmuls(), adds(), mixed())
+targets = st.sampled_from(
+    [
+        load_target("ascend910b"),
+        load_target("ascend910b", {"l2_bytes": 0}),
+        load_target("ascend910"),
+    ]
+)
+
+
+# -- physics ------------------------------------------------------------------------------------
+@PROPS
+@given(kernels, targets)
+def test_nothing_beats_its_roofline(kernel: Kernel, target: Target) -> None:
+    assume(kernel.feasible(target.spec)[0])
+    c = AnalyticModel(target).evaluate([kernel])[0]
+    assert c.latency_us >= roofline_us(kernel, target)
+    assert math.isfinite(c.latency_us)
+
+
+def _grow(kernel: Kernel, what: int, factor: float) -> Kernel:
+    """The same kernel with one stream's bytes, or its cube/vector cycles, multiplied."""
+    if what < len(kernel.streams):
+        s = kernel.streams[what]
+        streams = list(kernel.streams)
+        streams[what] = dataclasses.replace(s, bytes=math.ceil(s.bytes * factor))
+        return dataclasses.replace(kernel, streams=tuple(streams))
+    return dataclasses.replace(
+        kernel,
+        cube_cycles=kernel.cube_cycles * factor,
+        vector_cycles_tile=kernel.vector_cycles_tile * factor,
+        flops=math.ceil(kernel.flops * factor),
+    )
+
+
+@PROPS
+@given(kernels, targets, st.integers(0, 3), st.floats(1.0, 8.0))
+def test_more_bytes_or_flops_never_cost_less(
+    kernel: Kernel, target: Target, what: int, factor: float
+) -> None:
+    assume(kernel.feasible(target.spec)[0])
+    m = AnalyticModel(target)
+    before = m.evaluate([kernel])[0].latency_us
+    after = m.evaluate([_grow(kernel, what, factor)])[0].latency_us
+    assert after >= before * (1 - 1e-12)
+
+
+@PROPS
+@given(kernels, targets)
+def test_double_buffering_never_hurts(kernel: Kernel, target: Target) -> None:
+    m = AnalyticModel(target)
+    db = dataclasses.replace(kernel, config=dataclasses.replace(kernel.config, double_buffer=True))
+    sb = dataclasses.replace(
+        kernel, config=dataclasses.replace(kernel.config, double_buffer=False)
+    )
+    assume(db.feasible(target.spec)[0])
+    assert m.evaluate([db])[0].latency_us <= m.evaluate([sb])[0].latency_us
+
+
+def test_double_buffering_hides_load_latency_unless_hbm_is_saturated() -> None:
+    def ratio(cores: int) -> float:
+        db = add(1 << 22, block_dim=cores)
+        sb = add(1 << 22, block_dim=cores, double_buffer=False)
+        return cost(db).latency_us / cost(sb).latency_us
+
+    assert ratio(4) < 0.7
+    assert ratio(48) == pytest.approx(1.0)  # 48 cores saturate HBM: others load meanwhile
+
+
+def test_an_overflowing_config_is_infeasible_never_cheap() -> None:
+    big = matmul(1024, (512, 256, 256))  # L1 needs 768 KB with double buffering
+    with pytest.raises(InfeasibleConfig, match="L1 overflow"):
+        model().evaluate([matmul(1024), big])
+    batch = batch_of([matmul(1024), big, matmul(1024, (128, 128, 128))])
+    out = model().predict_batch(batch)
+    assert np.isfinite(out[[0, 2]]).all() and out[1] == np.inf
+
+
+# -- 910B sanity bands ----------------------------------------------------------------------
+def test_8192_matmul_lands_near_cube_peak_and_needs_l2() -> None:
+    k = matmul(8192)
+    with_l2 = cube_efficiency(k, cost(k).latency_us)
+    without = cube_efficiency(k, cost(k, l2_bytes=0).latency_us)
+    assert 0.80 <= with_l2 <= 0.95
+    assert without < 0.6 * with_l2
+    assert cost(k).bound == "M" and cost(k, l2_bytes=0).bound == "HBM"
+
+
+def test_large_add_streams_at_hbm_rate_and_scales_with_it() -> None:
+    k = add(1 << 26)  # 3 x 128 MB, far beyond L2
+    full = k.compulsory_bytes / cost(k).latency_us / 1e6  # TB/s
+    half = k.compulsory_bytes / cost(k, hbm_bytes_per_s=0.65e12).latency_us / 1e6
+    assert 1.1 <= full <= 1.5
+    assert half == pytest.approx(full / 2, rel=0.1)
+    assert cost(k).bound == "HBM"
+
+
+def test_a_tiny_kernel_costs_gap_and_heads() -> None:
+    c = cost(add(512, tile=512))  # 1 KB per operand
+    assert 4.0 <= c.latency_us <= 7.0
+    assert c.bound == "launch"
+
+
+def test_one_core_cannot_beat_its_gm_path() -> None:
+    spec = load_target("ascend910b").spec
+    k = add(1 << 22, block_dim=1)
+    read = sum(s.bytes for s in k.streams if s.pipe == "MTE2") * k.tiles
+    per_cycle = read / (cost(k).latency_us * 1e-6 * spec.clock_hz)
+    assert per_cycle <= spec.core_gm_bytes_per_cycle  # stores leave through L2, uncapped
+    assert per_cycle > 0.9 * spec.core_gm_bytes_per_cycle
+    assert cost(k).bound == "MTE2"
+
+
+def test_a_balanced_matmul_without_double_buffering_is_much_slower() -> None:
+    db, sb = matmul(8192), matmul(8192, double_buffer=False)
+    pipes = cost(db).pipes_us  # balanced: its loads take about as long as the cube
+    assert pipes["MTE2"] / pipes["M"] == pytest.approx(1.0, abs=0.15)
+    # one slot per queue: MTE2 and M each alternate with MTE1 (0.6 x M at these tiles), so
+    # the step takes MTE1 + max(MTE2, M): 1.6x
+    assert 1.5 <= cost(sb).latency_us / cost(db).latency_us <= 2.0
+
+
+def test_reading_what_the_previous_kernel_wrote_is_cheaper() -> None:
+    producer, consumer = add(1 << 22, out="t"), add(1 << 22, x="t", y="w", out="u")
+    m = model()
+    in_plan = m.evaluate([producer, consumer])[1]
+    alone = m.evaluate([consumer])[0]
+    assert in_plan.latency_us < alone.latency_us
+    assert in_plan.l2_hit_rate == pytest.approx(0.5) and alone.l2_hit_rate == 0
+    cold = model(l2_bytes=0).evaluate([producer, consumer])[1]
+    assert cold.latency_us == pytest.approx(model(l2_bytes=0).evaluate([consumer])[0].latency_us)
+
+
+def test_fusing_an_epilogue_saves_a_launch_and_the_round_trip() -> None:
+    m = model()
+    fused = m.evaluate([matmul_gelu(2048)])[0]
+    unfused = m.evaluate([matmul(2048, (128, 128, 256), (128, 128, 64), out="h"), gelu(2048)])
+    assert fused.latency_us < sum(c.latency_us for c in unfused)
+    assert fused.hbm_bytes < sum(c.hbm_bytes for c in unfused)
+
+
+# -- L2 model -----------------------------------------------------------------------------------
+def test_panel_sharing_and_weight_reuse_in_a_large_matmul() -> None:
+    # grid 64 x 32 of 128x256 tiles: each A block (64 KB) is shared by the 32 tiles of its row,
+    # each B block (128 KB) reused by all 64 rows; only first touches miss
+    k = matmul(8192)
+    assert cost(k).l2_hit_rate == pytest.approx((64 * 31 / 32 + 128 * 63 / 64) / 192)
+    # with B (128 MB) beyond a 64 MB L2 only the A panels are still shared
+    assert cost(k, l2_bytes=64 << 20).l2_hit_rate == pytest.approx(64 * 31 / 32 / 192)
+    assert cost(k, l2_bytes=0).l2_hit_rate == 0
+
+
+def test_distinct_blocks_over_a_window_of_tiles() -> None:
+    gv = GridView.of(np.array([[2, 4, 8]]), np.array([16]), np.array([24]))
+    assert distinct_blocks("bik", gv, 8)[0] == pytest.approx(1 + 7 / 8)  # rows in 8 tiles
+    assert distinct_blocks("kj", gv, 24)[0] == 8  # every column
+    assert distinct_blocks("bij", gv, 24)[0] == 24
+    assert distinct_blocks("bj", gv, 8)[0] == pytest.approx(8 * (1 + 7 / 32))
+    assert distinct_blocks("", gv, 24)[0] == 1
+
+
+def test_residency_is_an_lru_of_whole_tensors() -> None:
+    l2 = L2Residency(100)
+    for name, size in [("a", 40), ("b", 40), ("a", 40), ("c", 40)]:
+        l2.touch(name, size)
+    assert dict(l2) == {"a": 40, "c": 40}  # b was least recently used
+    l2.touch("huge", 150)
+    assert len(l2) == 0  # streaming more than L2 flushes it
+
+
+# -- batch path = plan path -----------------------------------------------------------------------
+@PROPS
+@given(matmul_groups(), st.booleans())
+def test_predict_batch_equals_evaluate_row_by_row(same: list[Kernel], warm: bool) -> None:
+    m = model()
+    producer = add(1 << 16, out="a")  # leaves the A operand (partly) resident
+    resident = m.residency_after([producer]) if warm else None
+    fast = m.predict_batch(batch_of(same), resident)
+    for i, k in enumerate(same):
+        if not k.feasible(m.target.spec)[0]:
+            assert fast[i] == np.inf
+            continue
+        slow = m.evaluate([producer, k])[1] if warm else m.evaluate([k])[0]
+        assert fast[i] == pytest.approx(slow.latency_us, rel=1e-12)
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> list[Kernel]:
+    """Chains of kernels where each may read what an earlier one wrote (names from a pool)."""
+    out: list[Kernel] = []
+    for n in range(draw(st.integers(1, 8))):
+        names = st.sampled_from(["x", "w", *(f"o{j}" for j in range(n))])
+        x, y, z = draw(names), draw(names), f"o{n}"
+        size = draw(st.sampled_from([1 << 16, 1 << 20]))
+        out.append(
+            draw(
+                st.sampled_from(
+                    [
+                        add(size, x=x, y=y, out=z),
+                        matmul(512, a=x, out=z),
+                        matmul(1024, (128, 128, 128), a=x, b=y, out=z),
+                        matmul_gelu(512, out=z),
+                    ]
+                )
+            )
+        )
+    return out
+
+
+@PROPS
+@given(plans())
+def test_a_plan_costs_each_kernel_as_its_batch_row_after_the_earlier_ones(
+    plan: list[Kernel],
+) -> None:
+    m = model()
+    costs = m.evaluate(plan)
+    for i, k in enumerate(plan):
+        row = m.predict_batch(batch_of([k]), m.residency_after(plan[:i]))[0]
+        assert costs[i].latency_us == pytest.approx(row, rel=1e-12)
+
+
+def test_batch_of_refuses_kernels_of_different_groups() -> None:
+    with pytest.raises(CostModelError, match="only configs of one group"):
+        batch_of([matmul(1024), add()])
+
+
+# -- KernelCost and constants -------------------------------------------------------------------
+def test_kernel_cost_reports_every_pipe_on_the_busiest_core() -> None:
+    k = matmul(4096)
+    c = cost(k)
+    assert set(c.pipes_us) == set(PIPES)
+    m_cycles = k.cube_cycles * k.steps * k.waves
+    assert c.pipes_us["M"] == pytest.approx(m_cycles / 1.8e3)
+    assert c.hbm_bytes >= k.compulsory_bytes * (1 - 1 / 16)  # B is 1/3 of it, reused by rows
+
+
+def test_constants_round_trip_and_change_the_version(tmp_path) -> None:
+    m = model()
+    v0 = m.version
+    m.load_state({"constants": {"hbm": 0.5, "l2_capacity": 0.75}})
+    assert m.version != v0 and m.constants.hbm == 0.5
+    slower = m.evaluate([add(1 << 24)])[0].latency_us
+    assert slower > model().evaluate([add(1 << 24)])[0].latency_us
+    m.save(tmp_path / "a.json")
+    back = AnalyticModel.load(tmp_path / "a.json")
+    assert isinstance(back, AnalyticModel) and back.constants == m.constants
+    assert back.version == m.version
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"constants": {"hbm_eff": 1.0}}, "unknown analytic constant"),
+        ({"constants": {"hbm": 0.0}}, "hbm must be > 0"),
+        ({"constants": {"head": -1.0}}, "head must be >= 0"),
+        ({"schema_version": 99}, "schema_version 99"),
+    ],
+)
+def test_bad_state_is_refused(state: dict, message: str) -> None:
+    with pytest.raises(CostModelError, match=message):
+        model().load_state(state)
+
+
+def test_constants_default_to_the_spec() -> None:
+    factors = AnalyticConstants().to_json()
+    assert factors.pop("l2_fill_wait") == 0.0  # concurrent sharers hit at the L2 rate
+    assert all(v == 1.0 for v in factors.values())
+
+
+def test_waiting_for_fills_in_flight_slows_shared_panels() -> None:
+    k = matmul(8192)
+    waiting = AnalyticModel(load_target("ascend910b"), AnalyticConstants(l2_fill_wait=0.5))
+    assert waiting.predict([k])[0] > model().predict([k])[0]
+    assert waiting.predict([add(1 << 24)])[0] == model().predict([add(1 << 24)])[0]

@@ -1,0 +1,157 @@
+"""The contract every CostModel implementation meets (DESIGN §6; ``costmodel.base``).
+
+Every kind in ``KINDS`` runs every test. Adding a model is one entry: its kind, constructor
+keywords, and how to change its state (``None`` when it has none beyond the target).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from kernels_by_hand import add, matmul, matmul_gelu
+
+from costmodel.base import CostModel, KernelCost
+from costmodel.exceptions import CostModelError, InfeasibleConfig
+from costmodel.kernel import PIPES, Kernel
+from costmodel.registry import available_cost_models, load_cost_model, make_cost_model
+from costmodel.spec import Target, load_target
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str
+    kw: dict[str, Any] = field(default_factory=dict)
+    perturb: Callable[[CostModel], None] | None = None
+
+
+def _slower_hbm(model: CostModel) -> None:
+    state = model.state()
+    model.load_state({**state, "constants": {**state["constants"], "hbm": 0.5}})
+
+
+KINDS = [
+    Case("analytic", perturb=_slower_hbm),
+    # Case("simulator", perturb=...),
+]
+
+T910B = load_target("ascend910b")
+
+
+@pytest.fixture(params=KINDS, ids=lambda c: c.kind)
+def case(request: pytest.FixtureRequest) -> Case:
+    return request.param
+
+
+def make(case: Case, target: Target = T910B) -> CostModel:
+    return make_cost_model(case.kind, target, **case.kw)
+
+
+def feasible_kernels() -> list[Kernel]:
+    """Small kernels of every unit, each a few tiles (a simulator runs them tile by tile)."""
+    return [
+        matmul(512, (128, 256, 128), (128, 128, 64), block_dim=4),
+        matmul(512, (128, 128, 128), (128, 128, 64), block_dim=24, double_buffer=False),
+        add(1 << 16, tile=4096, block_dim=8, x="p", y="q", out="r"),
+        add(1 << 15, tile=4096, block_dim=8, double_buffer=False, x="s", y="u", out="v"),
+        matmul_gelu(512, block_dim=8, out="w"),
+    ]
+
+
+def test_feasible_kernels_cost_finite_positive_time(case: Case) -> None:
+    costs = make(case).evaluate(feasible_kernels())
+    assert len(costs) == len(feasible_kernels())
+    for c in costs:
+        assert isinstance(c, KernelCost)
+        assert math.isfinite(c.latency_us) and c.latency_us > 0
+        assert set(c.pipes_us) <= set(PIPES) and all(v >= 0 for v in c.pipes_us.values())
+        assert c.bound and c.hbm_bytes >= 0 and 0 <= c.l2_hit_rate <= 1
+
+
+def test_infeasible_kernels_raise_naming_the_buffer(case: Case) -> None:
+    big = matmul(1024, (512, 256, 256))
+    with pytest.raises(InfeasibleConfig, match="L1 overflow"):
+        make(case).evaluate([feasible_kernels()[0], big])
+    with pytest.raises(InfeasibleConfig, match="UB overflow"):
+        make(case).predict([add(1 << 20, tile=1 << 16)])
+
+
+def test_no_kernel_beats_its_roofline(case: Case) -> None:
+    spec = T910B.spec
+    model = make(case)
+    for k in feasible_kernels():
+        floor = max(
+            k.cube_flops / spec.cube_peak_flops, k.compulsory_bytes / spec.hbm_peak_bytes_per_s
+        )
+        assert model.evaluate([k])[0].latency_us >= floor * 1e6
+
+
+def test_results_are_deterministic(case: Case) -> None:
+    ks = feasible_kernels()
+    model = make(case)
+    first = model.predict(ks)
+    assert np.array_equal(first, model.predict(ks))
+    assert np.array_equal(first, make(case).predict(ks))
+
+
+def test_results_follow_the_order_of_the_kernels(case: Case) -> None:
+    small, big = add(1 << 12, tile=4096, x="p", y="q", out="r"), matmul(1024, block_dim=8)
+    model = make(case)
+    forward, backward = model.predict([small, big]), model.predict([big, small])
+    assert forward[0] < forward[1] and backward[0] > backward[1]
+    # no shared tensors: each kernel costs what it costs alone, whichever runs first
+    assert forward == pytest.approx(backward[::-1], rel=0.05)
+    assert model.predict(feasible_kernels()) == pytest.approx(
+        [c.latency_us for c in model.evaluate(feasible_kernels())]
+    )
+
+
+def test_save_load_round_trip_gives_identical_predictions(case: Case, tmp_path) -> None:
+    model = make(case)
+    if case.perturb:
+        case.perturb(model)
+    path = tmp_path / "model.json"
+    model.save(path)
+    back = load_cost_model(path)
+    assert type(back) is type(model) and back.kind == case.kind
+    assert back.version == model.version
+    assert np.array_equal(back.predict(feasible_kernels()), model.predict(feasible_kernels()))
+    assert np.array_equal(
+        type(model).load(path).predict(feasible_kernels()), back.predict(feasible_kernels())
+    )
+
+
+def test_version_changes_with_the_state_and_the_target(case: Case) -> None:
+    model = make(case)
+    v0 = model.version
+    assert isinstance(v0, str) and v0
+    assert make(case, load_target("ascend910b", {"l2_bytes": 0})).version != v0
+    model.update([])  # nothing to learn from: nothing changes
+    assert model.version == v0
+    if case.perturb:
+        case.perturb(model)
+        assert model.version != v0
+
+
+def test_a_file_of_another_kind_is_refused(case: Case, tmp_path) -> None:
+    path = tmp_path / "other.json"
+    other = {"kind": "other", "target": T910B.spec.to_dict(), "precision": "auto", "state": {}}
+    path.write_text(json.dumps(other))
+    with pytest.raises(CostModelError, match=f"holds a 'other' cost model, not '{case.kind}'"):
+        type(make(case)).load(path)
+    with pytest.raises(CostModelError, match="unknown cost model 'other'"):
+        load_cost_model(path)
+
+
+def test_unknown_kind_lists_the_available_ones() -> None:
+    with pytest.raises(CostModelError) as err:
+        make_cost_model("xgb", T910B)
+    assert str(err.value) == "unknown cost model 'xgb'; available: analytic, simulator"
+    assert available_cost_models() == ["analytic", "simulator"]
+    with pytest.raises(CostModelError, match="cannot read cost model file"):
+        load_cost_model("/nonexistent/model.json")

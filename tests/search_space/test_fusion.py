@@ -1,0 +1,172 @@
+"""Legality and repair on random DAGs (hypothesis) and on the zoo; the space replays plans."""
+
+from __future__ import annotations
+
+import json
+
+import networkx as nx
+import numpy as np
+import optuna
+import pytest
+from conftest import make
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from onnx import helper
+
+from autotune.zoo import build
+from costmodel.oracle import CostOracle
+from costmodel.spec import load_target
+from search_space import load_graph
+from search_space.fusion import FusionContext
+from search_space.space import SearchSpace
+
+D = 64
+KINDS = [
+    "MatMul",
+    "Add",
+    "Relu",
+    "Softmax",
+    "LayerNormalization",
+    "Mul",
+    "Opaque",
+    "Reshape",
+    "Sigmoid",
+    "ReduceMean",
+]
+
+
+@st.composite
+def random_dags(draw):
+    n = draw(st.integers(3, 12))
+    tensors = ["x"]
+    nodes, weights, value_info = [], [], []
+    for i in range(n):
+        kind = draw(st.sampled_from(KINDS))
+        a = draw(st.sampled_from(tensors))
+        out = f"t{i}"
+        name = f"op{i}"
+        if kind == "MatMul":
+            w = f"w{i}"
+            weights.append(helper.make_tensor_value_info(w, T.FLOAT, [D, D]))
+            nodes.append(helper.make_node("MatMul", [a, w], [out], name=name))
+        elif kind in ("Add", "Mul"):
+            b = draw(st.sampled_from(tensors))
+            nodes.append(helper.make_node(kind, [a, b], [out], name=name))
+        elif kind == "LayerNormalization":
+            g = f"g{i}"
+            weights.append(helper.make_tensor_value_info(g, T.FLOAT, [D]))
+            nodes.append(helper.make_node(kind, [a, g], [out], name=name, axis=-1))
+        elif kind == "Softmax":
+            nodes.append(helper.make_node(kind, [a], [out], name=name, axis=-1))
+        elif kind == "ReduceMean":
+            nodes.append(helper.make_node(kind, [a], [f"r{i}"], name=name, axes=[-1], keepdims=1))
+            nodes.append(helper.make_node("Add", [a, f"r{i}"], [out], name=f"{name}_b"))
+        elif kind == "Reshape":
+            nodes.append(helper.make_node(kind, [a, "shape"], [out], name=name))
+        elif kind == "Opaque":
+            nodes.append(helper.make_node("Mystery", [a], [out], name=name, domain="x.y"))
+            value_info.append(helper.make_tensor_value_info(out, T.FLOAT, [32, D]))
+        else:
+            nodes.append(helper.make_node(kind, [a], [out], name=name))
+        tensors.append(out)
+    used = {t for node in nodes for t in node.input}
+    outs = [
+        helper.make_tensor_value_info(t, T.FLOAT, [32, D]) for t in tensors[1:] if t not in used
+    ] or [helper.make_tensor_value_info(tensors[-1], T.FLOAT, [32, D])]
+    inits = [
+        helper.make_tensor("axes", T.INT64, [1], [-1]),
+        helper.make_tensor("shape", T.INT64, [2], [32, D]),
+    ]
+    model = make(
+        nodes, [helper.make_tensor_value_info("x", T.FLOAT, [32, D]), *weights], outs, inits
+    )
+    model.opset_import.append(helper.make_opsetid("x.y", 1))
+    model.graph.value_info.extend(value_info)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "ai.autofusion.weight_inputs", json.dumps([w.name for w in weights])
+    subset = draw(st.lists(st.booleans(), min_size=64, max_size=64))
+    return model, subset
+
+
+def _assert_legal_partition(ctx: FusionContext, partition, forbidden=()) -> None:
+    flat = [n for p in partition for n in p]
+    assert sorted(flat) == sorted(ctx.nodes)  # a partition: every kernel op exactly once
+    where = {n: i for i, p in enumerate(partition) for n in p}
+    for p in partition:
+        assert ctx.check(p).ok, (sorted(p), ctx.check(p).reason)
+        assert ctx.is_convex(p)
+        if len(p) > 1:
+            assert not any(ctx.graph.op(n).op_type in forbidden for n in p)
+    contracted = nx.DiGraph()
+    contracted.add_nodes_from(range(len(partition)))
+    for n in ctx.nodes:
+        for m in ctx.succ[n]:
+            if where[n] != where[m]:
+                contracted.add_edge(where[n], where[m])
+    assert nx.is_directed_acyclic_graph(contracted)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_dags())
+def test_repair_always_yields_a_legal_acyclic_partition(case) -> None:
+    model, subset = case
+    graph = load_graph(model)
+    ctx = FusionContext(graph, no_fusion_ops=["Softmax"], max_fused_ops=5)
+    chosen = [e for e, keep in zip(ctx.edges, subset, strict=False) if keep]
+    _assert_legal_partition(ctx, ctx.repair(chosen), forbidden=("Softmax",))
+    _assert_legal_partition(ctx, ctx.repair(ctx.edges), forbidden=("Softmax",))
+    assert all(
+        graph.op(n).op_type != "Mystery" for p in ctx.repair(ctx.edges) if len(p) > 1 for n in p
+    )
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_dags(), st.integers(0, 2**16))
+def test_a_plan_replays_through_fixed_trial(case, seed: int) -> None:
+    model, _ = case
+    graph = load_graph(model)
+    ctx = FusionContext(graph)
+    space = SearchSpace(ctx, CostOracle(graph, load_target()))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    trial = study.ask()
+    plan = space.suggest(trial)
+    replay = space.suggest(optuna.trial.FixedTrial(trial.params))
+    assert replay == plan and replay.key() == plan.key()
+
+
+@pytest.mark.parametrize("name", ["bert-base", "llama3-8b", "resnet50", "gpt2"])
+def test_max_plan_on_zoo_models_is_legal(name: str) -> None:
+    graph = load_graph(
+        build(name, weights="inputs", layers=2 if name != "resnet50" else None, scale=0.5)
+    )
+    ctx = FusionContext(graph)
+    oracle = CostOracle(graph, load_target())
+    partition = ctx.repair(ctx.edges, oracle.feasible)
+    _assert_legal_partition(ctx, partition)
+    assert any(len(p) > 1 for p in partition)
+    kinds = {g.kind for g in ctx.to_groups(partition)}
+    assert "cube_epilogue" in kinds
+
+
+def test_sharing_shrinks_bert_decision_variables_at_least_8_fold() -> None:
+    graph = load_graph(build("bert-base", weights="inputs"))
+    ctx = FusionContext(graph)
+    oracle = CostOracle(graph, load_target())
+    shared = SearchSpace(ctx, oracle).decision_vars
+    unshared = SearchSpace(ctx, oracle, share=False).decision_vars
+    assert unshared == len(ctx.edges) and unshared >= 8 * shared
+
+
+def test_attention_and_horizontal_templates_are_legal_only_in_shape() -> None:
+    from conftest import exporter_attention
+
+    graph = load_graph(exporter_attention(), input_shapes={"x": (2, 8, 16)})
+    ctx = FusionContext(graph)
+    assert ctx.check({"qk", "scale", "add_mask", "softmax", "isnan", "nan_guard", "pv"}).ok
+    assert not ctx.check({"qk", "scale", "pv"}).ok  # two matmuls without a softmax between
+    assert ctx.check({"q_proj", "k_proj"}).ok  # siblings reading x with weight operands
+    assert not ctx.check({"q_proj", "o_proj"}).ok
+    verdict = ctx.check({"softmax", "nan_guard"})  # softmax -> isnan -> nan_guard leaves it
+    assert not verdict.ok and "convex" in verdict.reason
+    assert np.isfinite(len(ctx.edges))

@@ -35,10 +35,11 @@ which the analytic model and the simulator both implement:
   product of those extents. So every core working on row ``i`` reads the same A-panel block
   (L2 panel sharing), and a tensor the previous kernel wrote (any tiling) is found resident.
 * bandwidth: HBM (``hbm_bytes_per_s``) is shared by all active transfers (reads that miss L2
-  and write-backs of stores), a core's reads capped at ``core_gm_bytes_per_cycle``; an L2 hit moves at ``l2_read_bytes_per_cycle`` per core; stores
-  at ``l2_write_bytes_per_cycle`` (FIX at ``fixpipe_bytes_per_cycle``); an ``nd2nz`` load runs at
-  ``nd2nz_rate`` x its rate; a contiguous run (``row_bytes``) shorter than ``gm_burst_bytes`` or
-  not ``ub_align_bytes``-aligned costs whole bursts.
+  and write-backs of stores), a core's reads capped at ``core_gm_bytes_per_cycle``; an L2 hit
+  moves at ``l2_read_bytes_per_cycle`` per core; stores at ``l2_write_bytes_per_cycle`` (FIX at
+  ``fixpipe_bytes_per_cycle``); an ``nd2nz`` load runs at ``nd2nz_rate`` x its rate; a
+  contiguous run (``row_bytes``) shorter than ``gm_burst_bytes`` or not
+  ``ub_align_bytes``-aligned costs whole bursts.
 """
 
 from __future__ import annotations

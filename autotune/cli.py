@@ -71,6 +71,21 @@ Batch = Annotated[int | None, typer.Option(help="Zoo: batch size.")]
 SeqLen = Annotated[int | None, typer.Option("--seq-len", help="Zoo: sequence length.")]
 
 
+def _policy(config: Path | None, **flags: Any) -> Any:
+    from search_space.policy import load_policy
+
+    return load_policy(config, flags)
+
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="A TOML config file ([policy], [[rules]]).")
+]
+PresetOpt = Annotated[str | None, typer.Option(help="Rule preset: transformer, cnn or all.")]
+LevelOpt = Annotated[
+    int | None, typer.Option("--fusion-level", help="0 none .. 3 everything legal.")
+]
+
+
 def _human(n: float, unit: str = "") -> str:
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= factor:
@@ -181,10 +196,12 @@ def estimate(
         typer.Option("--set", help="Override a spec field for a what-if, FIELD=VALUE (repeat)."),
     ] = None,
     precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
-    plan: Annotated[str, typer.Option(help="'none' (every op its own kernel) or a plan file.")] = (
-        "none"
-    ),
+    plan: Annotated[
+        str, typer.Option(help="none, greedy, max, optimal, or a plan file.")
+    ] = "none",
     cost: Annotated[str, typer.Option(help="Cost model: analytic or simulator.")] = "analytic",
+    config: ConfigOpt = None,
+    preset: PresetOpt = None,
     input_shape: InputShape = None,
     json_out: JsonOpt = False,
     top: Annotated[int, typer.Option(help="Kernels to list, slowest first.")] = 15,
@@ -207,6 +224,7 @@ def estimate(
         precision=precision,
         plan=plan,
         cost=cost,
+        policy=_policy(config, preset=preset),
     )
     if json_out:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -248,6 +266,77 @@ def estimate(
             k["bound"],
         )
     out.print(table)
+
+
+@app.command()
+@user_errors
+def candidates(
+    model: ModelArg,
+    target: Annotated[str, typer.Option(help="Target name or a spec .toml path.")] = "ascend910b",
+    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    config: ConfigOpt = None,
+    preset: PresetOpt = None,
+    fusion_level: LevelOpt = None,
+    input_shape: InputShape = None,
+    json_out: JsonOpt = False,
+    weights: Weights = "inputs",
+    scale: Scale = 1.0,
+    layers: Layers = None,
+    batch: Batch = None,
+    seq_len: SeqLen = None,
+) -> None:
+    """What fusion would buy: every candidate group, its benefit and verdict."""
+    from costmodel.spec import load_target
+
+    from .candidates import analyse_candidates
+
+    shapes = parse_input_shapes(input_shape or [])
+    graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
+    policy = _policy(config, preset=preset, fusion_level=fusion_level)
+    result = {
+        "model": model,
+        **analyse_candidates(graph, load_target(target, (), precision), policy),
+    }
+    if json_out:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    dv = result["decision_vars"]
+    out.print(
+        f"{model}: {result['kernels_unfused']} kernels, {result['edges']} fusible edges, "
+        f"{dv['with_sharing']} decision variables ({dv['without_sharing']} without "
+        "sharing)"
+    )
+    table = Table(title="candidate groups")
+    for col in (
+        "first op",
+        "ops",
+        "rule",
+        "us before",
+        "us after",
+        "MB before",
+        "MB after",
+        "verdict",
+        "reason",
+    ):
+        table.add_column(col)
+    for c in result["candidates"]:
+        table.add_row(
+            escape(c["ops"][0]),
+            str(len(c["ops"])),
+            c["rule"],
+            f"{c['time_before_us']:.1f}",
+            f"{c['time_after_us']:.1f}" if "time_after_us" in c else "-",
+            f"{c['hbm_bytes_before'] / 1e6:.1f}",
+            f"{c['hbm_bytes_after'] / 1e6:.1f}" if "hbm_bytes_after" in c else "-",
+            c["verdict"],
+            escape(c["reason"]),
+        )
+    out.print(table)
+    for miss in result["rules_not_fired"]:
+        out.print(
+            f"rule {miss['rule']} did not fire ({miss['reason']}, x{miss['count']}): "
+            f"{escape(miss['detail'])}"
+        )
 
 
 @zoo_app.command("list")

@@ -9,20 +9,25 @@ from typing import Any
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
+from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
 from costmodel.roofline import roofline_us
 from costmodel.spec import Target, load_target
+from search_space.baselines import BASELINES, baseline_plan
+from search_space.fusion import FusionContext
 from search_space.graph import Graph
 from search_space.groups import FusionGroup, make_group, singleton_groups
 from search_space.plan import FusionPlan
+from search_space.policy import Policy
 
 __all__ = ["estimate_graph", "plan_kernels"]
 
 
 def plan_kernels(
-    graph: Graph, plan: str | FusionPlan, target: Target
+    graph: Graph, plan: str | FusionPlan, target: Target, policy: Policy | None = None
 ) -> tuple[list[FusionGroup], list[Kernel]]:
-    """Groups and lowered kernels of ``none`` or a plan (file path or record).
+    """Groups and lowered kernels of a baseline (none, greedy, max, optimal) or a plan (file
+    path or record).
 
     Raises:
         PlanError: a plan for another model, or naming unknown ops.
@@ -32,6 +37,14 @@ def plan_kernels(
     if isinstance(plan, str) and plan == "none":
         groups = singleton_groups(graph)
         return groups, lowering.kernels(groups)
+    if isinstance(plan, str) and plan in BASELINES:
+        policy = policy or Policy()
+        ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
+        oracle = CostOracle(graph, target, ctx=ctx)
+        chosen = baseline_plan(plan, ctx, oracle, policy)
+        return list(chosen.groups), [
+            lowering.kernel(g, c) for g, c in zip(chosen.groups, chosen.configs, strict=True)
+        ]
     record = plan if isinstance(plan, FusionPlan) else FusionPlan.load(Path(plan), graph)
     if isinstance(plan, FusionPlan):
         record.check_model(graph)
@@ -53,10 +66,11 @@ def estimate_graph(
     precision: str = "auto",
     plan: str = "none",
     cost: str = "analytic",
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """Cost one plan of a graph; the dict ``autotune estimate --json`` prints."""
     tgt = load_target(target, sets, precision)
-    _, kernels = plan_kernels(graph, plan, tgt)
+    _, kernels = plan_kernels(graph, plan, tgt, policy)
     model = make_cost_model(cost, tgt)
     costs = model.evaluate(kernels)
     total = float(sum(c.latency_us for c in costs))

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from search_space.config import KernelConfig
+from search_space.fusion import FusionContext
 from search_space.graph import Graph
 from search_space.groups import FusionGroup, make_group
 
@@ -27,8 +28,15 @@ __all__ = ["CostOracle"]
 class CostOracle:
     """Feasible configs and analytic costs of fusion groups of one graph on one target."""
 
-    def __init__(self, graph: Graph, target: Target, model: AnalyticModel | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        target: Target,
+        model: AnalyticModel | None = None,
+        ctx: FusionContext | None = None,
+    ) -> None:
         self.graph = graph
+        self.ctx = ctx
         self.target = target
         self.model = model or AnalyticModel(target)
         self.lowering = Lowering(graph, target)
@@ -41,11 +49,15 @@ class CostOracle:
         key = frozenset(ops)
         if key not in self._feasible:
             try:
-                self.lowering.grid(make_group(self.graph, key))
+                self.lowering.grid(self.group(key))
                 self._feasible[key] = True
             except InfeasibleConfig:
                 self._feasible[key] = False
         return self._feasible[key]
+
+    def group(self, ops: Iterable[str]) -> FusionGroup:
+        """The group a set of ops runs as: with its inner views when a context is known."""
+        return self.ctx.group(ops) if self.ctx is not None else make_group(self.graph, ops)
 
     def grid(self, group: FusionGroup) -> list[KernelConfig]:
         return self.lowering.grid(group)

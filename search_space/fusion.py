@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import pairwise
+from itertools import combinations
 
 from .graph import Graph, Op
 from .groups import FusionGroup, alias_root, make_group
@@ -150,17 +150,28 @@ class FusionContext:
         readers: dict[str, list[str]] = {}
         for name in self.nodes:
             op = g.op(name)
-            if op.op_type in ("MatMul", "Gemm") and op.unit == "cube" and self.fusible(op):
-                b = op.inputs[1]
-                bt = g.tensors[alias_root(g, b)]
-                bop = g.producer(alias_root(g, b))
-                if bt.kind in ("weight", "constant") or (bop is not None and bop.constant):
-                    readers.setdefault(alias_root(g, op.inputs[0]), []).append(name)
+            if (
+                op.op_type in ("MatMul", "Gemm")
+                and op.unit == "cube"
+                and self.fusible(op)
+                and self._compile_time(op.inputs[1])
+            ):
+                readers.setdefault(alias_root(g, op.inputs[0]), []).append(name)
         edges = []
         for tensor, names in readers.items():
             names = sorted(names, key=self.index.__getitem__)
-            edges += [Edge(a, b, "horizontal", tensor) for a, b in pairwise(names)]
+            edges += [Edge(a, b, "horizontal", tensor) for a, b in combinations(names, 2)]
         return edges
+
+    def _compile_time(self, tensor: str) -> bool:
+        g = self.graph
+        root = alias_root(g, tensor)
+        op = g.producer(root)
+        return g.tensors[root].kind in ("weight", "constant") or (op is not None and op.constant)
+
+    def group(self, ops: Iterable[str]) -> FusionGroup:
+        """The FusionGroup a set of kernel ops runs as (views between members included)."""
+        return self.to_groups([frozenset(ops)])[0]
 
     # -- legality ----------------------------------------------------------------------------
     def check(self, ops: Iterable[str]) -> Verdict:
@@ -312,6 +323,8 @@ class FusionContext:
         roots = {alias_root(g, c.inputs[0]) for c in cubes}
         if len(roots) != 1 or any(op.op_type not in ("MatMul", "Gemm") for op in cubes):
             return Verdict(False, "more than one cube anchor")
+        if not all(self._compile_time(c.inputs[1]) for c in cubes):
+            return Verdict(False, "horizontal: a matmul's B operand is not a weight")
         for c in cubes:
             if self._descendants(c.name, members) & {x.name for x in cubes}:
                 return Verdict(False, "horizontal: one matmul feeds another")

@@ -72,6 +72,7 @@ class CubeWork:
     vec_ops: tuple[tuple[Op, float], ...]  # vector epilogue ops, elements per output element
     vec_inputs: tuple[tuple[str, int, float, str], ...]  # (tensor, item, ratio, key)
     prologue: tuple[tuple[Op, float], ...]
+    sources: tuple[tuple[str, int, float, str], ...]  # prologue inputs: (tensor, item, ratio, of)
     outputs: tuple[tuple[str, int, float, str], ...]  # (tensor, item, ratio, side)
     handoff: str  # tensor crossing L0C -> vector in a mixed kernel ("" if none)
     out_item: int
@@ -180,6 +181,16 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         for op in members
         if op.name in before and not op.is_view and op not in anchors
     )
+    sources = tuple(
+        (
+            t,
+            mem_itemsize(graph, t, target),
+            graph.tensors[alias_root(graph, t)].numel / max(1, graph.tensors[root].numel),
+            root,
+        )
+        for root in (a_root, b_root)
+        for t in _sources(graph, members, root)
+    )
     vec = [
         op for op in members if op.name not in fixed and op.name not in before and not op.is_view
     ]
@@ -213,7 +224,10 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
     a_bytes = graph.tensors[a_root].numel * a_item
     b_bytes = sum(graph.tensors[alias_root(graph, t)].numel for t in b_names) * b_item
     conv = anchor.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv")
-    compulsory = a_bytes + b_bytes + sum(graph.tensors[t].numel * it for t, it in bias)
+    fed = {of for _, _, _, of in sources}
+    compulsory = sum(graph.tensors[t].numel * it for t, it, _, _ in sources)
+    compulsory += (0 if a_root in fed else a_bytes) + (0 if b_root in fed else b_bytes)
+    compulsory += sum(graph.tensors[t].numel * it for t, it in bias)
     compulsory += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in vec_inputs)
     compulsory += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in outputs)
     return CubeWork(
@@ -240,6 +254,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         vec_ops=vec_ops,
         vec_inputs=tuple(vec_inputs),
         prologue=prologue,
+        sources=sources,
         outputs=outputs,
         handoff=handoff,
         out_item=act_item,
@@ -248,6 +263,29 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         cube_flops=sum(op.cube_flops for op in members),
         compulsory=int(compulsory),
     )
+
+
+def _sources(graph: Graph, members: list[Op], operand: str) -> list[str]:
+    """External tensors a prologue computes ``operand`` from ([] when it is read directly)."""
+    names = {op.name for op in members}
+    producer = graph.producer(operand)
+    if producer is None or producer.name not in names:
+        return []
+    found: dict[str, None] = {}
+    todo, seen = [producer], {producer.name}
+    while todo:
+        op = todo.pop()
+        for t in op.inputs:
+            if not t:
+                continue
+            src = graph.producer(t)
+            if src is not None and src.name in names:
+                if src.name not in seen:
+                    seen.add(src.name)
+                    todo.append(src)
+            elif graph.tensors[alias_root(graph, t)].numel > SCALAR_MAX:
+                found.setdefault(alias_root(graph, t))
+    return list(found)
 
 
 def _after_activation(fix: list[Op], op: Op) -> bool:
@@ -347,6 +385,7 @@ def lower_cube(
     ne = np.minimum(arr["base_n"], ceil_to(ceil_div(work.N, gj), 16))
     ke = np.minimum(arr["base_k"], ceil_to(ceil_div(work.K, steps), 16))
     f = np.where(db, 2, 1)
+    fed = {of for _, _, _, of in work.sources}
     a_per_batch = work.a_bytes / (work.batch if work.a_batched else 1)
     # a row-major A block is base_m runs of base_k elements; a conv input runs along its rows
     a_run = ke if work.reuse == 1.0 and work.a_run == work.K else work.a_run
@@ -360,7 +399,7 @@ def lower_cube(
             np.ceil(a_step).astype(np.int64),
             np.minimum(np.ceil(a_step), a_run * work.a_item).astype(np.int64),
             "bik" if work.a_batched else "ik",
-            nd2nz=not work.a_weight,
+            nd2nz=not (work.a_weight or work.conv or work.a in fed),
             tensor_bytes=work.a_bytes,
         ),
         StreamBatch(
@@ -371,10 +410,38 @@ def lower_cube(
                 np.int64
             ),
             "bkj" if work.b_batched else "kj",
-            nd2nz=not work.b_weight,
+            nd2nz=not (work.b_weight or work.b in fed),
             tensor_bytes=work.b_bytes,
         ),
     ]
+    # a prologue runs on the vector cores: they read its inputs and hand the operand block to
+    # the cube through GM/L2 each step (read back by the operand stream above)
+    keys = {
+        work.a: ("bik" if work.a_batched else "ik", a_step, work.a_item),
+        work.b: ("bkj" if work.b_batched else "kj", b_step, work.b_item),
+    }
+    for t, it, ratio, of in work.sources:
+        key, step_bytes, of_item = keys[of]
+        nbytes = np.maximum(it, np.ceil(step_bytes / of_item * it * ratio)).astype(np.int64)
+        streams.append(
+            StreamBatch(
+                t,
+                "MTE2",
+                nbytes,
+                np.minimum(nbytes, ke * it),
+                key,
+                side="vector",
+                tensor_bytes=int(
+                    (work.a_bytes if of == work.a else work.b_bytes) / of_item * it * ratio
+                ),
+            )
+        )
+    for of in fed:
+        key, step_bytes, of_item = keys[of]
+        nbytes = np.ceil(step_bytes).astype(np.int64)
+        streams.append(
+            StreamBatch(of, "MTE3", nbytes, np.minimum(nbytes, ke * of_item), key, side="vector")
+        )
     for t, it in work.bias:
         streams.append(
             StreamBatch(
@@ -391,6 +458,8 @@ def lower_cube(
     out_elems = work.batch * work.M * work.N
     split = spec.is_split
     for t, it, ratio, side in work.outputs:
+        if t in fed:  # a prologue result also read outside: its hand-off store serves both
+            continue
         nbytes = np.maximum(it, out_tile * it * min(1.0, ratio)).astype(np.int64)
         streams.append(
             StreamBatch(
@@ -405,7 +474,7 @@ def lower_cube(
             )
         )
     vec_cycles = np.zeros(n)
-    syncs = np.zeros(n, dtype=np.int64)
+    syncs = (steps if fed else np.zeros(n)).astype(np.int64)  # a prologue hand-off per step
     if work.mixed:
         hand = (out_tile * work.out_item).astype(np.int64)
         if split:
@@ -454,6 +523,7 @@ def lower_cube(
         # two vector cores share a tile: each does half the rows
         vec_cycles = vec_cycles + vector_cost(target, touched).cycles / 2
     pro = vector_cost(target, [(op, me * ke * r * work.out_item) for op, r in work.prologue])
+    pro_cycles = pro.cycles / 2  # the tile's two vector cores share the prologue
     mmads = ceil_div(me, arr["m"]) * ceil_div(ne, arr["n"]) * ceil_div(ke, arr["k"])
     cube = mmads * spec.mmad_fixed_cycles + me * ne * ke / 4096.0 / work.rate
     ci = work.cube_item
@@ -484,7 +554,7 @@ def lower_cube(
         mte1_l0b_bytes=(ke * ne * ci).astype(np.int64),
         mmads=mmads.astype(np.int64),
         cube_cycles=cube.astype(np.float64),
-        vector_cycles_step=pro.cycles + np.zeros(n),
+        vector_cycles_step=pro_cycles + np.zeros(n),
         vector_cycles_tile=vec_cycles,
         vector_instrs=np.zeros(n, dtype=np.int64),
         cross_core_syncs=syncs,

@@ -1,0 +1,115 @@
+"""``autotune candidates``: what fusion would buy, without tuning (the benefit analysis).
+
+For every candidate group (each rule match, and each group of the ``max`` plan no rule
+covers): HBM bytes and estimated time before -> after, launches saved, buffer footprint vs
+capacity, and a verdict: ``fuse``, ``skip: buffer overflow``, ``skip: below
+benefit_threshold``, ``skip: policy`` or ``skip: illegal``. Plus why rules did not fire where a
+user might expect them to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from costmodel.oracle import CostOracle
+from costmodel.spec import Target
+from search_space.baselines import rule_registry
+from search_space.fusion import FusionContext
+from search_space.graph import Graph
+from search_space.groups import make_group
+from search_space.policy import Policy
+from search_space.rules import match, unmatched_report
+from search_space.space import SearchSpace
+
+__all__ = ["analyse_candidates"]
+
+BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
+
+
+def _verdict(
+    ctx: FusionContext, oracle: CostOracle, policy: Policy, ops: frozenset[str], rule: str
+) -> tuple[str, str]:
+    graph = ctx.graph
+    if policy.fusion_level == 0:
+        return "skip: policy", "fusion_level = 0"
+    if policy.mode(rule) == "never":
+        return "skip: policy", f"pattern '{rule}' is set to never"
+    banned = sorted(n for n in ops if graph.op(n).op_type in ctx.no_fusion or n in ctx.no_fusion)
+    if banned:
+        return "skip: policy", f"no_fusion_ops holds {graph.op(banned[0]).op_type}"
+    if len(ops) > ctx.max_fused_ops:
+        return "skip: policy", f"more than max_fused_ops={ctx.max_fused_ops} ops"
+    verdict = ctx.check(ops)
+    if not verdict.ok:
+        return "skip: illegal", verdict.reason
+    if not oracle.feasible(ops):
+        return "skip: buffer overflow", "no tiling of the fused kernel fits the buffers"
+    return "", ""
+
+
+def analyse_candidates(
+    graph: Graph, target: Target, policy: Policy | None = None
+) -> dict[str, Any]:
+    """The benefit analysis ``autotune candidates --json`` prints."""
+    policy = policy or Policy()
+    ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
+    oracle = CostOracle(graph, target, ctx=ctx)
+    rules = rule_registry(policy).rules(policy.preset)
+    found: dict[frozenset[str], str] = {}
+    for m in match(ctx, rules):
+        found.setdefault(m.ops, m.rule)
+    for part in ctx.repair(ctx.edges, oracle.feasible):
+        if len(part) > 1:
+            found.setdefault(part, "max")
+    spec = target.spec
+    rows = []
+    for ops, rule in sorted(found.items(), key=lambda kv: min(ctx.index[n] for n in kv[0])):
+        singles = [make_group(graph, [n]) for n in ops]
+        before_us = sum(oracle.best(s)[1] for s in singles)
+        low = oracle.lowering
+        before_bytes = sum(low.kernel(s, oracle.default(s)).compulsory_bytes for s in singles)
+        row: dict[str, Any] = {
+            "ops": sorted(ops, key=ctx.index.__getitem__),
+            "rule": rule,
+            "launches_saved": len(ops) - 1,
+            "time_before_us": before_us,
+            "hbm_bytes_before": before_bytes,
+        }
+        verdict, reason = _verdict(ctx, oracle, policy, ops, rule)
+        if not verdict:
+            group = ctx.group(ops)
+            config, after_us = oracle.best(group)
+            kernel = low.kernel(group, config)
+            row.update(
+                time_after_us=after_us,
+                hbm_bytes_after=kernel.compulsory_bytes,
+                config=config.to_json(),
+                footprint={
+                    b: [kernel.footprint.get(b, 0), int(getattr(spec, f"{b}_bytes"))]
+                    for b in BUFFERS
+                    if b in kernel.footprint
+                },
+            )
+            gain = (before_us - after_us) / before_us if before_us > 0 else 0.0
+            row["benefit"] = gain
+            if gain < max(policy.benefit_threshold, 1e-9):
+                verdict = "skip: below benefit_threshold"
+                reason = f"saves {gain:.1%} (threshold {policy.benefit_threshold:.1%})"
+            else:
+                verdict, reason = "fuse", f"saves {before_us - after_us:.1f} us ({gain:.1%})"
+        row["verdict"], row["reason"] = verdict, reason
+        rows.append(row)
+    shared = SearchSpace(ctx, oracle)
+    unshared = SearchSpace(ctx, oracle, share=False)
+    return {
+        "edges": len(ctx.edges),
+        "edge_classes": shared.decision_vars,
+        "decision_vars": {
+            "with_sharing": shared.decision_vars,
+            "without_sharing": unshared.decision_vars,
+        },
+        "kernels_unfused": len(ctx.nodes),
+        "preset": policy.preset,
+        "candidates": rows,
+        "rules_not_fired": unmatched_report(ctx, rules),
+    }

@@ -1,0 +1,94 @@
+"""Baseline plans beside the search space (DESIGN §5): none, greedy, max and optimal.
+
+* ``none``: every op its own kernel at its default (hand-written) config.
+* ``greedy``: the seed tools' way: the preset's rules in priority order, default configs.
+* ``max``: every legal edge fused (repaired), each group at its best config.
+* ``optimal``: the exact minimum of the additive analytic cost over candidate groups (ILP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .fusion import FusionContext
+from .policy import Policy
+from .rules import Rule, RuleRegistry, default_registry, greedy
+from .space import GroupOracle, SpacePlan
+
+__all__ = ["BASELINES", "baseline_partition", "baseline_plan", "plan_cost", "rule_registry"]
+
+BASELINES = ("none", "greedy", "max", "optimal")
+
+
+def rule_registry(policy: Policy) -> RuleRegistry:
+    """Built-in rules plus the policy's own ``[[rules]]`` (which may replace built-ins)."""
+    return RuleRegistry.from_config(policy.rules) if policy.rules else default_registry()
+
+
+def _rules(policy: Policy) -> Sequence[Rule]:
+    return rule_registry(policy).rules(policy.preset)
+
+
+def baseline_partition(
+    kind: str,
+    ctx: FusionContext,
+    oracle: GroupOracle,
+    policy: Policy | None = None,
+    *,
+    optimal_time_limit: float = 60.0,
+) -> list[frozenset[str]]:
+    """The partition of ``ctx.nodes`` a baseline chooses.
+
+    Raises:
+        AutofusionError: unknown baseline; ``OptimalUnavailable`` when the exact optimum cannot
+            be computed in time (never a guess).
+    """
+    policy = policy or Policy()
+    if kind == "none" or policy.fusion_level == 0:
+        return [frozenset([n]) for n in ctx.nodes]
+    if kind == "greedy":
+        partition, _ = greedy(ctx, _rules(policy), oracle.feasible)
+        return partition
+    if kind == "max":
+        return ctx.repair(ctx.edges, oracle.feasible)
+    if kind == "optimal":
+        from .optimal import optimal_partition
+
+        extra = [
+            *baseline_partition("greedy", ctx, oracle, policy),
+            *baseline_partition("max", ctx, oracle, policy),
+        ]
+
+        def cost(ops: frozenset[str]) -> float:
+            return oracle.best(ctx.group(ops))[1]
+
+        result = optimal_partition(
+            ctx, cost, feasible=oracle.feasible, extra_groups=extra, time_limit=optimal_time_limit
+        )
+        return result.partition
+    from .exceptions import AutofusionError
+
+    raise AutofusionError(
+        f"unknown plan '{kind}'; available: {', '.join(BASELINES)}, or a plan file"
+    )
+
+
+def baseline_plan(
+    kind: str,
+    ctx: FusionContext,
+    oracle: GroupOracle,
+    policy: Policy | None = None,
+    **kw: float,
+) -> SpacePlan:
+    """A baseline as groups + configs (default configs for none/greedy, best for max/optimal)."""
+    partition = baseline_partition(kind, ctx, oracle, policy, **kw)
+    groups = tuple(ctx.to_groups(partition))
+    pick: Callable = (
+        oracle.default if kind in ("none", "greedy") else (lambda g: oracle.best(g)[0])
+    )
+    return SpacePlan(groups, tuple(pick(g) for g in groups))
+
+
+def plan_cost(plan: SpacePlan, oracle: GroupOracle) -> float:
+    """Additive (standalone, cold-L2) analytic cost of a plan, in us."""
+    return sum(oracle.cost(g, c) for g, c in zip(plan.groups, plan.configs, strict=True))

@@ -119,3 +119,79 @@ def test_console_script_has_no_traceback_on_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def _json(*args: str) -> dict:
+    res = _run(*args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_estimate_json_for_every_baseline_and_a_what_if() -> None:
+    base = ["estimate", "zoo:bert-base", "--layers", "1", "--scale", "0.25", "--json"]
+    results = {p: _json(*base, "--plan", p) for p in ("none", "greedy", "max", "optimal")}
+    for plan, r in results.items():
+        for key in (
+            "model",
+            "target",
+            "plan",
+            "cost_model",
+            "latency_us",
+            "roofline_us",
+            "kernels",
+            "per_kernel",
+        ):
+            assert key in r, key
+        assert r["plan"] == plan and r["latency_us"] >= r["roofline_us"] > 0
+        assert {"ops", "kind", "config", "latency_us", "bound"} <= set(r["per_kernel"][0])
+        assert r["latency_us"] == pytest.approx(sum(k["latency_us"] for k in r["per_kernel"]))
+    assert results["none"]["kernels"] > results["greedy"]["kernels"] >= results["max"]["kernels"]
+    slow = _json(*base, "--set", "hbm_bytes_per_s=6.5e11")
+    assert slow["latency_us"] > results["none"]["latency_us"]
+
+
+def test_estimate_replays_a_plan_file_and_refuses_another_models_plan(tmp_path: Path) -> None:
+    from search_space.config import KernelConfig
+    from search_space.plan import FusionPlan, PlanGroup
+
+    args = ["zoo:bert-base", "--layers", "1", "--scale", "0.25"]
+    greedy = _json("estimate", *args, "--plan", "greedy", "--json")
+    fp = _json("inspect", *args, "--json")["fingerprint"]
+    groups = tuple(
+        PlanGroup(tuple(k["ops"]), k["kind"], KernelConfig.from_json(k["config"]))
+        for k in greedy["per_kernel"]
+    )
+    path = FusionPlan(fp, "ascend910b", groups).save(tmp_path / "plan.json")
+    again = _json("estimate", *args, "--plan", str(path), "--json")
+    assert again["latency_us"] == pytest.approx(greedy["latency_us"])
+    res = _run(
+        "estimate", "zoo:bert-base", "--layers", "2", "--scale", "0.25", "--plan", str(path)
+    )
+    assert res.exit_code == 1 and "different model" in res.stderr
+
+
+def test_candidates_json_reports_edges_classes_and_verdicts() -> None:
+    r = _json("candidates", "zoo:bert-base", "--layers", "2", "--scale", "0.25", "--json")
+    assert r["edges"] >= r["edge_classes"] == r["decision_vars"]["with_sharing"]
+    assert r["decision_vars"]["without_sharing"] == r["edges"]
+    verdicts = {c["verdict"] for c in r["candidates"]}
+    assert "fuse" in verdicts and all(
+        {"ops", "rule", "verdict", "reason"} <= set(c) for c in r["candidates"]
+    )
+    r0 = _json(
+        "candidates",
+        "zoo:bert-base",
+        "--layers",
+        "1",
+        "--scale",
+        "0.25",
+        "--fusion-level",
+        "0",
+        "--json",
+    )
+    assert {c["verdict"] for c in r0["candidates"]} == {"skip: policy"}
+
+
+def test_unknown_target_is_one_line() -> None:
+    res = _run("estimate", "zoo:gpt2", "--scale", "0.1", "--target", "tpu9")
+    assert res.exit_code == 1 and "unknown target 'tpu9'" in res.stderr

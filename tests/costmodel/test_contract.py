@@ -37,7 +37,7 @@ def _slower_hbm(model: CostModel) -> None:
 
 KINDS = [
     Case("analytic", perturb=_slower_hbm),
-    # Case("simulator", perturb=...),
+    Case("simulator", perturb=lambda m: m.load_state({**m.state(), "noise": 0.05})),
 ]
 
 T910B = load_target("ascend910b")

@@ -1,0 +1,225 @@
+"""Compile a :class:`~costmodel.kernel.Kernel` into what one simulated core runs.
+
+A kernel becomes one or two *sides* (the cube core and, for a mixed kernel, its vector cores;
+otherwise one side with every pipe), each with its load and store streams resolved to byte
+counts per copy, L2 block coordinates and path rates, and its per-step / per-tile cycles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..exceptions import CostModelError
+from ..kernel import Kernel, Stream
+from ..spec import HardwareSpec
+from .l2 import L2Cache
+
+__all__ = ["LOAD", "STORE_FIX", "STORE_MTE3", "Program", "SStream", "Side", "compile_kernel"]
+
+LOAD, STORE_FIX, STORE_MTE3 = 0, 1, 2
+_PIPE_CODE = {"MTE2": LOAD, "FIX": STORE_FIX, "MTE3": STORE_MTE3}
+
+
+@dataclass(frozen=True, slots=True)
+class SStream:
+    """A stream as one simulated core moves it.
+
+    ``nbytes`` is per copy and per block and includes burst/alignment waste; block ``x`` of the
+    tensor is ``cb*b + ci*i + cj*j + ck*k`` and covers ``[x, x+1) * region`` bytes.
+    """
+
+    tid: int
+    chan: int  # LOAD, STORE_FIX or STORE_MTE3
+    per_step: bool
+    nbytes: float
+    payload: float
+    region: float
+    cb: int
+    ci: int
+    cj: int
+    ck: int
+    rate: float  # L2-hit (loads) or store path, bytes/cycle per copy
+    cap: float  # HBM path cap, bytes/cycle per copy
+    sharing: str  # "private" | "broadcast" | "shared"
+    handoff: bool  # vector-side load of what the cube side stores in this kernel
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """What one core of a kernel runs (a mixed kernel has a cube side and a vector side)."""
+
+    kind: str  # "core" (cube or vector kernel), "cube", "vector"
+    steps: int
+    loads_tile: tuple[SStream, ...]
+    loads_step: tuple[SStream, ...]
+    fix: tuple[SStream, ...]
+    mte3: tuple[SStream, ...]
+    c_m1: float
+    c_m: float
+    c_v: float
+    c_ve: float
+    copies: int  # identical cores per unit (the AIV pair of a split mixed kernel)
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A kernel ready to simulate."""
+
+    grid: tuple[int, int, int]
+    tiles: int
+    cores: int
+    slots: int
+    sides: tuple[Side, ...]
+    tile_delay: float  # cross-core sync cycles on the cube -> vector tile hand-off
+    step_delay: float  # per step, when the vector side consumes the cube per step
+    own: tuple[int, ...]  # L2 ids of the tensors the kernel touches (first appearance order)
+    own_bytes: tuple[float, ...]
+
+
+def _waste(s: Stream, spec: HardwareSpec) -> float:
+    """Bus bytes per payload byte: short runs cost whole bursts, odd lengths cost padding."""
+    row = s.row_bytes
+    if row <= 0 or (row >= spec.gm_burst_bytes and row % spec.ub_align_bytes == 0):
+        return 1.0
+    if row < spec.gm_burst_bytes:
+        return spec.gm_burst_bytes / row
+    align = spec.ub_align_bytes
+    return (math.ceil(row / align) * align) / row
+
+
+def _coeffs(key: str, grid: tuple[int, int, int], steps: int) -> tuple[int, int, int, int, int]:
+    """Row-major coefficients of ``b, i, j, k`` over the key letters, and the block count."""
+    extent = {"b": grid[0], "i": grid[1], "j": grid[2], "k": steps}
+    coef = {"b": 0, "i": 0, "j": 0, "k": 0}
+    stride = 1
+    for letter in reversed(key):
+        if letter in coef:
+            coef[letter] = stride
+            stride *= extent[letter]
+    return coef["b"], coef["i"], coef["j"], coef["k"], stride
+
+
+def _sharing(key: str, grid: tuple[int, int, int], cores: int) -> str:
+    varying = {letter for letter, n in zip("bij", grid, strict=True) if n > 1}
+    used = set(key) & varying
+    if used == varying or cores == 1:
+        return "private"
+    return "broadcast" if not used else "shared"
+
+
+def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
+    """Resolve a kernel's streams and cycles for the simulator (see kernel.py semantics)."""
+    if kernel.unit not in ("cube", "vector", "mixed"):
+        raise CostModelError(
+            f"kernel '{kernel.name}': unit must be cube, vector or mixed, but got {kernel.unit!r}"
+        )
+    grid = kernel.grid
+    steps = max(1, kernel.steps)
+    tiles = max(1, math.prod(grid))
+    mixed = kernel.unit == "mixed"
+    physical = spec.cube_cores if kernel.unit in ("cube", "mixed") else spec.vector_cores
+    cores = max(1, min(kernel.cores, physical))
+    aiv = max(1, spec.vector_cores // max(1, spec.cube_cores)) if mixed and spec.is_split else 1
+    fix_tensors = {s.tensor for s in kernel.streams if s.pipe == "FIX" and s.side == "cube"}
+    own: dict[str, int] = {}
+    own_bytes: dict[str, float] = {}
+
+    def resolve(s: Stream, copies: int) -> SStream:
+        chan = _PIPE_CODE.get(s.pipe, -1)
+        if chan < 0 or s.per not in ("step", "tile") or set(s.key) - set("bijk"):
+            raise CostModelError(
+                f"kernel '{kernel.name}': stream of '{s.tensor}' has pipe={s.pipe!r}, "
+                f"per={s.per!r}, key={s.key!r}; pipes are MTE2, FIX, MTE3, per is step or "
+                "tile, keys use the letters bijk"
+            )
+        cb, ci, cj, ck, blocks = _coeffs(s.key, grid, steps)
+        if s.per != "step":
+            ck = 0
+        tensor_bytes = float(s.tensor_bytes or s.bytes * blocks)
+        tid = l2.tid(s.tensor)
+        own.setdefault(s.tensor, tid)
+        own_bytes[s.tensor] = max(own_bytes.get(s.tensor, 0.0), tensor_bytes)
+        nd2nz = spec.nd2nz_rate if s.nd2nz else 1.0
+        if chan == LOAD:
+            rate = spec.l2_read_bytes_per_cycle * nd2nz
+            cap = spec.core_gm_bytes_per_cycle * nd2nz
+        else:
+            rate = (
+                spec.fixpipe_bytes_per_cycle
+                if chan == STORE_FIX
+                else spec.l2_write_bytes_per_cycle
+            )
+            cap = min(rate, spec.core_gm_bytes_per_cycle)
+        payload = s.bytes / copies
+        return SStream(
+            tid=tid,
+            chan=chan,
+            per_step=s.per == "step",
+            nbytes=payload * _waste(s, spec),
+            payload=payload,
+            region=tensor_bytes / blocks,
+            cb=cb,
+            ci=ci,
+            cj=cj,
+            ck=ck,
+            rate=rate,
+            cap=cap,
+            sharing=_sharing(s.key, grid, cores),
+            handoff=mixed and s.side == "vector" and chan == LOAD and s.tensor in fix_tensors,
+        )
+
+    def side(kind: str, streams: list[Stream], copies: int) -> Side:
+        c_m1 = c_m = c_v = c_ve = 0.0
+        if kind in ("core", "cube"):
+            c_m1 = (
+                kernel.mte1_l0a_bytes / spec.l1_to_l0a_bytes_per_cycle
+                + kernel.mte1_l0b_bytes / spec.l1_to_l0b_bytes_per_cycle
+            )
+            c_m = float(kernel.cube_cycles)
+        if kind in ("core", "vector"):
+            # vector cycles are per AIV already (the lowering split the tile between the
+            # pair); only the stream bytes are per AIC+2AIV group and divided here
+            c_v = kernel.vector_cycles_step
+            c_ve = kernel.vector_cycles_tile
+        rs = [resolve(s, copies) for s in streams]
+        per_step_work = (
+            c_m1 > 0 or c_m > 0 or c_v > 0 or any(s.chan == LOAD and s.per_step for s in rs)
+        )
+        return Side(
+            kind=kind,
+            steps=steps if per_step_work else 1,
+            loads_tile=tuple(s for s in rs if s.chan == LOAD and not s.per_step),
+            loads_step=tuple(s for s in rs if s.chan == LOAD and s.per_step),
+            fix=tuple(s for s in rs if s.chan == STORE_FIX),
+            mte3=tuple(s for s in rs if s.chan == STORE_MTE3),
+            c_m1=c_m1,
+            c_m=c_m,
+            c_v=c_v,
+            c_ve=c_ve,
+            copies=copies,
+        )
+
+    sync = kernel.cross_core_syncs * spec.cross_core_sync_cycles
+    if mixed:
+        cube = side("cube", [s for s in kernel.streams if s.side != "vector"], 1)
+        vec = side("vector", [s for s in kernel.streams if s.side == "vector"], aiv)
+        sides: tuple[Side, ...] = (cube, vec)
+        per_step = vec.c_v > 0 and cube.c_m > 0
+        tile_delay = 0.0 if per_step else sync
+        step_delay = sync / steps if per_step else 0.0
+    else:
+        kind = "core"
+        sides = (side(kind, list(kernel.streams), 1),)
+        tile_delay = step_delay = 0.0
+    return Program(
+        grid=grid,
+        tiles=tiles,
+        cores=cores,
+        slots=2 if kernel.config.double_buffer else 1,
+        sides=sides,
+        tile_delay=tile_delay,
+        step_delay=step_delay,
+        own=tuple(own.values()),
+        own_bytes=tuple(own_bytes[t] for t in own),
+    )

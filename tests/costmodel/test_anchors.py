@@ -1,0 +1,74 @@
+"""Published 910B figures, reproduced end to end: ONNX model -> loader -> `none` plan with
+each group's default config -> cost model (DESIGN §6 anchors; issue bands)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make, weight_inputs
+from onnx import TensorProto as T
+from onnx import helper
+
+from autotune.estimate import estimate_graph
+from costmodel.spec import load_spec
+from search_space import load_graph
+
+PEAK = load_spec("ascend910b").cube_peak_flops
+KINDS = ["analytic", "simulator"]
+vi = helper.make_tensor_value_info
+
+
+def _matmul(n: int):
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["c"], name="mm")]
+    model = make(
+        nodes,
+        [vi("a", T.FLOAT16, [n, n]), vi("w", T.FLOAT16, [n, n])],
+        [vi("c", T.FLOAT16, [n, n])],
+    )
+    return load_graph(weight_inputs(model, ["w"]))
+
+
+def _add(n: int):
+    nodes = [helper.make_node("Add", ["x", "y"], ["z"], name="add")]
+    return load_graph(
+        make(nodes, [vi("x", T.FLOAT16, [n]), vi("y", T.FLOAT16, [n])], [vi("z", T.FLOAT16, [n])])
+    )
+
+
+def _us(graph, kind: str, sets=()) -> float:
+    return estimate_graph(graph, model_name="m", cost=kind, sets=sets)["latency_us"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_8192_fp16_matmul_reaches_85_to_95_percent_and_needs_l2(kind: str) -> None:
+    graph = _matmul(8192)
+    flops = 2 * 8192**3
+    eff = flops / (_us(graph, kind) * 1e-6) / PEAK
+    assert 0.85 <= eff <= 0.95, eff
+    cold = flops / (_us(graph, kind, ["l2_bytes=0"]) * 1e-6) / PEAK
+    assert cold < 0.65, cold
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_fp16_add_streams_at_hbm_speed(kind: str) -> None:
+    n = 64 * 2**20
+    graph = _add(n)
+    rate = 3 * n * 2 / (_us(graph, kind) * 1e-6)
+    assert 1.1e12 <= rate <= 1.5e12 and rate < load_spec().hbm_peak_bytes_per_s
+    half = 3 * n * 2 / (_us(graph, kind, ["hbm_bytes_per_s=6.5e11"]) * 1e-6)
+    assert half == pytest.approx(rate / 2, rel=0.10)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_1kb_kernel_costs_the_gap_plus_heads(kind: str) -> None:
+    assert 4.0 <= _us(_add(256), kind) <= 7.0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_nothing_beats_the_roofline_on_zoo_plans(kind: str) -> None:
+    from autotune.zoo import build
+
+    for name in ("bert-base", "resnet50"):
+        graph = load_graph(build(name, weights="inputs", scale=0.25))
+        for plan in ("none", "max"):
+            r = estimate_graph(graph, model_name=name, cost=kind, plan=plan)
+            assert r["latency_us"] >= r["roofline_us"], (name, plan)

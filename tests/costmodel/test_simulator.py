@@ -1,0 +1,532 @@
+"""The event-driven simulator (``costmodel.simulator``): physics it must show, shortcuts it takes.
+
+Kernels are built by hand here, the way a matmul / elementwise lowering writes them, so these
+tests pin the simulator against the kernel.py contract and not against one lowering's choices.
+Big cases use the fast paths; fast and full simulation are compared on small kernels only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costmodel.base import KernelCost
+from costmodel.exceptions import CostModelError, InfeasibleConfig
+from costmodel.kernel import PIPES, Kernel, KernelConfig, Stream
+from costmodel.simulator import SimulatorModel
+from costmodel.spec import Target, load_target
+
+T910B = load_target("ascend910b")
+SPEC = T910B.spec
+FP16 = 2
+GAP_HEAD_US = (SPEC.kernel_gap_s + SPEC.kernel_head_cycles / SPEC.clock_hz) * 1e6
+PROPS = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+# -- kernels by hand ----------------------------------------------------------------------------
+def matmul(
+    size: int | tuple[int, int, int],
+    l1: tuple[int, int, int] = (256, 256, 256),
+    l0: tuple[int, int, int] = (128, 128, 128),
+    block_dim: int = 24,
+    double_buffer: bool = True,
+    a: str = "a",
+    b: str = "b",
+    out: str = "c",
+) -> Kernel:
+    """fp16 ``out = a @ b``: grid (1, M/bm, N/bn), K/bk steps, B a weight (no nd2nz)."""
+    big_m, big_n, big_k = (size, size, size) if isinstance(size, int) else size
+    bm, bn, bk = l1
+    m, n, k = l0
+    slots = 2 if double_buffer else 1
+    mmads = (bm // m) * (bn // n) * (bk // k)
+    return Kernel(
+        name=f"mm_{out}",
+        ops=(f"mm_{out}",),
+        kind="single",
+        unit="cube",
+        config=KernelConfig(block_dim, bm, bn, bk, m, n, k, double_buffer=double_buffer),
+        grid=(1, big_m // bm, big_n // bn),
+        steps=big_k // bk,
+        streams=(
+            Stream(
+                a,
+                "MTE2",
+                bm * bk * FP16,
+                "bik",
+                "step",
+                "cube",
+                False,
+                big_m * big_k * FP16,
+                bk * FP16,
+            ),
+            Stream(
+                b,
+                "MTE2",
+                bk * bn * FP16,
+                "kj",
+                "step",
+                "cube",
+                False,
+                big_k * big_n * FP16,
+                bn * FP16,
+            ),
+            Stream(
+                out,
+                "FIX",
+                bm * bn * FP16,
+                "bij",
+                "tile",
+                "cube",
+                False,
+                big_m * big_n * FP16,
+                bn * FP16,
+            ),
+        ),
+        mte1_l0a_bytes=bm * bk * FP16,
+        mte1_l0b_bytes=bk * bn * FP16,
+        mmads=mmads,
+        cube_cycles=mmads * 24 + bm * bn * bk / 4096,
+        footprint={
+            "l1": (bm * bk + bk * bn) * FP16 * slots,
+            "l0a": m * k * FP16 * slots,
+            "l0b": k * n * FP16 * slots,
+            "l0c": m * n * 4 * slots,
+        },
+        flops=2 * big_m * big_n * big_k,
+        cube_flops=2 * big_m * big_n * big_k,
+        compulsory_bytes=(big_m * big_k + big_k * big_n + big_m * big_n) * FP16,
+    )
+
+
+def add(
+    elements: int,
+    tile: int = 16384,
+    block_dim: int = 48,
+    double_buffer: bool = True,
+    x: str = "x",
+    y: str = "y",
+    out: str = "z",
+) -> Kernel:
+    """fp16 ``out = x + y`` on vector cores: grid (1, elements/tile, 1), one step."""
+    tiles = max(1, elements // tile)
+    nb = min(tile, elements) * FP16
+    slots = 2 if double_buffer else 1
+    return Kernel(
+        name=f"add_{out}",
+        ops=(f"add_{out}",),
+        kind="single",
+        unit="vector",
+        config=KernelConfig(block_dim, ub_rows=1, ub_cols=tile, double_buffer=double_buffer),
+        grid=(1, tiles, 1),
+        steps=1,
+        streams=tuple(
+            Stream(t, pipe, nb, "i", "tile", "vector", False, tiles * nb, nb)
+            for t, pipe in ((x, "MTE2"), (y, "MTE2"), (out, "MTE3"))
+        ),
+        vector_cycles_tile=nb / 256 + 20,
+        vector_instrs=1,
+        footprint={"ub": 3 * nb * slots},
+        flops=tiles * tile,
+        compulsory_bytes=3 * tiles * nb,
+    )
+
+
+def matmul_gelu(size: int = 1024, block_dim: int = 8, out: str = "g") -> Kernel:
+    """A split-chip mixed kernel: matmul, FIX to GM/L2, GELU on the AIV pair, MTE3 out."""
+    mm = matmul(size, (128, 128, 256), (128, 128, 64), block_dim, out="h")
+    tile = 128 * 128 * FP16
+    full = size * size * FP16
+    return replace(
+        mm,
+        name=f"mm_gelu_{out}",
+        unit="mixed",
+        kind="cube_epilogue",
+        streams=(
+            *mm.streams,
+            Stream("h", "MTE2", tile, "bij", "tile", "vector", False, full, 256),
+            Stream(out, "MTE3", tile, "bij", "tile", "vector", False, full, 256),
+        ),
+        vector_cycles_tile=tile / 128 + 160,
+        cross_core_syncs=1,
+        footprint={**mm.footprint, "ub": 4 * tile},
+    )
+
+
+def model(spec=SPEC, **kw) -> SimulatorModel:
+    return SimulatorModel(Target(spec), **kw)
+
+
+def one(k: Kernel, spec=SPEC, **kw) -> KernelCost:
+    return model(spec, **kw).evaluate([k])[0]
+
+
+# -- physics ------------------------------------------------------------------------------------
+def test_8192_matmul_reaches_85_to_95_percent_of_peak_through_l2_panel_sharing() -> None:
+    k = matmul(8192)
+    with_l2 = one(k)
+    without = one(k, SPEC.replace(l2_bytes=0))
+    peak = SPEC.cube_peak_flops
+
+    def frac(c: KernelCost) -> float:
+        return k.cube_flops / (c.latency_us * 1e-6) / peak
+
+    assert 0.85 <= frac(with_l2) <= 0.95
+    assert with_l2.bound == "M" and with_l2.l2_hit_rate > 0.9
+    # every panel re-read goes to HBM through the per-core 32 B/cycle path: memory bound
+    assert frac(without) < 0.65
+    assert without.bound == "HBM" and without.l2_hit_rate == 0.0
+    assert without.hbm_bytes > 5 * with_l2.hbm_bytes
+
+
+def test_a_single_small_mmad_costs_its_fixed_cost_and_the_launch() -> None:
+    k = matmul((32, 16, 16), (32, 16, 16), (32, 16, 16), block_dim=1)
+    c = one(k)
+    cube_cycles = c.pipes_us["M"] * 1e-6 * SPEC.clock_hz
+    assert 24 <= cube_cycles <= 30
+    assert c.bound == "launch"
+    # the rest is the launch plus one load and one store round trip
+    dma = (SPEC.gm_latency_cycles + SPEC.mte3_latency_cycles) / SPEC.clock_hz * 1e6
+    assert GAP_HEAD_US < c.latency_us < GAP_HEAD_US + dma + 1.0
+
+
+def test_a_large_elementwise_add_streams_near_effective_hbm_and_scales_with_it() -> None:
+    k = add(64 << 20)  # 2 x 128 MB in, 128 MB out
+    moved = 3 * (128 << 20)
+    c = one(k)
+    rate = moved / (c.latency_us * 1e-6)
+    assert 1.1e12 <= rate <= 1.5e12
+    assert rate < SPEC.hbm_peak_bytes_per_s
+    assert c.bound == "HBM" and c.hbm_bytes == pytest.approx(moved)
+    half = one(k, SPEC.replace(hbm_bytes_per_s=SPEC.hbm_bytes_per_s / 2))
+    assert half.latency_us - GAP_HEAD_US == pytest.approx(
+        2 * (c.latency_us - GAP_HEAD_US), rel=0.1
+    )
+
+
+def test_a_one_kilobyte_kernel_costs_the_gap_plus_heads() -> None:
+    c = one(add(512, tile=512))
+    assert 4.0 <= c.latency_us <= 7.0
+    assert c.bound == "launch"
+
+
+def test_one_core_cannot_exceed_its_gm_path() -> None:
+    k = add(8 << 20, tile=16384, block_dim=1)
+    c = one(k)
+    loaded = 2 * (16 << 20)
+    cap = SPEC.core_gm_bytes_per_cycle * SPEC.clock_hz
+    assert loaded / (c.pipes_us["MTE2"] * 1e-6) <= cap * (1 + 1e-9)
+    assert loaded / (c.latency_us * 1e-6) <= cap
+    assert c.pipes_us["MTE2"] * 1e-6 >= loaded / cap * (1 - 1e-9)
+
+
+def test_a_balanced_matmul_without_double_buffering_is_1_6_to_2x_slower() -> None:
+    db = matmul(4096, (128, 256, 256))
+    on, off = one(db), one(replace(db, config=replace(db.config, double_buffer=False)))
+    pipes = on.pipes_us
+    assert 0.8 <= pipes["MTE2"] / pipes["M"] <= 1.2  # balanced: loads ~ cube
+    assert 1.6 <= off.latency_us / on.latency_us <= 2.0
+
+
+def test_reading_what_the_previous_kernel_wrote_hits_l2() -> None:
+    producer = add(4 << 20, x="p", y="q", out="h")  # writes 8 MB, L2 holds it
+    consumer = add(4 << 20, x="h", y="h2", out="o")
+    m = model()
+    warm = m.evaluate([producer, consumer])[1]
+    cold = m.evaluate([consumer])[0]
+    assert warm.latency_us < cold.latency_us
+    assert warm.l2_hit_rate == pytest.approx(0.5) and cold.l2_hit_rate == 0.0
+    assert warm.hbm_bytes < cold.hbm_bytes
+    # without an L2 nothing carries over
+    m0 = model(SPEC.replace(l2_bytes=0))
+    assert m0.evaluate([producer, consumer])[1].latency_us == pytest.approx(
+        m0.evaluate([consumer])[0].latency_us
+    )
+
+
+def test_an_infeasible_kernel_raises() -> None:
+    big = matmul(1024, (512, 512, 256))
+    with pytest.raises(InfeasibleConfig, match="L1 overflow"):
+        model().evaluate([add(4096), big])
+    with pytest.raises(InfeasibleConfig, match="UB overflow"):
+        model().predict([add(1 << 20, tile=1 << 16)])
+
+
+def test_mixed_kernels_pay_the_hand_off() -> None:
+    mixed = matmul_gelu(1024)
+    c = one(mixed)
+    alone = one(matmul(1024, (128, 128, 256), (128, 128, 64), 8, out="h"))
+    assert c.latency_us > alone.latency_us
+    assert c.pipes_us["V"] > 0 and c.pipes_us["FIX"] > 0 and c.pipes_us["MTE3"] > 0
+    assert 0.0 < c.l2_hit_rate < 1.0  # the hand-off tile is read back from L2
+
+
+# -- random kernels -----------------------------------------------------------------------------
+@st.composite
+def kernels(draw: st.DrawFn, unit: str | None = None, shared: bool = True) -> Kernel:
+    """Small random kernels of every unit, with shared and private streams."""
+    unit = unit or draw(st.sampled_from(["cube", "vector", "mixed"]))
+    grid = (draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    steps = draw(st.integers(1, 4))
+    cores = draw(st.integers(1, 8)) if shared else 1
+    rb = draw(st.sampled_from([0, 64, 96, 512, 2048]))
+    blk = draw(st.sampled_from([2048, 8192, 32768, 131072]))
+    tiles = math.prod(grid)
+    ext = {"b": grid[0], "i": grid[1], "j": grid[2], "k": steps}
+
+    def stream(t: str, pipe: str, key: str, per: str, side: str, nd2nz: bool = False) -> Stream:
+        blocks = math.prod(ext[c] for c in key)
+        return Stream(t, pipe, blk, key, per, side, nd2nz, blk * blocks, rb)
+
+    streams: list[Stream] = []
+    cube = vs = vt = 0.0
+    flops = 0
+    if unit in ("cube", "mixed"):
+        streams += [
+            stream("a", "MTE2", "bik", "step", "cube", draw(st.booleans())),
+            stream("b", "MTE2", "kj", "step", "cube"),
+            stream("c", "FIX", "bij", "tile", "cube"),
+        ]
+        mm = draw(st.integers(1, 8))
+        work = draw(st.sampled_from([64, 512, 4096]))
+        cube = mm * 24.0 + work
+        flops = 2 * work * 4096 * steps * tiles
+    if unit == "mixed":
+        streams.append(stream("c", "MTE2", "bij", "tile", "vector"))
+    if unit == "vector":
+        key = draw(st.sampled_from(["bij", "bijk", "j", ""]))
+        per = "step" if "k" in key else draw(st.sampled_from(["tile", "step"]))
+        streams += [
+            stream("x", "MTE2", key, per, "vector"),
+            stream("y", "MTE2", "bij", "tile", "vector"),
+        ]
+        vs = draw(st.sampled_from([0.0, 50.0, 800.0]))
+    if unit in ("vector", "mixed"):
+        vt = draw(st.sampled_from([0.0, 100.0, 2000.0]))
+        streams.append(stream("z", "MTE3", "bij", "tile", "vector"))
+    return Kernel(
+        name="k",
+        ops=("k",),
+        kind="single",
+        unit=unit,
+        config=KernelConfig(cores, double_buffer=draw(st.booleans())),
+        grid=grid,
+        steps=steps,
+        streams=tuple(streams),
+        mte1_l0a_bytes=blk if cube else 0,
+        mte1_l0b_bytes=blk if cube else 0,
+        mmads=1,
+        cube_cycles=cube,
+        vector_cycles_step=vs,
+        vector_cycles_tile=vt,
+        cross_core_syncs=1 if unit == "mixed" else 0,
+        flops=flops,
+        cube_flops=flops,
+        compulsory_bytes=sum({s.tensor: s.tensor_bytes for s in streams}.values()),
+    )
+
+
+def _scaled(k: Kernel, tensor_index: int, f: float) -> Kernel:
+    tensor = k.streams[tensor_index % len(k.streams)].tensor
+    return replace(
+        k,
+        streams=tuple(
+            replace(s, bytes=int(s.bytes * f), tensor_bytes=int(s.tensor_bytes * f))
+            if s.tensor == tensor
+            else s
+            for s in k.streams
+        ),
+    )
+
+
+def _private(k: Kernel) -> Kernel:
+    """Every load private to its core (no cross-core sharing, hence no fill races)."""
+    tiles = math.prod(k.grid)
+
+    def own(s: Stream) -> Stream:
+        per_step = s.per == "step"
+        blocks = tiles * (k.steps if per_step else 1)
+        return replace(s, key="bijk" if per_step else "bij", tensor_bytes=s.bytes * blocks)
+
+    return replace(k, streams=tuple(own(s) for s in k.streams))
+
+
+@PROPS
+@given(kernels(), st.booleans(), st.integers(0, 5), st.sampled_from([1.5, 2.0, 4.0]))
+def test_more_bytes_never_cost_less(k: Kernel, private: bool, idx: int, f: float) -> None:
+    # Cores that share blocks race to fill them from HBM; who wins can change when a stream
+    # grows (a list-scheduling anomaly), so sharing kernels run on one core or go private.
+    if private:
+        k = _private(k)
+    elif k.config.block_dim > 1:
+        k = replace(k, config=replace(k.config, block_dim=1))
+    m = model(fast=False)
+    assert m.evaluate([_scaled(k, idx, f)])[0].latency_us >= m.evaluate([k])[0].latency_us
+
+
+@PROPS
+@given(kernels(), st.sampled_from([1.5, 3.0]))
+def test_more_flops_never_cost_less(k: Kernel, f: float) -> None:
+    more = replace(
+        k,
+        cube_cycles=k.cube_cycles * f,
+        vector_cycles_step=k.vector_cycles_step * f,
+        vector_cycles_tile=k.vector_cycles_tile * f,
+        cube_flops=int(k.cube_flops * f),
+    )
+    m = model(fast=False)
+    assert m.evaluate([more])[0].latency_us >= m.evaluate([k])[0].latency_us
+
+
+@PROPS
+@given(kernels())
+def test_nothing_beats_its_roofline(k: Kernel) -> None:
+    c = one(k)
+    floor = max(
+        k.cube_flops / SPEC.cube_peak_flops, k.compulsory_bytes / SPEC.hbm_peak_bytes_per_s
+    )
+    assert c.latency_us >= floor * 1e6 + GAP_HEAD_US
+    assert c.hbm_bytes >= 0 and 0.0 <= c.l2_hit_rate <= 1.0
+    assert set(c.pipes_us) == set(PIPES)
+
+
+@PROPS
+@given(kernels(unit="vector"))
+def test_double_buffering_never_hurts_a_memory_bound_tile(k: Kernel) -> None:
+    m = model(fast=False)
+    on = m.evaluate([replace(k, config=replace(k.config, double_buffer=True))])[0]
+    off = m.evaluate([replace(k, config=replace(k.config, double_buffer=False))])[0]
+    assert on.latency_us <= off.latency_us
+
+
+@PROPS
+@given(kernels())
+def test_fast_paths_match_the_full_simulation(k: Kernel) -> None:
+    fast, full = one(k), one(k, fast=False)
+    assert fast.latency_us == pytest.approx(full.latency_us, rel=0.02)
+    assert fast.hbm_bytes == pytest.approx(full.hbm_bytes, rel=0.02)
+
+
+# -- shortcuts, each alone against the full simulation -------------------------------------------
+def test_representative_cores_match_the_full_simulation() -> None:
+    ks = [
+        add(3 << 18, tile=4096, block_dim=48),
+        add(50 * 4096 + 4096 * 7, tile=4096, block_dim=48),
+    ]
+    for k in ks:
+        fast, full = model(fast={"cores"}), model(fast=False)
+        a, b = fast.evaluate([k])[0], full.evaluate([k])[0]
+        assert fast.stats["representative"] == 1
+        assert a.latency_us == pytest.approx(b.latency_us, rel=1e-6)
+        assert a.hbm_bytes == pytest.approx(b.hbm_bytes, rel=1e-6)
+        assert fast.stats["events"] < full.stats["events"] / 10
+
+
+def test_macro_steps_match_the_full_simulation() -> None:
+    for k in (add(1 << 20, tile=4096, block_dim=4), matmul(2048, (128, 128, 128), block_dim=4)):
+        fast, full = model(fast={"waves"}), model(fast=False)
+        a, b = fast.evaluate([k])[0], full.evaluate([k])[0]
+        assert fast.stats["waves_skipped"] > 0
+        assert a.latency_us == pytest.approx(b.latency_us, rel=0.02)
+        assert a.pipes_us["MTE2"] == pytest.approx(b.pipes_us["MTE2"], rel=0.02)
+        assert a.l2_hit_rate == pytest.approx(b.l2_hit_rate, abs=0.02)
+
+
+def _layers(n: int) -> list[Kernel]:
+    plan = []
+    x = "x0"
+    for i in range(n):
+        plan += [
+            matmul((512, 1024, 512), (128, 128, 256), block_dim=24, a=x, b=f"w{i}", out=f"h{i}"),
+            add(512 * 1024, tile=4096, x=f"h{i}", y=f"r{i}", out=f"s{i}"),
+            replace(
+                matmul_gelu(512, out=f"g{i}"),
+                streams=tuple(
+                    replace(s, tensor=f"s{i}") if s.tensor == "a" else s
+                    for s in matmul_gelu(512, out=f"g{i}").streams
+                ),
+            ),
+        ]
+        x = f"g{i}"
+    return plan
+
+
+def test_memoised_plans_match_the_full_simulation_and_report_hits() -> None:
+    plan = _layers(6)
+    fast, full = model(fast={"memo"}), model(fast=False)
+    a, b = fast.predict(plan), full.predict(plan)
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+    assert fast.stats["memo_hit_rate"] > 0.5 and full.stats["memo_hit_rate"] == 0.0
+    # a second evaluation of the same plan is all hits
+    before = fast.stats["memo_hits"]
+    np.testing.assert_array_equal(fast.predict(plan), a)
+    assert fast.stats["memo_hits"] == before + len(plan)
+
+
+def test_all_shortcuts_together_on_a_plan() -> None:
+    plan = [*_layers(4), add(1 << 20, tile=4096, x="g3", y="q", out="end")]
+    a, b = model().predict(plan), model(fast=False).predict(plan)
+    np.testing.assert_allclose(a, b, rtol=0.02)
+    stats = model().stats
+    assert {"events", "events_per_s", "memo_hit_rate", "sim_seconds"} <= set(stats)
+
+
+def test_unknown_shortcut_and_bad_arguments_are_refused() -> None:
+    with pytest.raises(CostModelError, match="unknown simulator shortcut"):
+        model(fast={"warp"})
+    with pytest.raises(CostModelError, match="noise >= 0"):
+        model(noise=-0.1)
+    with pytest.raises(CostModelError, match="l2_chunk_bytes > 0"):
+        model(l2_chunk_bytes=0)
+
+
+# -- determinism, noise, state ------------------------------------------------------------------
+def test_deterministic_without_noise_and_reproducible_with_it() -> None:
+    plan = [matmul(1024, block_dim=8), add(1 << 18, tile=4096)]
+    exact = model().predict(plan)
+    np.testing.assert_array_equal(exact, model().predict(plan))
+    noisy = model(noise=0.05, seed=3)
+    first = noisy.predict(plan)
+    np.testing.assert_array_equal(first, noisy.predict(plan))
+    np.testing.assert_array_equal(first, model(noise=0.05, seed=3).predict(plan))
+    assert not np.array_equal(first, model(noise=0.05, seed=4).predict(plan))
+    assert not np.array_equal(first, exact)
+
+
+def test_noise_has_the_requested_relative_spread() -> None:
+    plan = [add(4096, tile=4096, x=f"x{i}", y=f"y{i}", out=f"z{i}") for i in range(400)]
+    base = one(plan[0]).latency_us
+    draws = np.array(model(noise=0.1, seed=1).predict(plan)) / base
+    assert draws.mean() == pytest.approx(1.0, abs=0.02)
+    assert draws.std() == pytest.approx(0.1, rel=0.2)
+    assert (draws > 0).all()
+
+
+def test_state_round_trips_through_save_and_load(tmp_path) -> None:
+    m = model(noise=0.02, seed=7, l2_chunk_bytes=32768, fast={"memo", "cores"})
+    path = tmp_path / "sim.json"
+    m.save(path)
+    back = SimulatorModel.load(path)
+    assert back.state() == m.state() and back.version == m.version
+    plan = [matmul(1024, block_dim=8), add(1 << 18, tile=4096)]
+    np.testing.assert_array_equal(back.predict(plan), m.predict(plan))
+    assert model().version != m.version
+
+
+def test_a_malformed_kernel_is_refused_with_the_rule() -> None:
+    k = add(4096, tile=4096)
+    bad = replace(k, streams=(replace(k.streams[0], pipe="DMA"), *k.streams[1:]))
+    with pytest.raises(CostModelError, match="pipes are MTE2, FIX, MTE3"):
+        model().evaluate([bad])
+    with pytest.raises(CostModelError, match="unit must be cube, vector or mixed"):
+        model().evaluate([replace(k, unit="npu")])

@@ -42,6 +42,7 @@ class CostOracle:
         self.lowering = Lowering(graph, target)
         self._feasible: dict[frozenset[str], bool] = {}
         self._costs: dict[str, np.ndarray] = {}
+        self._sorted: dict[str, list[KernelConfig]] = {}
         self.evaluations = 0
 
     def feasible(self, ops: Iterable[str]) -> bool:
@@ -60,19 +61,25 @@ class CostOracle:
         return self.ctx.group(ops) if self.ctx is not None else make_group(self.graph, ops)
 
     def grid(self, group: FusionGroup) -> list[KernelConfig]:
-        return self.lowering.grid(group)
+        """The group's feasible configs, cheapest first under the analytic model (so an
+        index is also a rank: numeric samplers such as CMA-ES see a meaningful order)."""
+        sig = self.lowering.signature(group)
+        if sig not in self._sorted:
+            raw = self.lowering.grid(group)
+            costs = self.model.predict_batch(self.lowering.batch(group, raw))
+            order = np.argsort(costs, kind="stable")
+            self._sorted[sig] = [raw[i] for i in order]
+            self._costs[sig] = costs[order]
+            self.evaluations += len(raw)
+        return self._sorted[sig]
 
     def default(self, group: FusionGroup) -> KernelConfig:
         return self.lowering.default(group)
 
     def costs(self, group: FusionGroup) -> np.ndarray:
         """Standalone latency (us) of every config of the group's grid, in grid order."""
-        sig = self.lowering.signature(group)
-        if sig not in self._costs:
-            grid = self.grid(group)
-            self._costs[sig] = self.model.predict_batch(self.lowering.batch(group, grid))
-            self.evaluations += len(grid)
-        return self._costs[sig]
+        self.grid(group)
+        return self._costs[self.lowering.signature(group)]
 
     def cost(self, group: FusionGroup, config: KernelConfig) -> float:
         grid = self.grid(group)

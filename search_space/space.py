@@ -43,6 +43,8 @@ class GroupOracle(Protocol):
 class TrialLike(Protocol):
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
 
+    def suggest_int(self, name: str, low: int, high: int) -> int: ...
+
 
 @dataclass(frozen=True)
 class SpacePlan:
@@ -89,6 +91,8 @@ class SearchSpace:
         fixed_edges: edges always fused (``always`` rules, fusion level 1).
         share: share classes across repeated layers (``--no-share`` turns it off).
         strategy: ``joint`` (configs in the trial) or ``bilevel`` (best config per group).
+        numeric: integer parameters (0/1 and config rank) for samplers that need numbers
+            (CMA-ES, GP); categorical otherwise.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class SearchSpace:
         fixed_edges: Iterable[Edge] = (),
         share: bool = True,
         strategy: str = "joint",
+        numeric: bool = False,
     ) -> None:
         if strategy not in STRATEGIES:
             from .exceptions import AutofusionError
@@ -109,6 +114,7 @@ class SearchSpace:
         self.oracle = oracle
         self.strategy = strategy
         self.share = share
+        self.numeric = numeric
         self.fixed = frozenset(fixed_edges)
         opened = ctx.edges if open_edges is None else tuple(open_edges)
         self.open = tuple(e for e in opened if e not in self.fixed)
@@ -158,13 +164,20 @@ class SearchSpace:
                 cfgs.append(self.oracle.default(g))
         return SpacePlan(groups, tuple(cfgs))
 
+    def _fuse(self, trial: TrialLike, name: str) -> bool:
+        if self.numeric:
+            return bool(trial.suggest_int(f"fuse/{name}", 0, 1))
+        return bool(trial.suggest_categorical(f"fuse/{name}", [False, True]))
+
+    def _index(self, trial: TrialLike, sig: str, n: int) -> int:
+        if self.numeric:
+            return int(trial.suggest_int(f"config/{sig}", 0, n - 1))
+        return int(trial.suggest_categorical(f"config/{sig}", list(range(n))))
+
     def suggest(self, trial: TrialLike) -> SpacePlan:
         """Define-by-run: ask the trial for every fusion boolean, repair, then the configs."""
         chosen = [
-            e
-            for name, edges in self.classes.items()
-            if trial.suggest_categorical(f"fuse/{name}", [False, True])
-            for e in edges
+            e for name, edges in self.classes.items() if self._fuse(trial, name) for e in edges
         ]
         partition = self.ctx.repair(set(chosen) | self.fixed, self._feasible)
         groups = tuple(self.ctx.to_groups(partition))
@@ -174,9 +187,7 @@ class SearchSpace:
                 configs.append(self.oracle.best(g)[0])
                 continue
             grid = self.oracle.grid(g)
-            sig = g.signature(self.ctx.graph)
-            idx = trial.suggest_categorical(f"config/{sig}", list(range(len(grid))))
-            configs.append(grid[int(idx)])
+            configs.append(grid[self._index(trial, g.signature(self.ctx.graph), len(grid))])
         return SpacePlan(groups, tuple(configs))
 
     def params_for(
@@ -188,7 +199,8 @@ class SearchSpace:
         where = {n: p for p in partition for n in p}
         params: dict[str, Any] = {}
         for name, edges in self.classes.items():
-            params[f"fuse/{name}"] = all(where.get(e.src) is where.get(e.dst) for e in edges)
+            fused = all(where.get(e.src) is where.get(e.dst) for e in edges)
+            params[f"fuse/{name}"] = int(fused) if self.numeric else fused
         if self.strategy == "joint":
             chosen = [
                 e for name, edges in self.classes.items() if params[f"fuse/{name}"] for e in edges

@@ -81,6 +81,14 @@ ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="A TOML config file ([policy], [[rules]]).")
 ]
 PresetOpt = Annotated[str | None, typer.Option(help="Rule preset: transformer, cnn or all.")]
+NoFuseOpt = Annotated[
+    str | None, typer.Option("--no-fusion-ops", help="Op types that never fuse, comma-separated.")
+]
+MaxOpsOpt = Annotated[int | None, typer.Option("--max-fused-ops", help="Largest group, in ops.")]
+BenefitOpt = Annotated[
+    float | None,
+    typer.Option("--benefit-threshold", help="Skip fusions saving less than this fraction."),
+]
 LevelOpt = Annotated[
     int | None, typer.Option("--fusion-level", help="0 none .. 3 everything legal.")
 ]
@@ -277,6 +285,9 @@ def candidates(
     config: ConfigOpt = None,
     preset: PresetOpt = None,
     fusion_level: LevelOpt = None,
+    no_fusion_ops: NoFuseOpt = None,
+    max_fused_ops: MaxOpsOpt = None,
+    benefit_threshold: BenefitOpt = None,
     input_shape: InputShape = None,
     json_out: JsonOpt = False,
     weights: Weights = "inputs",
@@ -292,7 +303,14 @@ def candidates(
 
     shapes = parse_input_shapes(input_shape or [])
     graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
-    policy = _policy(config, preset=preset, fusion_level=fusion_level)
+    policy = _policy(
+        config,
+        preset=preset,
+        fusion_level=fusion_level,
+        no_fusion_ops=no_fusion_ops,
+        max_fused_ops=max_fused_ops,
+        benefit_threshold=benefit_threshold,
+    )
     result = {
         "model": model,
         **analyse_candidates(graph, load_target(target, (), precision), policy),

@@ -21,7 +21,7 @@ from .fusion import Edge, FusionContext
 from .graph import Graph
 from .groups import FusionGroup, alias_root
 
-__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "peak_live_bytes"]
+__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "peak_live_bytes"]
 
 STRATEGIES = ("joint", "bilevel")
 
@@ -242,3 +242,70 @@ def peak_live_bytes(graph: Graph, groups: Sequence[FusionGroup]) -> int:
         live += delta
         peak = max(peak, live)
     return peak
+
+
+def build_space(
+    ctx: FusionContext,
+    oracle: GroupOracle,
+    policy: Any,
+    *,
+    strategy: str = "joint",
+    numeric: bool = False,
+) -> SearchSpace:
+    """The space a policy opens (DESIGN §4-§5).
+
+    ``fusion_level`` 0: nothing fuses; 1: the preset's rule-based (greedy) groups are fixed and
+    only configs are searched; 2: edges inside rule matches are open to search; 3: every legal
+    edge is. Per-rule ``always`` fixes a rule's edges on, ``never`` closes them;
+    ``benefit_threshold`` closes an edge whose two ops fused alone save less than that fraction
+    of their time; ``share_repeated`` shares classes across repeated layers.
+    """
+    from .baselines import rule_registry
+    from .rules import edges_of, greedy, match
+
+    rules = rule_registry(policy).rules(policy.preset)
+    share = policy.share_repeated
+    if policy.fusion_level == 0:
+        return SearchSpace(
+            ctx, oracle, open_edges=(), share=share, strategy=strategy, numeric=numeric
+        )
+    if policy.fusion_level == 1:
+        _, applied = greedy(ctx, rules, oracle.feasible)
+        fixed = set().union(*(edges_of(ctx, m.ops) for m in applied)) if applied else set()
+        return SearchSpace(
+            ctx,
+            oracle,
+            open_edges=(),
+            fixed_edges=fixed,
+            share=share,
+            strategy=strategy,
+            numeric=numeric,
+        )
+    matches = match(ctx, rules)
+    by_mode: dict[str, set[Edge]] = {"always": set(), "never": set(), "search": set()}
+    for m in matches:
+        by_mode[policy.mode(m.rule)] |= edges_of(ctx, m.ops)
+    opened = set(ctx.edges) if policy.fusion_level == 3 else by_mode["search"] | by_mode["always"]
+    opened -= by_mode["never"] - by_mode["always"]
+    if policy.benefit_threshold > 0:
+        opened = {e for e in opened if _pair_benefit(ctx, oracle, e) >= policy.benefit_threshold}
+    return SearchSpace(
+        ctx,
+        oracle,
+        open_edges=[e for e in ctx.edges if e in opened],
+        fixed_edges=by_mode["always"],
+        share=share,
+        strategy=strategy,
+        numeric=numeric,
+    )
+
+
+def _pair_benefit(ctx: FusionContext, oracle: GroupOracle, edge: Edge) -> float:
+    """Fraction of the two ops' time saved by fusing just them (1.0 when the pair is not a
+    legal group on its own: its benefit shows only inside a larger group)."""
+    pair = frozenset((edge.src, edge.dst))
+    if not ctx.check(pair).ok or not oracle.feasible(pair):
+        return 1.0
+    alone = sum(oracle.best(ctx.group([n]))[1] for n in pair)
+    fused = oracle.best(ctx.group(pair))[1]
+    return (alone - fused) / alone if alone > 0 else 0.0

@@ -85,3 +85,17 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
         check=True,
     )
     assert len(json.loads(proc.stdout)) == 7
+    code = (
+        "from costmodel.spec import available_targets, load_spec; import costmodel; "
+        "print(costmodel.__file__, available_targets(), load_spec().name)"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert Path(found[0]).is_relative_to(site)  # package data read from the installed wheel
+    assert "'ascend910b']" in " ".join(found) and found[-1] == "ascend910b"

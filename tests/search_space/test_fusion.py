@@ -170,3 +170,34 @@ def test_attention_and_horizontal_templates_are_legal_only_in_shape() -> None:
     verdict = ctx.check({"softmax", "nan_guard"})  # softmax -> isnan -> nan_guard leaves it
     assert not verdict.ok and "convex" in verdict.reason
     assert np.isfinite(len(ctx.edges))
+
+
+def test_policy_levels_and_pattern_modes_shape_the_space() -> None:
+    from search_space.baselines import rule_registry
+    from search_space.policy import Policy
+    from search_space.rules import edges_of, match
+    from search_space.space import build_space
+
+    graph = load_graph(build("bert-base", weights="inputs", layers=2, scale=0.5))
+    ctx = FusionContext(graph)
+    oracle = CostOracle(graph, load_target(), ctx=ctx)
+    spaces = {lvl: build_space(ctx, oracle, Policy(fusion_level=lvl)) for lvl in range(4)}
+    assert spaces[0].decision_vars == 0 and not spaces[0].fixed
+    assert spaces[1].decision_vars == 0 and spaces[1].fixed  # greedy groups, configs searched
+    assert 0 < spaces[2].decision_vars <= spaces[3].decision_vars
+    assert set(spaces[2].open) <= set(spaces[3].open) == set(ctx.edges)
+    # `never` closes a rule's edges; `always` fixes them on
+    rules = rule_registry(Policy()).rules("all")
+    attention = set().union(
+        *(edges_of(ctx, m.ops) for m in match(ctx, rules) if m.rule == "attention")
+    )
+    never = build_space(ctx, oracle, Policy(patterns={"attention": "never"}))
+    always = build_space(ctx, oracle, Policy(patterns={"attention": "always"}))
+    assert attention and not attention & set(never.open)
+    assert attention <= always.fixed
+    plan = always.plan([])
+    assert any(g.kind == "attention" for g in plan.groups)
+    # a benefit threshold only ever closes edges
+    picky = build_space(ctx, oracle, Policy(benefit_threshold=0.5))
+    assert set(picky.open) < set(spaces[3].open)
+    assert not build_space(ctx, oracle, Policy(share_repeated=False)).share

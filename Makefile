@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-RUN_ARGS ?= inspect zoo:bert-base
+RUN_ARGS ?= tune zoo:bert-base -o plan.json
 
 .PHONY: run test lint typecheck pytest clean
 

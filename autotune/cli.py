@@ -406,5 +406,9 @@ def main() -> None:
     app()
 
 
+from . import commands as _commands  # noqa: E402  (registers tune, report, apply, verify)
+
+del _commands
+
 if __name__ == "__main__":
     main()

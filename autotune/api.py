@@ -1,0 +1,105 @@
+"""The Python surface: ``tune`` a model, ``load_plan`` a saved plan, ``apply`` and ``report``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from search_space.graph import Graph
+from search_space.loader import load_graph
+from search_space.onnx_io import ModelSource, read_model
+from search_space.plan import FusionPlan
+
+from .models import ZooOptions, resolve_model
+from .tuner import TuneConfig, TuneResult, tune_graph
+
+__all__ = ["Plan", "load_plan", "tune"]
+
+
+class Plan:
+    """A fusion plan loaded for use: apply it to its model, or report on it.
+
+    Wraps the persisted :class:`search_space.plan.FusionPlan` record (``plan.record``).
+    """
+
+    def __init__(
+        self, record: FusionPlan, path: Path | None = None, result: TuneResult | None = None
+    ) -> None:
+        self.record = record
+        self.path = path
+        self.result = result
+
+    def __repr__(self) -> str:
+        fused = sum(1 for g in self.record.groups if len(g.ops) > 1)
+        return (
+            f"Plan({self.record.name or 'model'} on {self.record.target}: "
+            f"{len(self.record.groups)} kernels, {fused} fused, "
+            f"measured {self.record.measured_us or float('nan'):.1f} us)"
+        )
+
+    def _load(
+        self, model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None
+    ) -> tuple[onnx.ModelProto, Graph]:
+        proto, _ = read_model(model)
+        graph = load_graph(model, input_shapes=input_shapes)
+        self.record.check_model(graph)
+        return proto, graph
+
+    def apply(
+        self, model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None
+    ) -> onnx.ModelProto:
+        """The fused model: each group one ``ai.autofusion`` node defined by a local function.
+
+        Raises:
+            PlanError: the plan was made for another model.
+        """
+        from .apply import apply_plan
+
+        proto, graph = self._load(model, input_shapes)
+        if isinstance(model, str | os.PathLike):
+            proto = onnx.load(str(model))  # with its weights, to run the fused model
+        return apply_plan(proto, graph, self.record.groups)
+
+    def report(self) -> dict[str, Any]:
+        """The safe-fusion report and per-kernel table (what ``autotune report`` prints)."""
+        from .report import plan_report
+
+        return plan_report(self.record)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        self.path = self.record.save(path)
+        return self.path
+
+
+def load_plan(
+    path: str | os.PathLike[str],
+    model: ModelSource | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Plan:
+    """Load a plan file; with ``model``, check it belongs to that model.
+
+    Raises:
+        PlanError: unreadable file, newer schema, or a plan for another model.
+    """
+    graph = load_graph(model, input_shapes=input_shapes) if model is not None else None
+    return Plan(FusionPlan.load(path, graph), Path(path))
+
+
+def tune(
+    model: str | ModelSource,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    zoo: ZooOptions | None = None,
+    **options: Any,
+) -> Plan:
+    """Tune a model (a path, a ModelProto, or ``zoo:NAME``); ``options`` are
+    :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
+    source = resolve_model(model, zoo) if isinstance(model, str) else model
+    graph = load_graph(source, input_shapes=input_shapes)
+    name = model.removeprefix("zoo:") if isinstance(model, str) else "model"
+    result = tune_graph(graph, TuneConfig(**options), name=Path(name).stem)
+    return Plan(result.plan, None, result)

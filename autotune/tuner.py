@@ -1,0 +1,443 @@
+"""The tuning loop (DESIGN §7): an Optuna study over the fusion space, scored by the analytic
+model, with the most promising plans measured on the simulator; the best *measured* plan wins.
+
+Storage: a journal file in the working directory by default (safe for several processes on one
+machine), or any Optuna storage URL (SQLite, PostgreSQL, ...). Running the same command again
+resumes the study: completed trials are kept, and the sampler seed moves on so random start-up
+trials are not replayed. Evaluations are cached by plan hash (many trials repair to one plan).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from costmodel.analytic import AnalyticModel
+from costmodel.kernel import Kernel
+from costmodel.lower import Lowering
+from costmodel.oracle import CostOracle
+from costmodel.registry import make_cost_model
+from costmodel.spec import Target, load_target
+from search_space.baselines import baseline_plan
+from search_space.config import KernelConfig
+from search_space.fusion import FusionContext
+from search_space.graph import Graph
+from search_space.plan import FusionPlan, PlanGroup
+from search_space.policy import Policy
+from search_space.space import SpacePlan, build_space, peak_live_bytes
+
+from .exceptions import AutotuneError
+
+__all__ = ["SAMPLERS", "TuneConfig", "TuneResult", "open_storage", "tune_graph"]
+
+log = logging.getLogger(__name__)
+SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
+OBJECTIVES = ("latency", "latency,memory")
+DEFAULT_STORAGE = "autotune.journal"
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """Everything `autotune tune` takes besides the model (flags map one to one)."""
+
+    target: str = "ascend910b"
+    sets: tuple[str, ...] = ()
+    precision: str = "auto"
+    trials: int = 120
+    timeout: float | None = None
+    sampler: str = "tpe"
+    strategy: str = "bilevel"
+    objective: str = "latency"
+    storage: str | None = None
+    study: str | None = None
+    seed: int = 0
+    measure_every: int = 20
+    measure_top: int = 3
+    pick: int | None = None
+    policy: Policy = field(default_factory=Policy)
+
+
+@dataclass
+class TuneResult:
+    """What a study produced: the winning plan and how it compares."""
+
+    plan: FusionPlan
+    study: str
+    storage: str
+    trials: int
+    best_latency_us: float
+    baseline_us: dict[str, float]
+    predicted_us: float
+    pareto: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+    report: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        base = self.baseline_us
+        return {
+            "best_latency_us": self.best_latency_us,
+            "predicted_us": self.predicted_us,
+            "baseline_us": base,
+            "speedup_vs_none": base["none"] / self.best_latency_us,
+            "speedup_vs_greedy": base["greedy"] / self.best_latency_us,
+            "trials": self.trials,
+            "study": self.study,
+            "storage": self.storage,
+            "pareto": self.pareto,
+            "interrupted": self.interrupted,
+            "report": self.report,
+            "plan": self.plan.to_json(),
+        }
+
+
+def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, str]:
+    """The study storage and how to name it. Default: ``./autotune.journal`` (journal file).
+
+    Raises:
+        AutotuneError: a storage that cannot be opened.
+    """
+    if url is None or url.endswith(".journal") or url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:") if url else DEFAULT_STORAGE)
+        if not path.parent.exists():
+            raise AutotuneError(f"storage folder '{path.parent}' does not exist; create it first")
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        return JournalStorage(JournalFileBackend(str(path))), str(path)
+    if "://" not in url:
+        raise AutotuneError(
+            f"storage '{url}' is neither a .journal file nor an Optuna URL "
+            "(e.g. sqlite:///autotune.db, postgresql://user@host/db)"
+        )
+    return url, url
+
+
+def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.samplers.BaseSampler:
+    """A sampler by name; ``offset`` (trials already run) moves the seed on when resuming.
+
+    Raises:
+        AutotuneError: unknown sampler, or one whose optional dependency is missing.
+    """
+    s = seed + offset
+    if name == "tpe":
+        with warnings.catch_warnings():  # `group` is marked experimental; it is what we need
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(
+                seed=s, multivariate=True, group=True, n_startup_trials=10
+            )
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=s)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=s, population_size=20)
+    if name == "cmaes":
+        if multi:
+            raise AutotuneError("cmaes is single-objective; use nsga2 or tpe for latency,memory")
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise AutotuneError(
+                "the cmaes sampler needs the cmaes package: pip install cmaes"
+            ) from None
+        return optuna.samplers.CmaEsSampler(
+            seed=s, warn_independent_sampling=False, n_startup_trials=3
+        )
+    if name == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise AutotuneError(
+                "the gp sampler needs torch (an optional extra): pip install torch==2.13.0, "
+                "or pick --sampler tpe"
+            ) from None
+        return optuna.samplers.GPSampler(seed=s)
+    raise AutotuneError(f"unknown sampler '{name}'; available: {', '.join(SAMPLERS)}")
+
+
+class _Evaluator:
+    """Scores plans with the analytic model (cached by plan hash) or measures them."""
+
+    def __init__(self, graph: Graph, target: Target) -> None:
+        self.graph = graph
+        self.lowering = Lowering(graph, target)
+        self.analytic = AnalyticModel(target)
+        self.simulator = make_cost_model("simulator", target)
+        self._kernels: dict[tuple[str, KernelConfig], Kernel] = {}
+        self._scores: dict[str, float] = {}
+        self._measured: dict[str, float] = {}
+
+    def kernels(self, plan: SpacePlan) -> list[Kernel]:
+        out = []
+        for g, c in zip(plan.groups, plan.configs, strict=True):
+            key = (self.lowering.signature(g) + "|" + ",".join(g.ops), c)
+            if key not in self._kernels:
+                self._kernels[key] = self.lowering.kernel(g, c)
+            out.append(self._kernels[key])
+        return out
+
+    def score(self, plan: SpacePlan) -> float:
+        key = plan.key()
+        if key not in self._scores:
+            self._scores[key] = float(self.analytic.predict(self.kernels(plan)).sum())
+        return self._scores[key]
+
+    def measure(self, plan: SpacePlan) -> float:
+        key = plan.key()
+        if key not in self._measured:
+            self._measured[key] = float(self.simulator.predict(self.kernels(plan)).sum())
+        return self._measured[key]
+
+
+def _plan_record(
+    graph: Graph,
+    plan: SpacePlan,
+    target: Target,
+    name: str,
+    predicted: float,
+    measured: float,
+    meta: dict[str, Any],
+) -> FusionPlan:
+    groups = tuple(
+        PlanGroup(g.ops, g.kind, c) for g, c in zip(plan.groups, plan.configs, strict=True)
+    )
+    return FusionPlan(
+        fingerprint=graph.fingerprint(),
+        target=target.spec.name,
+        groups=groups,
+        precision=target.precision,
+        name=name,
+        predicted_us=predicted,
+        measured_us=measured,
+        cost_model="analytic",
+        meta=meta,
+    )
+
+
+def tune_graph(
+    graph: Graph,
+    config: TuneConfig,
+    *,
+    name: str = "model",
+    progress: Callable[[int, float], None] | None = None,
+    safety: Callable[[SpacePlan], tuple[SpacePlan, dict[str, int]]] | None = None,
+) -> TuneResult:
+    """Run (or resume) a study on ``graph`` and return the best measured plan.
+
+    Args:
+        graph: the model.
+        config: study settings.
+        name: a readable model name for the study and the plan.
+        progress: called after each trial with (trials done, best score so far).
+        safety: verification hook (safe mode): returns the plan with failing kernels unfused
+            and the report counts.
+
+    Raises:
+        AutotuneError: bad settings (sampler, objective, storage...).
+    """
+    if config.objective not in OBJECTIVES:
+        raise AutotuneError(
+            f"unknown objective '{config.objective}'; available: {', '.join(OBJECTIVES)}"
+        )
+    if config.trials < 1 or config.measure_every < 1 or config.measure_top < 1:
+        raise AutotuneError("--trials, --measure-every and --measure-top must be >= 1")
+    multi = config.objective == "latency,memory"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
+    target = load_target(config.target, config.sets, config.precision)
+    policy = config.policy
+    ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
+    oracle = CostOracle(graph, target, ctx=ctx)
+    numeric = config.sampler in ("cmaes", "gp")
+    space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
+    ev = _Evaluator(graph, target)
+    storage, storage_name = open_storage(config.storage)
+    study_name = config.study or (
+        f"{name}-{graph.fingerprint()[:8]}-{target.spec.name}-{config.strategy}"
+        f"{'-mo' if multi else ''}{'-num' if numeric else ''}"
+    )
+    directions = [optuna.study.StudyDirection.MINIMIZE] * (2 if multi else 1)
+    try:
+        probe = optuna.create_study(
+            storage=storage, study_name=study_name, directions=directions, load_if_exists=True
+        )
+    except ValueError as err:  # e.g. an existing study with other directions
+        raise AutotuneError(f"study '{study_name}': {err}") from None
+    done = len(probe.trials)
+    study = optuna.load_study(
+        storage=storage,
+        study_name=study_name,
+        sampler=make_sampler(config.sampler, config.seed, done, multi),
+    )
+    baselines = {k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")}
+    if done == 0:
+        parts = {
+            k: [frozenset(n for n in g.ops if n in ctx.index) for g in p.groups]
+            for k, p in baselines.items()
+        }
+        for kind in ("none", "greedy", "max"):
+            params = space.params_for(parts[kind], "default" if kind != "max" else "best")
+            study.enqueue_trial(params, skip_if_exists=True)
+
+    def objective(trial: optuna.trial.Trial) -> float | tuple[float, float]:
+        plan = space.suggest(trial)
+        trial.set_user_attr("plan_key", plan.key())
+        trial.set_user_attr("kernels", len(plan.groups))
+        trial.set_user_attr("cost_model", ev.analytic.version)
+        latency = ev.score(plan)
+        memory = peak_live_bytes(graph, plan.groups)
+        trial.set_user_attr("peak_live_bytes", memory)
+        if policy.max_mem_usage is not None:
+            trial.set_user_attr("constraint", [memory - policy.max_mem_usage])
+        return (latency, memory / 1e6) if multi else latency
+
+    measured: dict[str, tuple[float, optuna.trial.FrozenTrial]] = {}
+
+    def replay(t: optuna.trial.FrozenTrial) -> SpacePlan:
+        return space.suggest(optuna.trial.FixedTrial(t.params))
+
+    def measure_best() -> None:
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        ranked = (
+            sorted(complete, key=lambda t: t.values[0])
+            if not multi
+            else sorted(study.best_trials, key=lambda t: t.values[0])
+        )
+        fresh = 0
+        for t in ranked:
+            key = t.user_attrs.get("plan_key")
+            if key is None or key in measured:
+                continue
+            plan = replay(t)
+            measured[plan.key()] = (ev.measure(plan), t)
+            fresh += 1
+            if fresh >= config.measure_top:
+                break
+
+    state: dict[str, float] = {"n": 0, "best": math.inf}
+
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        state["n"] += 1
+        if trial.state == optuna.trial.TrialState.COMPLETE and trial.values:
+            state["best"] = min(state["best"], trial.values[0])
+        if int(state["n"]) % config.measure_every == 0:
+            measure_best()
+        if progress is not None:
+            progress(int(state["n"]), state["best"])
+
+    interrupted = False
+    try:
+        study.optimize(
+            objective,
+            n_trials=config.trials,
+            timeout=config.timeout,
+            callbacks=[callback],
+            catch=(Exception,),
+        )
+    except KeyboardInterrupt:
+        interrupted = True
+        log.warning("interrupted: writing the best plan found so far")
+    measure_best()
+    base_us = {k: ev.measure(baselines[k]) for k in ("none", "greedy")}
+    candidates: list[tuple[float, SpacePlan, str]] = [
+        (us, replay(t), f"trial {t.number}") for us, t in measured.values()
+    ]
+    candidates.append((base_us["greedy"], baselines["greedy"], "greedy"))
+    pareto = []
+    if multi:
+        front = sorted(study.best_trials, key=lambda t: t.values[0])
+        pareto = [
+            {"trial": t.number, "latency_us": t.values[0], "memory_mb": t.values[1]} for t in front
+        ]
+        if front:
+            pick = _knee(front) if config.pick is None else _picked(front, config.pick)
+            plan = replay(pick)
+            candidates = [(ev.measure(plan), plan, f"trial {pick.number}")]
+    best_us, best_plan, source = min(candidates, key=lambda c: c[0])
+    report: dict[str, int] = {}
+    if safety is not None and policy.safe_mode:
+        best_plan, report = safety(best_plan)
+        best_us = ev.measure(best_plan)
+    trials = sum(1 for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
+    meta = {
+        "study": study_name,
+        "storage": storage_name,
+        "trials": trials,
+        "sampler": config.sampler,
+        "strategy": config.strategy,
+        "seed": config.seed,
+        "source": source,
+        "baseline_us": base_us,
+        "baseline_predicted_us": {k: ev.score(baselines[k]) for k in ("none", "greedy")},
+        "objective": config.objective,
+        "report": report,
+    }
+    meta["kernels"] = _kernel_rows(ev, oracle, ctx, best_plan)
+    record = _plan_record(graph, best_plan, target, name, ev.score(best_plan), best_us, meta)
+    return TuneResult(
+        record,
+        study_name,
+        storage_name,
+        trials,
+        best_us,
+        base_us,
+        ev.score(best_plan),
+        pareto,
+        interrupted,
+        report,
+    )
+
+
+def _kernel_rows(
+    ev: _Evaluator, oracle: CostOracle, ctx: FusionContext, plan: SpacePlan
+) -> list[dict[str, Any]]:
+    """Per kernel of the final plan: simulated latency and bound, and what its ops cost unfused
+    (each op alone at its default config), for the report."""
+    kernels = ev.kernels(plan)
+    costs = ev.simulator.evaluate(kernels)
+    rows = []
+    for g, k, c in zip(plan.groups, kernels, costs, strict=True):
+        ops = [n for n in g.ops if n in ctx.index]
+        before = sum(oracle.default_cost(ctx.group([n])) for n in ops)
+        rows.append(
+            {
+                "us": c.latency_us,
+                "us_unfused": before,
+                "bound": c.bound,
+                "unit": k.unit,
+                "footprint": dict(k.footprint),
+            }
+        )
+    return rows
+
+
+def _knee(front: Sequence[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial:
+    """The Pareto point farthest from the line between the two extremes (normalised)."""
+    if len(front) <= 2:
+        return front[0]
+    xs = [t.values[0] for t in front]
+    ys = [t.values[1] for t in front]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    sx, sy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+    a = ((xs[0] - x0) / sx, (ys[0] - y0) / sy)
+    b = ((xs[-1] - x0) / sx, (ys[-1] - y0) / sy)
+
+    def dist(t: optuna.trial.FrozenTrial) -> float:
+        p = ((t.values[0] - x0) / sx, (t.values[1] - y0) / sy)
+        return abs((b[0] - a[0]) * (a[1] - p[1]) - (a[0] - p[0]) * (b[1] - a[1]))
+
+    return max(front, key=dist)
+
+
+def _picked(front: Sequence[optuna.trial.FrozenTrial], number: int) -> optuna.trial.FrozenTrial:
+    for t in front:
+        if t.number == number:
+            return t
+    raise AutotuneError(
+        f"--pick {number} is not on the Pareto front; front trials: "
+        f"{', '.join(str(t.number) for t in front)}"
+    )

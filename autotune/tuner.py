@@ -347,6 +347,10 @@ def tune_graph(
         (us, replay(t), f"trial {t.number}") for us, t in measured.values()
     ]
     candidates.append((base_us["greedy"], baselines["greedy"], "greedy"))
+    # the rule-based grouping with searched tiles: the bilevel answer for greedy's fusions
+    greedy_groups = baselines["greedy"].groups
+    retiled = SpacePlan(greedy_groups, tuple(oracle.best(g)[0] for g in greedy_groups))
+    candidates.append((ev.measure(retiled), retiled, "greedy groups, tuned tiles"))
     pareto = []
     if multi:
         front = sorted(study.best_trials, key=lambda t: t.values[0])

@@ -347,6 +347,8 @@ def tune_graph(
         (us, replay(t), f"trial {t.number}") for us, t in measured.values()
     ]
     candidates.append((base_us["greedy"], baselines["greedy"], "greedy"))
+    max_plan = baselines["max"]
+    candidates.append((ev.measure(max_plan), max_plan, "max"))
     # the rule-based grouping with searched tiles: the bilevel answer for greedy's fusions
     greedy_groups = baselines["greedy"].groups
     retiled = SpacePlan(greedy_groups, tuple(oracle.best(g)[0] for g in greedy_groups))

@@ -247,7 +247,10 @@ class Graph:
         Small constants (at most 16 elements: axes, eps, scales) are part of the structure.
         """
         index = {t: (i, k) for i, op in enumerate(self.ops) for k, t in enumerate(op.outputs)}
-        inputs = {t: i for i, t in enumerate(self.inputs)}
+        # weights count by kind, not position: weights given as graph inputs (the zoo's
+        # weights=inputs) and weights stored as initializers hash alike
+        acts = [t for t in self.inputs if self.tensors[t].kind == "input"]
+        inputs = {t: i for i, t in enumerate(acts)}
         h = hashlib.sha256()
         for op in self.ops:
             parts = [op.domain, op.op_type, repr(op.attributes)]

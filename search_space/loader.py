@@ -190,6 +190,11 @@ class _Pass:
             return False
         if node.op_type in CUBE_OPS:  # compute stays visible even on constant inputs
             return False
+        if any(t and self.kinds.get(t) == "weight" for t in node.input):
+            # computing on weights (an embedding lookup at fixed positions) is the model's
+            # compute, not shape math: folding it would make a model's structure depend on
+            # whether its weights are stored or fed
+            return False
         sizes = [_static(_shape_of(self.types.get(o))) for o in node.output if o]
         if all(s is not None for s in sizes):
             if sum(math.prod(s) for s in sizes if s is not None) > FOLD_LIMIT:

@@ -252,3 +252,64 @@ def apply(
     path = save_model(fused, output)
     n = sum(1 for g in record.groups if len(g.ops) > 1)
     err.print(f"wrote {path}: {n} fused kernels as ai.autofusion functions")
+
+
+@app.command()
+@user_errors
+def verify(
+    model: ModelArg,
+    plan: Annotated[Path, typer.Argument(help="A plan file for this model.")],
+    json_out: JsonOpt = False,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    config: ConfigOpt = None,
+    input_shape: InputShape = None,
+    layers: Layers = None,
+    scale: Scale = 1.0,
+    batch: Batch = None,
+    seq_len: SeqLen = None,
+) -> None:
+    """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics."""
+    import onnx
+
+    from costmodel.spec import load_target
+    from search_space.loader import load_graph
+    from search_space.plan import FusionPlan
+
+    from .apply import apply_plan
+    from .equivalence import graph_equivalence
+    from .models import resolve_model
+    from .verify import verify_kernels
+
+    shapes = parse_input_shapes(input_shape or [])
+    source = resolve_model(model, ZooOptions("random", scale, layers, batch, seq_len))
+    proto = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
+    graph = load_graph(source, input_shapes=shapes)
+    record = FusionPlan.load(plan, graph)
+    policy = _policy(config)
+    target = load_target(record.target, (), record.precision)
+    equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
+    verdicts = verify_kernels(proto, graph, record.groups, target, policy, seed=seed)
+    ok = bool(equiv["ok"]) and all(v.ok for v in verdicts)
+    result = {"ok": ok, **equiv, "kernels": [v.to_json() for v in verdicts]}
+    if json_out:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        out.print(
+            f"graph equivalence: max abs err {equiv['graph_max_abs_err']:.3g} "
+            f"(rel {equiv['graph_max_rel_err']:.3g})"
+        )
+        table = Table(title=f"fused kernels ({len(verdicts)} signatures)")
+        for col in ("kernel", "ops", "cosine", "max abs err", "unfused", "verdict"):
+            table.add_column(col)
+        for v in verdicts:
+            table.add_row(
+                escape(v.ops[0]),
+                str(len(v.ops)),
+                f"{v.cosine:.6f}",
+                f"{v.max_abs_err:.3g}",
+                f"{v.unfused_max_abs_err:.3g}",
+                escape(v.verdict),
+            )
+        out.print(table)
+    if not ok:
+        raise typer.Exit(1)

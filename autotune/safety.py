@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,20 +28,14 @@ def make_safety(
     """A hook for :func:`autotune.tuner.tune_graph` that runs kernel verification."""
 
     def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int]]:
+        import onnx
+
         from costmodel.spec import load_target
+        from search_space.onnx_io import read_model
         from search_space.plan import PlanGroup
 
         from .models import resolve_model
-
-        try:
-            verify = importlib.import_module("autotune.verify")
-        except ImportError:  # verification not available: keep the plan, say so
-            log.warning("numerical verification is unavailable; plan left as tuned")
-            return plan, {}
-        verify_kernels, safe_groups = verify.verify_kernels, verify.safe_groups
-        import onnx
-
-        from search_space.onnx_io import read_model
+        from .verify import safe_groups, verify_kernels
 
         source = resolve_model(
             model,

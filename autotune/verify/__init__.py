@@ -1,0 +1,39 @@
+"""Kernel numerics (DESIGN §8, level 2): emulate each fused kernel as it would run, compare it
+with a float64 reference of the unfused ops, and unfuse the kernels that fail (safe mode).
+
+    >>> verdicts = verify_kernels(model, graph, plan_groups, target, policy)
+    >>> groups, counts = safe_groups(plan_groups, verdicts)
+"""
+
+from __future__ import annotations
+
+from .check import Errors, KernelVerdict, compare, safe_groups, verify_group, verify_kernels
+from .cube import flash_attention, online_softmax, split_k_matmul
+from .emulate import emulate, kernel_roles
+from .extract import SkipVerification, Subgraph, extract_group
+from .numerics import Numerics, numerics_for
+from .reference import reference_outputs
+from .shrink import NotShrinkable
+from .sources import ModelSource
+
+__all__ = [
+    "Errors",
+    "KernelVerdict",
+    "ModelSource",
+    "NotShrinkable",
+    "Numerics",
+    "SkipVerification",
+    "Subgraph",
+    "compare",
+    "emulate",
+    "extract_group",
+    "flash_attention",
+    "kernel_roles",
+    "numerics_for",
+    "online_softmax",
+    "reference_outputs",
+    "safe_groups",
+    "split_k_matmul",
+    "verify_group",
+    "verify_kernels",
+]

@@ -1,0 +1,344 @@
+"""Kernel numerics (DESIGN §8, level 2) and the safe-mode decision.
+
+For every distinct signature among a plan's multi-op groups, once: extract the group on a few
+rows, compute its outputs in float64 (the reference), emulate the fused kernel and the unfused
+ops, and judge the fused kernel: cosine similarity, max abs and max rel error against the
+reference within the policy's thresholds, and no more than ``error_factor`` times the error
+the unfused ops make anyway. Failures are data: a kernel that cannot be checked is reported
+with the reason, never an exception that stops the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from costmodel.lower import Lowering
+from costmodel.spec import Target
+from search_space.config import KernelConfig
+from search_space.graph import Graph
+from search_space.groups import FusionGroup, make_group
+from search_space.plan import PlanGroup
+from search_space.policy import Policy
+
+from . import extract
+from .emulate import emulate
+from .numerics import f64, numerics_for
+from .reference import reference_outputs
+
+__all__ = ["Errors", "KernelVerdict", "compare", "safe_groups", "verify_group", "verify_kernels"]
+
+log = logging.getLogger(__name__)
+
+MASKED = -1e30  # reference scores at or below this are masked (-inf or the float minimum)
+REL_FLOOR = 5e-2  # rel error = |d| / (|ref| + REL_FLOOR * max|ref|)
+ABS_FLOOR = 1e-6  # fused error within error_factor x unfused error + this (x max|ref|)
+SKIPPED = "ok (not shrinkable, skipped)"
+
+
+@dataclass(frozen=True)
+class KernelVerdict:
+    """The numerics verdict of one kernel signature.
+
+    Attributes:
+        ops: the ops of the first group with this signature.
+        signature: the group's structural signature.
+        cosine, max_abs_err, max_rel_err: fused emulation vs the float64 reference (worst
+            output); NaN when the kernel was not run.
+        unfused_max_abs_err: the unfused ops' own error against the same reference.
+        verdict: ``ok``, ``ok (...)`` (kept, with a note) or ``fail: <check, values>``.
+        members: the ops of every plan group sharing the signature (what safe mode unfuses).
+        views: ops of those groups that are views or constant-only (never kernels alone).
+        rows: rows the check ran on (of ``full_rows``).
+    """
+
+    ops: tuple[str, ...]
+    signature: str
+    cosine: float
+    max_abs_err: float
+    max_rel_err: float
+    unfused_max_abs_err: float
+    verdict: str
+    members: tuple[tuple[str, ...], ...] = ()
+    views: tuple[str, ...] = ()
+    rows: int = 0
+    full_rows: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.startswith("ok")
+
+    def to_json(self) -> dict[str, Any]:
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else float(x)
+
+        return {
+            "ops": list(self.ops),
+            "signature": self.signature,
+            "cosine": num(self.cosine),
+            "max_abs_err": num(self.max_abs_err),
+            "max_rel_err": num(self.max_rel_err),
+            "unfused_max_abs_err": num(self.unfused_max_abs_err),
+            "verdict": self.verdict,
+            "rows": self.rows,
+            "full_rows": self.full_rows,
+        }
+
+
+@dataclass(frozen=True)
+class Errors:
+    """How far one output is from the reference (masked entries left out)."""
+
+    cosine: float
+    max_abs: float
+    max_rel: float
+    finite: bool
+    scale: float
+    masks_kept: bool = True
+
+
+def compare(ref: np.ndarray, got: np.ndarray) -> Errors:
+    """Cosine, max abs and floored max rel error of ``got`` against ``ref``.
+
+    Entries the reference masks (-inf or <= -1e30, as attention masks do) are compared only
+    for staying masked; everything else must be finite.
+    """
+    r, x = f64(ref).reshape(-1), f64(got).reshape(-1)
+    masked = (r <= MASKED) | np.isneginf(r)
+    kept = bool(np.all((x[masked] <= -1e4) | np.isneginf(x[masked])))
+    r, x = r[~masked], x[~masked]
+    finite = bool(np.all(np.isfinite(x))) and kept
+    if not r.size:
+        return Errors(1.0, 0.0, 0.0, finite, 0.0, kept)
+    with np.errstate(all="ignore"):
+        d = np.abs(x - r)
+        scale = float(np.max(np.abs(r)))
+        nr, nx = float(np.linalg.norm(r)), float(np.linalg.norm(x))
+        cos = 1.0 if nr == nx == 0 else float(np.dot(r, x) / (nr * nx)) if nr and nx else 0.0
+        rel = d / (np.abs(r) + REL_FLOOR * scale + 1e-30)
+        max_abs = float(np.max(d)) if finite else math.inf
+        max_rel = float(np.max(rel)) if finite else math.inf
+    if not math.isfinite(cos):
+        cos = 0.0
+    return Errors(cos, max_abs, max_rel, finite, scale, kept)
+
+
+def _judge(
+    fused: dict[str, Errors], unfused: dict[str, Errors], policy: Policy
+) -> tuple[str, float, float, float, float]:
+    cos = min((e.cosine for e in fused.values()), default=1.0)
+    mabs = max((e.max_abs for e in fused.values()), default=0.0)
+    mrel = max((e.max_rel for e in fused.values()), default=0.0)
+    uabs = max((e.max_abs for e in unfused.values()), default=0.0)
+    fails = [
+        f"masked scores lost their mask in {t}" if not e.masks_kept else f"non-finite output {t}"
+        for t, e in fused.items()
+        if not e.finite
+    ]
+    if cos < policy.cosine_min:
+        fails.append(f"cosine {cos:.6f} < {policy.cosine_min}")
+    if mabs > policy.max_abs_err:
+        fails.append(f"max abs err {mabs:.3g} > {policy.max_abs_err}")
+    if mrel > policy.max_rel_err:
+        fails.append(f"max rel err {mrel:.3g} > {policy.max_rel_err}")
+    for t, e in fused.items():
+        u = unfused[t].max_abs
+        allowed = policy.error_factor * u + ABS_FLOOR * max(e.scale, 1.0)
+        if e.finite and e.max_abs > allowed:
+            fails.append(
+                f"{t}: fused error {e.max_abs:.3g} > {policy.error_factor:g} x unfused {u:.3g}"
+            )
+    verdict = "ok" if not fails else "fail: " + "; ".join(fails)
+    return verdict, cos, mabs, mrel, uabs
+
+
+def _model_itemsize(sub: extract.Subgraph, graph: Graph) -> int:
+    for t in (*sub.outputs, *sub.group.inputs):
+        ten = graph.tensors[t]
+        if ten.dtype.startswith(("float", "bfloat")):
+            return ten.itemsize
+    return 4
+
+
+def _unfused_split_k(
+    lowering: Lowering | None, graph: Graph, sub: extract.Subgraph, fallback: int
+) -> dict[str, int]:
+    """Each cube op's own default K chunk (unfused, every op runs its hand-written config)."""
+    out: dict[str, int] = {}
+    for node, name, unit in zip(sub.nodes, sub.group.ops, sub.units, strict=True):
+        if unit != "cube" or node.op_type not in ("MatMul", "Gemm", "Conv"):
+            continue
+        try:
+            assert lowering is not None
+            out[name] = lowering.default(make_group(graph, [name], "single")).base_k
+        except Exception as err:  # a lowering gap only changes the chunking
+            log.debug("no default config for %s: %s", name, err)
+            out[name] = fallback
+    return out
+
+
+def verify_group(
+    source: extract.ModelSource,
+    group: FusionGroup,
+    config: KernelConfig | None,
+    target: Target,
+    policy: Policy,
+    *,
+    rows: int = 64,
+    input_scale: float = 1.0,
+    lowering: Lowering | None = None,
+) -> KernelVerdict:
+    """Check one fused group (see :func:`verify_kernels`)."""
+    graph = source.graph
+    sig = group.signature(graph)
+    nan = math.nan
+    try:
+        sub = extract.extract_group(source, group, rows=rows, input_scale=input_scale)
+        ref = reference_outputs(sub)
+        item = _model_itemsize(sub, graph)
+        num_f = numerics_for(target, item, config)
+        num_u = numerics_for(target, item, None)
+        split = _unfused_split_k(lowering, graph, sub, num_f.base_k)
+        fused = emulate(sub, num_f, fused=True)
+        unfused = emulate(sub, num_u, fused=False, split_k=split)
+    except extract.SkipVerification as err:
+        log.warning("kernel %s (%s..): %s; skipped", sig, group.ops[0], err)
+        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, SKIPPED)
+    except Exception as err:  # a verification gap is data, not a crash
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        log.warning("kernel %s (%s..) could not be verified: %s", sig, group.ops[0], reason)
+        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, f"ok (not verified: {reason})")
+    floats = [t for t in sub.outputs if np.asarray(ref[t]).dtype.kind == "f"]
+    errs_f = {t: compare(ref[t], fused[t]) for t in floats}
+    errs_u = {t: compare(ref[t], unfused[t]) for t in floats}
+    verdict, cos, mabs, mrel, uabs = _judge(errs_f, errs_u, policy)
+    if not verdict.startswith("ok") and uabs > policy.max_abs_err:
+        verdict += f" (unfused ops also err {uabs:.3g})"
+    log.info(
+        "kernel %s (%s, %d ops, %d/%d rows%s): cosine %.6f, max abs %.3g, unfused %.3g: %s",
+        sig,
+        group.kind,
+        len(group.ops),
+        sub.rows,
+        sub.full_rows,
+        f", {sub.note}" if sub.note else "",
+        cos,
+        mabs,
+        uabs,
+        verdict,
+    )
+    return KernelVerdict(
+        group.ops, sig, cos, mabs, mrel, uabs, verdict, rows=sub.rows, full_rows=sub.full_rows
+    )
+
+
+def verify_kernels(
+    model: onnx.ModelProto,
+    graph: Graph,
+    groups: Sequence[PlanGroup],
+    target: Target,
+    policy: Policy,
+    *,
+    seed: int = 0,
+    rows: int = 64,
+    input_scale: float = 1.0,
+) -> list[KernelVerdict]:
+    """Check the numerics of every distinct fused kernel of a plan, once per signature.
+
+    Args:
+        model: the original model; groups name its nodes as ``search_space.onnx_io.node_names``.
+        graph: the model's graph (``search_space.load_graph(model)``).
+        groups: the plan's groups with their configs; single-op groups are not checked.
+        target: the hardware target and its precision mode.
+        policy: the thresholds (``cosine_min``, ``max_abs_err``, ``max_rel_err``,
+            ``error_factor``).
+        seed: seed of the random inputs (and of weights the model does not hold).
+        rows: rows each check runs on (the group's leading axis is shrunk to about this).
+        input_scale: standard deviation of the float activations drawn.
+
+    Returns:
+        One verdict per distinct multi-op signature, in plan order.
+    """
+    source = extract.ModelSource(model, graph, seed=seed)
+    lowering = Lowering(graph, target)
+    firsts: dict[str, tuple[FusionGroup, PlanGroup]] = {}
+    members: dict[str, list[tuple[str, ...]]] = {}
+    views: dict[str, set[str]] = {}
+    for pg in groups:
+        work = [n for n in pg.ops if not graph.op(n).is_view and not graph.op(n).constant]
+        if len(work) < 2:
+            continue
+        fg = make_group(graph, pg.ops, pg.kind)
+        sig = fg.signature(graph)
+        firsts.setdefault(sig, (fg, pg))
+        members.setdefault(sig, []).append(tuple(pg.ops))
+        views.setdefault(sig, set()).update(n for n in pg.ops if n not in work)
+    out = []
+    for k, (sig, (fg, pg)) in enumerate(firsts.items()):
+        log.debug("verifying kernel %d/%d: %s", k + 1, len(firsts), sig)
+        v = verify_group(
+            source,
+            fg,
+            pg.config,
+            target,
+            policy,
+            rows=rows,
+            input_scale=input_scale,
+            lowering=lowering,
+        )
+        out.append(
+            KernelVerdict(
+                v.ops,
+                v.signature,
+                v.cosine,
+                v.max_abs_err,
+                v.max_rel_err,
+                v.unfused_max_abs_err,
+                v.verdict,
+                tuple(members[sig]),
+                tuple(sorted(views[sig])),
+                v.rows,
+                v.full_rows,
+            )
+        )
+    return out
+
+
+def safe_groups(
+    groups: Iterable[PlanGroup], verdicts: Iterable[KernelVerdict]
+) -> tuple[list[PlanGroup], dict[str, int]]:
+    """Safe mode: unfuse every group whose kernel signature failed.
+
+    A failed group becomes one single-op group per op that does work (views and constant-only
+    ops are not kernels on their own), each carrying the reason as its verdict; every other
+    group is kept, with its signature's verdict.
+
+    Returns:
+        The new groups and the counts for the report: ``fused`` (verified multi-op groups
+        kept fused) and ``skipped_precision`` (groups unfused because their numerics failed).
+    """
+    by_ops: dict[tuple[str, ...], KernelVerdict] = {}
+    for v in verdicts:
+        for ops in v.members or (v.ops,):
+            by_ops[tuple(ops)] = v
+    kept: list[PlanGroup] = []
+    counts = {"fused": 0, "skipped_precision": 0}
+    for pg in groups:
+        found = by_ops.get(tuple(pg.ops))
+        if found is None:
+            kept.append(pg)
+        elif found.ok:
+            kept.append(PlanGroup(pg.ops, pg.kind, pg.config, found.verdict))
+            counts["fused"] += 1
+        else:
+            counts["skipped_precision"] += 1
+            reason = f"unfused: {found.verdict}"
+            singles = [op for op in pg.ops if op not in found.views]
+            kept.extend(PlanGroup((op,), "single", None, reason) for op in singles)
+    return kept, counts

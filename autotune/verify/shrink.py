@@ -1,0 +1,396 @@
+"""Shrinking a group's row axis so its numerics run on a few rows, never on all of them.
+
+One axis of the activations is scaled from E to e: every row axis of the group's main
+activation is tried (batch, sequence, heads), under three tracking modes: every activation
+that has the axis, the activations shaped like the main one (Q and rotate_half(Q)), or the main
+one alone (attention queries: keys and values keep all their rows, being contracted). The
+choice is followed op by op: elementwise ops align it to the right, Transpose permutes it,
+views (Reshape, Flatten, Squeeze, Unsqueeze) carry it to the output axis that starts with the
+same outer block (so [B, S, H] -> [B*S, H] scales B*S), Gather, Split, Concat, Slice keep it
+when they work on another axis. It is never a reduced axis (Softmax, LayerNorm, Reduce*), the
+contraction axis K of a matmul, or a Conv's channel or spatial axis. Reshape and Expand targets
+that hard-code the axis are recomputed. Weights keep their shapes; a compile-time tensor that
+meets the shrunk axis in an elementwise op (rotary tables, position embeddings, a causal mask
+over query rows) is replaced, for that op only, by a copy cut to its first positions.
+Every candidate is then checked by strict shape inference (:func:`validate_shapes`); the
+extraction keeps the valid one closest to the rows asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from costmodel.lower.common import is_compile_time
+from search_space.graph import Graph, Op
+from search_space.groups import FusionGroup
+from search_space.ops import OpClass
+
+__all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks", "validate_shapes"]
+
+Shape = tuple[int, ...]
+_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+_BATCH_ONLY = frozenset(
+    {
+        "Conv",
+        "ConvTranspose",
+        "MaxPool",
+        "AveragePool",
+        "LpPool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "InstanceNormalization",
+        "GroupNormalization",
+    }
+)
+_REDUCE = frozenset(
+    {
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceSumSquare",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+    }
+)
+
+
+class NotShrinkable(Exception):
+    """The group cannot be run on fewer rows this way (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Shrink:
+    """One consistent reduction: ``axis`` of each tracked tensor scaled from E to e rows."""
+
+    axis: dict[str, int]
+    extent: int
+    new: int
+    shapes: dict[str, Shape]
+    targets: dict[int, np.ndarray]
+    note: str
+    # (node index, input position) -> (constant, its cut copy, axis, first n positions)
+    cuts: dict[tuple[int, int], tuple[str, str, int, int]]
+    kept: int = 0  # rows of the main activation after the cut
+
+
+def _reject(op: Op, why: str) -> NotShrinkable:
+    return NotShrinkable(f"{op.name} ({op.op_type}) {why}")
+
+
+def _view_axis(op: Op, src: Shape, dst: Shape, a: int) -> int:
+    """The output axis whose outer block starts where input axis ``a`` starts."""
+    pre, acc = math.prod(src[:a]), 1
+    for j, d in enumerate(dst):
+        if acc == pre and d > 1:
+            if d % src[a] and src[a] % d:
+                break
+            return j
+        acc *= d
+        if acc > pre:
+            break
+    raise _reject(op, f"splits the shrunk axis ({list(src)} -> {list(dst)})")
+
+
+def _ints(graph: Graph, op: Op, pos: int, attr: str) -> list[int] | None:
+    if len(op.inputs) > pos and op.inputs[pos]:
+        value = graph.constants.get(op.inputs[pos])
+        if value is None:
+            raise _reject(op, f"reads a run-time '{attr}'")
+        return [int(v) for v in np.asarray(value).reshape(-1)]
+    got = op.attr(attr)
+    return None if got is None else [int(v) for v in got]
+
+
+def _out_axis(graph: Graph, op: Op, ax: dict[int, int]) -> int:
+    """Where the tracked axis lands in the op's outputs (raises when the op forbids it)."""
+    shapes = [graph.tensors[t].static_shape if t else () for t in op.inputs]
+    out = graph.tensors[op.outputs[0]].static_shape
+    t, rank = op.op_type, len(shapes[0]) if shapes else 0
+    a = ax.get(0, -1)
+    if t in _VIEWS:
+        if set(ax) != {0}:
+            raise _reject(op, "has a run-time shape")
+        return _view_axis(op, shapes[0], out, a)
+    if t == "Transpose":
+        perm = list(op.attr("perm") or range(rank)[::-1])
+        return perm.index(a)
+    if t in ("Expand", "Tile", "Pad", "Slice", "Concat", "Split", "Trilu", "CumSum"):
+        if set(ax) - {0} and t != "Concat":
+            raise _reject(op, "has a run-time argument on the shrunk axis")
+        if t == "Concat" and len(set(ax.values())) != 1:
+            raise _reject(op, "concatenates differently shrunk inputs")
+        a = next(iter(ax.values()))
+        if t == "Expand":
+            return len(out) - rank + a
+        if t in ("Concat", "Split", "CumSum") and a == (op.attr("axis", 0) % len(out)):
+            raise _reject(op, "works along the shrunk axis")
+        if t == "Slice" and a in {x % rank for x in (_ints(graph, op, 3, "axes") or range(rank))}:
+            raise _reject(op, "slices the shrunk axis")
+        if t == "Trilu" and a >= rank - 2:
+            raise _reject(op, "works on the shrunk axis")
+        if t == "Tile" and (_ints(graph, op, 1, "repeats") or [1] * rank)[a] != 1:
+            raise _reject(op, "tiles the shrunk axis")
+        if t == "Pad" and any(
+            (_ints(graph, op, 1, "pads") or [0] * 2 * rank)[k] for k in (a, a + rank)
+        ):
+            raise _reject(op, "pads the shrunk axis")
+        return a
+    if t == "MatMul":
+        ra, rb, ro = len(shapes[0]), len(shapes[1]), len(out)
+        lands = set()
+        if 0 in ax:
+            if ra == 1 or ax[0] == ra - 1:
+                raise _reject(op, "would shrink the contraction axis K")
+            lands.add(ro - 2 if ax[0] == ra - 2 else ro - ra + ax[0])
+        if 1 in ax:
+            if rb == 1 or ax[1] == rb - 2:
+                raise _reject(op, "would shrink the contraction axis K")
+            lands.add(ro - 1 if ax[1] == rb - 1 else ro - rb + ax[1])
+        if len(lands) != 1:
+            raise _reject(op, "operands shrink different axes")
+        return lands.pop()
+    if t == "Gemm":
+        if set(ax) != {0} or a != (1 if op.attr("transA", 0) else 0):
+            raise _reject(op, "would shrink K or a weight")
+        return 0
+    if t in _BATCH_ONLY:
+        if set(ax) != {0} or a != 0:
+            raise _reject(op, "can only lose batch rows")
+        return 0
+    if t == "BatchNormalization":
+        if set(ax) != {0} or a == 1:
+            raise _reject(op, "would shrink channels")
+        return a
+    if t in ("Softmax", "LogSoftmax", "Hardmax"):
+        axis = op.attr("axis", -1 if graph.opset >= 13 else 1) % rank
+        if a == axis or (graph.opset < 13 and a >= axis):
+            raise _reject(op, "reduces along the shrunk axis")
+        return a
+    if t == "LayerNormalization":
+        if a >= op.attr("axis", -1) % rank:
+            raise _reject(op, "normalises along the shrunk axis")
+        return a
+    if t in _REDUCE or t in ("ArgMax", "ArgMin"):
+        pos = 1 if t == "ReduceSum" or graph.opset >= 18 else 99
+        axes = _ints(graph, op, pos, "axes") if t in _REDUCE else [op.attr("axis", 0)]
+        norm = sorted({x % rank for x in axes} if axes else range(rank))
+        if a in norm:
+            raise _reject(op, "reduces along the shrunk axis")
+        return a if op.attr("keepdims", 1) else a - sum(1 for x in norm if x < a)
+    if t == "Gather":
+        axis = op.attr("axis", 0) % rank
+        if len(ax) != 1 or (0 in ax and a == axis):
+            raise _reject(op, "gathers along the shrunk axis")
+        if 0 in ax:
+            return a if a < axis else a + len(shapes[1]) - 1
+        return axis + ax[1]
+    if op.op_class is OpClass.ELEMENTWISE:
+        lands = {len(out) - len(shapes[p]) + x for p, x in ax.items()}
+        if len(lands) != 1:
+            raise _reject(op, "broadcasts differently shrunk inputs")
+        return lands.pop()
+    if set(ax) == {0} and a == 0 and out and shapes[0] and out[0] == shapes[0][0]:
+        return 0  # an op we do not know, keeping its batch axis
+    raise _reject(op, "is not known to keep the shrunk axis apart")
+
+
+def _scaled(op: Op, shape: Shape, axis: int, extent: int, new: int) -> Shape:
+    d = shape[axis]
+    if (d * new) % extent:
+        raise _reject(op, f"cannot scale {d} rows by {new}/{extent}")
+    return (*shape[:axis], d * new // extent, *shape[axis + 1 :])
+
+
+def _positional(graph: Graph, op: Op, land: int, axis: dict[str, int]) -> dict[int, int]:
+    """Compile-time inputs of an elementwise op that span the shrunk axis (rotary tables,
+    position embeddings, masks over query rows): a copy cut to their first positions feeds
+    this op; other uses of the constant keep it whole."""
+    out = graph.tensors[op.outputs[0]].static_shape
+    found: dict[int, int] = {}
+    for p, t in enumerate(op.inputs):
+        if not t or t in axis or not is_compile_time(graph, t):
+            continue
+        shape = graph.tensors[t].static_shape
+        k = land - (len(out) - len(shape))
+        if 0 <= k < len(shape) and shape[k] == out[land] > 1:
+            found[p] = k
+    return found
+
+
+def _walk(
+    graph: Graph, group: FusionGroup, tracked: dict[str, int], extent: int, new: int
+) -> Shrink:
+    shapes = {t: graph.tensors[t].static_shape for t in _tensors(graph, group)}
+    axis = dict(tracked)
+    for t, a in tracked.items():
+        shapes[t] = _scaled(graph.op(group.ops[0]), shapes[t], a, extent, new)
+    targets: dict[int, np.ndarray] = {}
+    cuts: dict[tuple[int, int], tuple[str, str, int, int]] = {}
+    for i, name in enumerate(group.ops):
+        op = graph.op(name)
+        ax = {p: axis[t] for p, t in enumerate(op.inputs) if t in axis}
+        if not ax:
+            continue
+        land = _out_axis(graph, op, ax)
+        if op.op_class is OpClass.ELEMENTWISE:
+            for p, k in _positional(graph, op, land, axis).items():
+                t = op.inputs[p]
+                cut = _scaled(op, graph.tensors[t].static_shape, k, extent, new)
+                copy = f"{t}__first{cut[k]}"
+                cuts[i, p] = (t, copy, k, cut[k])
+                shapes[copy] = cut
+        for t in op.outputs:
+            if t:
+                axis[t] = land
+                shapes[t] = _scaled(op, graph.tensors[t].static_shape, land, extent, new)
+        if op.op_type in ("Reshape", "Expand"):
+            targets[i] = np.asarray(shapes[op.outputs[0]], dtype=np.int64)
+    return Shrink(axis, extent, new, shapes, targets, "", cuts)
+
+
+def _tensors(graph: Graph, group: FusionGroup) -> list[str]:
+    names = dict.fromkeys(group.inputs)
+    for n in group.ops:
+        names.update(dict.fromkeys(t for t in graph.op(n).outputs if t))
+    return list(names)
+
+
+def _has_features(graph: Graph, tensor: str) -> bool:
+    return graph.tensors[tensor].dtype.startswith(("float", "bfloat"))
+
+
+def _rows_of(graph: Graph, tensor: str) -> Shape:
+    """The row axes of an activation: all but the feature (last) axis; all of an index."""
+    shape = graph.tensors[tensor].static_shape
+    return shape[:-1] if _has_features(graph, tensor) else shape
+
+
+def _main_act(graph: Graph, group: FusionGroup) -> str | None:
+    """The activation the group streams: the largest float input (else the largest index)."""
+    acts = [t for t in group.inputs if not is_compile_time(graph, t)]
+    acts = [t for t in acts if graph.tensors[t].is_static and graph.tensors[t].numel > 1]
+    return max(acts, key=lambda t: (_has_features(graph, t), graph.tensors[t].numel), default=None)
+
+
+def group_rows(graph: Graph, group: FusionGroup) -> int:
+    """Rows the group works on: those of its main activation (all axes but the features),
+    else of its largest output."""
+    main = _main_act(graph, group)
+    if main is not None:
+        return max(1, math.prod(_rows_of(graph, main)))
+    outs = [graph.tensors[t].static_shape for t in group.outputs if graph.tensors[t].is_static]
+    return max(1, math.prod(max(outs, key=math.prod, default=())[:-1]))
+
+
+def _track(
+    graph: Graph, acts: list[str], main: str, a: int, extent: int, mode: str
+) -> dict[str, int]:
+    """Which axis of which activation input shrinks, under one tracking ``mode``."""
+    if mode == "main":
+        return {main: a}
+    want = graph.tensors[main].static_shape
+    tracked: dict[str, int] = {}
+    for t in acts:
+        shape = graph.tensors[t].static_shape
+        if mode == "alike":
+            if shape == want:
+                tracked[t] = a
+        elif a == 0:
+            if shape[0] == extent:
+                tracked[t] = 0
+            elif shape[0] != 1:
+                raise NotShrinkable(f"input {t} has {shape[0]} rows, not {extent}")
+        else:
+            k = next((k for k, d in enumerate(_rows_of(graph, t)) if d == extent), None)
+            if k is not None:
+                tracked[t] = k
+    return tracked
+
+
+def plan_shrinks(
+    graph: Graph, group: FusionGroup, rows: int
+) -> tuple[bool, list[Shrink], list[str]]:
+    """Ways to run ``group`` on about ``rows`` rows (each axis, each tracking mode).
+
+    Returns:
+        (needed, candidates, reasons): whether the group has more rows than asked, the
+        consistent reductions found (each still to be checked by shape inference), and why
+        the other choices were refused.
+    """
+    full = group_rows(graph, group)
+    big = _main_act(graph, group)
+    if full <= rows or big is None:
+        return False, [], []
+    acts = [t for t in group.inputs if not is_compile_time(graph, t)]
+    acts = [t for t in acts if graph.tensors[t].is_static and graph.tensors[t].numel > 1]
+    main = graph.tensors[big].static_shape
+    axes = [a for a, d in enumerate(_rows_of(graph, big)) if d > 1]
+    found: list[Shrink] = []
+    reasons: list[str] = []
+    tried: list[dict[str, int]] = []
+    # every activation with the axis; those shaped like the main one (Q and rotate_half(Q));
+    # the main one alone (attention queries: keys and values keep all their rows)
+    for mode in ("all", "alike", "main"):
+        for a in axes:
+            extent = main[a]
+            new = max(1, min(extent - 1, round(rows * extent / full)))
+            what = ("batch" if a == 0 else f"axis {a}") + {
+                "all": "",
+                "alike": " (alike inputs)",
+                "main": f" of {big} only",
+            }[mode]
+            try:
+                tracked = _track(graph, acts, big, a, extent, mode)
+                if tracked in tried:
+                    continue
+                tried.append(tracked)
+                shrink = _walk(graph, group, tracked, extent, new)
+            except NotShrinkable as err:
+                reasons.append(f"{what}: {err}")
+                continue
+            kept = full * new // extent
+            note = f"{what} {extent} -> {new} ({full} -> {kept} rows)"
+            found.append(
+                Shrink(
+                    shrink.axis,
+                    extent,
+                    new,
+                    shrink.shapes,
+                    shrink.targets,
+                    note,
+                    shrink.cuts,
+                    kept,
+                )
+            )
+    return True, found, reasons
+
+
+def validate_shapes(model: onnx.ModelProto, expected: dict[str, Shape]) -> None:
+    """Run strict shape inference on the reduced subgraph and compare every shape.
+
+    Raises:
+        NotShrinkable: inference fails (a broadcast conflict) or a shape differs.
+    """
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as err:  # onnx raises several error types here
+        raise NotShrinkable(
+            f"shape inference: {str(err).strip().splitlines()[-1][:160]}"
+        ) from None
+    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
+        want = expected.get(vi.name)
+        tt: Any = vi.type.tensor_type
+        if want is None or not tt.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        if -1 not in dims and tuple(dims) != tuple(want):
+            raise NotShrinkable(f"{vi.name} would be {dims}, expected {list(want)}")

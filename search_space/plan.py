@@ -143,6 +143,19 @@ class FusionPlan:
                 )
                 check(op not in seen, f"plan puts op '{op}' in two groups", PlanError)
                 seen.add(op)
+        from .fusion import FusionContext
+
+        ctx = FusionContext(graph, max_fused_ops=10**6)
+        for g in self.groups:
+            work = [n for n in g.ops if n in ctx.index]
+            if len(work) > 1:
+                verdict = ctx.check(work)
+                check(
+                    verdict.ok,
+                    f"plan group starting at '{work[0]}' is not a legal fusion: "
+                    f"{verdict.reason}; re-create the plan",
+                    PlanError,
+                )
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         return atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")

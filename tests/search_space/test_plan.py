@@ -82,3 +82,13 @@ def test_unreadable_plan_files(tmp_path: Path) -> None:
     bad.write_text("{nope")
     with pytest.raises(PlanError, match="not valid JSON"):
         FusionPlan.load(bad)
+
+
+def test_hand_edited_illegal_group_is_refused(tmp_path: Path) -> None:
+    graph, plan = _plan()
+    data = plan.to_json()
+    data["groups"][1] = {"ops": ["gap", "fc"], "kind": "cube_epilogue"}  # a reduce prologue
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="not a legal fusion"):
+        FusionPlan.load(path, graph)

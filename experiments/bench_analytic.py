@@ -12,13 +12,13 @@ experiments/results/bench_analytic.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from costmodel.analytic import AnalyticModel
 from costmodel.kernel import Kernel, KernelBatch, KernelConfig, StreamBatch
@@ -172,23 +172,7 @@ def main() -> None:
     args = parser.parse_args()
     model = AnalyticModel(load_target(args.target))
     rows = throughput(model, args.configs, args.model, args.repeat)
-    cols = list(rows[0])
-    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
-    print(" | ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
-    for row in rows:
-        print(" | ".join(str(row[c]).ljust(w) for c, w in zip(cols, widths, strict=True)))
-    print()
-    for a in anchors(model):
-        print(f"{a['case']:<40} {a['value']}")
-    out = Path(args.csv)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(out)
-    print(f"wrote {out}")
+    emit(rows, Path(args.csv))
 
 
 if __name__ == "__main__":

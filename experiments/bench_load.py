@@ -10,11 +10,12 @@ experiments/results/bench_load.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 CHILD = r"""
 import json, resource, sys, time
@@ -53,17 +54,7 @@ def main() -> None:
             check=True,
         )
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    cols = list(rows[0])
-    print(" | ".join(f"{c:>12}" for c in cols))
-    for row in rows:
-        print(" | ".join(f"{row[c]!s:>12}" for c in cols))
-    out = Path(args.csv)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {out}")
+    emit(rows, Path(args.csv))
 
 
 if __name__ == "__main__":

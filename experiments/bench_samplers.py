@@ -13,11 +13,11 @@ Writes experiments/results/bench_samplers.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
 
 import optuna
+from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.tuner import make_sampler
 from autotune.zoo import build
@@ -102,17 +102,7 @@ def main() -> None:
                 }
             )
             print(rows[-1], flush=True)
-    cols = list(rows[0])
-    print(" | ".join(f"{c:>12}" for c in cols))
-    for row in rows:
-        print(" | ".join(f"{row[c]!s:>12}" for c in cols))
-    out = Path(__file__).parent / "results" / "bench_samplers.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {out}")
+    emit(rows, Path(__file__).parent / "results" / "bench_samplers.csv")
 
 
 if __name__ == "__main__":

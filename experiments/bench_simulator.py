@@ -11,19 +11,18 @@ events/second, memo hit rate). Prints a table and writes experiments/results/ben
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _table import emit  # experiments/_table.py (scripts run from this folder)
+
 from costmodel.base import KernelCost
 from costmodel.kernel import Kernel, KernelConfig, Stream
 from costmodel.simulator import SimulatorModel
 from costmodel.spec import HardwareSpec, Target, load_target
-from search_space.atomic import atomic_write_text
 
 FP16 = 2
 
@@ -172,19 +171,7 @@ def main() -> None:
                 row["metric"] = metric(costs, kernels, sp)
             rows.append(row)
             print(f"{case:<32} fast={fast!s:<5} {row['wall_s']:>8.2f} s  {row['metric']}")
-    cols = list(rows[0])
-    print()
-    print(" | ".join(f"{c:>14}" for c in cols))
-    for row in rows:
-        print(" | ".join(f"{row[c]!s:>14}" for c in cols))
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=cols)
-    writer.writeheader()
-    writer.writerows(rows)
-    out = Path(args.csv)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, buf.getvalue())
-    print(f"wrote {out}")
+    emit(rows, Path(args.csv))
 
 
 if __name__ == "__main__":

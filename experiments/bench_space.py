@@ -11,11 +11,11 @@ Writes experiments/results/bench_space.csv.
 
 from __future__ import annotations
 
-import csv
 import time
 from pathlib import Path
 
 import numpy as np
+from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
@@ -79,17 +79,7 @@ def bilevel_row(name: str) -> dict[str, object]:
 
 def main() -> None:
     rows = [space_row("llama3-8b", 32), space_row("bert-base", None), bilevel_row("bert-base")]
-    cols = list(rows[0])
-    print(" | ".join(f"{c:>14}" for c in cols))
-    for row in rows:
-        print(" | ".join(f"{row[c]!s:>14}" for c in cols))
-    out = Path(__file__).parent / "results" / "bench_space.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {out}")
+    emit(rows, Path(__file__).parent / "results" / "bench_space.csv")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,11 @@ all single-op kernels, and the plan totals. Writes experiments/results/compare_m
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
 import numpy as np
+from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.zoo import build, list_models
 from costmodel.lower import Lowering
@@ -72,17 +72,7 @@ def main() -> None:
             "simulator_s": "",
         }
     )
-    cols = list(rows[0])
-    print(" | ".join(f"{c:>13}" for c in cols))
-    for row in rows:
-        print(" | ".join(f"{row[c]!s:>13}" for c in cols))
-    out = Path(args.csv)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {out}")
+    emit(rows, Path(args.csv))
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ Writes experiments/results/tune_zoo.csv. Each model gets a fresh journal in a te
 from __future__ import annotations
 
 import argparse
-import csv
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.tuner import TuneConfig, tune_graph
 from autotune.zoo import build, list_models
@@ -82,18 +82,8 @@ def main() -> None:
         )
         print(rows[-1], flush=True)
     geo = float(np.exp(np.mean([np.log(r["speedup_vs_greedy"]) for r in rows])))
-    cols = list(rows[0])
-    print(" | ".join(f"{c:>16}" for c in cols))
-    for row in rows:
-        print(" | ".join(f"{row[c]!s:>16}" for c in cols))
     print(f"geometric mean speedup vs greedy: {geo:.3f}")
-    out = Path(args.csv)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {out}")
+    emit(rows, Path(args.csv))
 
 
 if __name__ == "__main__":

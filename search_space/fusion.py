@@ -21,7 +21,7 @@ from itertools import combinations
 
 from .graph import Graph, Op
 from .groups import FusionGroup, alias_root, make_group
-from .ops import OpClass
+from .ops import OpClass, reduction_axes
 
 __all__ = ["Edge", "FusionContext", "Verdict"]
 
@@ -446,39 +446,9 @@ def _view_readers(g: Graph, view: Op) -> list[str]:
 
 def _trailing_extent(op: Op, shape: tuple[int, ...], g: Graph) -> int | None:
     """The row length a reduction reduces, if it reduces trailing axes; else None."""
-    rank = len(shape)
-    if rank == 0:
+    if not shape:
         return 1
-    if op.op_type in (
-        "GlobalAveragePool",
-        "GlobalMaxPool",
-        "InstanceNormalization",
-        "GroupNormalization",
-    ):
-        return math.prod(shape[2:])
-    if op.op_type in (
-        "Softmax",
-        "LogSoftmax",
-        "LayerNormalization",
-        "RMSNormalization",
-        "ArgMax",
-        "ArgMin",
-        "CumSum",
-        "LpNormalization",
-    ):
-        default = -1 if (g.opset >= 13 or op.op_type == "LayerNormalization") else 1
-        axis = int(op.attr("axis", default)) % rank
-        if op.op_type in ("Softmax", "LogSoftmax") and g.opset < 13:
-            return math.prod(shape[axis:])
-        if op.op_type == "LayerNormalization":
-            return math.prod(shape[axis:])
-        return shape[axis] if axis == rank - 1 else None
-    axes = op.attr("axes")
-    if axes is None and len(op.inputs) > 1 and op.inputs[1] in g.constants:
-        axes = g.constants[op.inputs[1]].reshape(-1).tolist()
-    if not axes:
-        return None if rank > 1 else shape[0]
-    ax = sorted(int(a) % rank for a in axes)
-    if ax != list(range(rank - len(ax), rank)):
+    axes = reduction_axes(op.op_type, dict(op.attributes), op.inputs, shape, g.constants, g.opset)
+    if list(axes) != list(range(len(shape) - len(axes), len(shape))):
         return None
-    return math.prod(shape[a] for a in ax)
+    return math.prod(shape[a] for a in axes)

@@ -23,6 +23,7 @@ __all__ = [
     "OpClass",
     "OpWork",
     "classify",
+    "reduction_axes",
 ]
 
 Shape = tuple[int, ...]
@@ -308,3 +309,53 @@ def classify(
     if op_type in LAYOUT_OPS:
         return OpWork(OpClass.LAYOUT, "vector", False, 0, 0)
     return OpWork(OpClass.OPAQUE, "vector", False, 0, 0)
+
+
+def reduction_axes(
+    op_type: str,
+    attrs: Mapping[str, object],
+    inputs: Sequence[str],
+    shape: Sequence[int],
+    constants: Mapping[str, object],
+    opset: int,
+) -> tuple[int, ...]:
+    """The axes a reduction-class op reduces over an input of ``shape`` (sorted).
+
+    Softmax before opset 13 and LayerNormalization/RMSNormalization reduce every axis from
+    ``axis`` on; Softmax from opset 13, LpNormalization, ArgMax/ArgMin (default axis 0) and
+    CumSum (axis given as an input) reduce one axis; global pools and instance/group norms the
+    spatial axes; Reduce* their ``axes`` (attribute or input), all axes when none are given.
+    """
+    rank = len(shape)
+    if rank == 0:
+        return ()
+
+    def attr_axis(default: int) -> int:
+        return int(attrs.get("axis", default)) % rank  # type: ignore[call-overload]
+
+    if op_type in (
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "InstanceNormalization",
+        "GroupNormalization",
+    ):
+        return tuple(range(min(2, rank), rank))
+    if op_type in ("Softmax", "LogSoftmax"):
+        if opset >= 13:
+            return (attr_axis(-1),)
+        return tuple(range(attr_axis(1), rank))
+    if op_type in ("LayerNormalization", "RMSNormalization"):
+        return tuple(range(attr_axis(-1), rank))
+    if op_type == "LpNormalization":
+        return (attr_axis(-1),)
+    if op_type in ("ArgMax", "ArgMin"):
+        return (attr_axis(0),)
+    if op_type == "CumSum":
+        value = constants.get(inputs[1]) if len(inputs) > 1 else None
+        return (int(value.reshape(-1)[0]) % rank,) if value is not None else (0,)  # type: ignore[attr-defined]
+    axes = attrs.get("axes")
+    if axes is None and len(inputs) > 1 and inputs[1] in constants:
+        axes = constants[inputs[1]].reshape(-1).tolist()  # type: ignore[attr-defined]
+    if not axes:
+        return tuple(range(rank))
+    return tuple(sorted({int(a) % rank for a in axes}))  # type: ignore[attr-defined]

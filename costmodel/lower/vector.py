@@ -16,7 +16,7 @@ import numpy as np
 
 from search_space.graph import Graph, Op
 from search_space.groups import FusionGroup, alias_root
-from search_space.ops import GATHER_OPS, OpClass
+from search_space.ops import GATHER_OPS, OpClass, reduction_axes
 
 from ..kernel import KernelBatch, KernelConfig, StreamBatch
 from ..spec import Target
@@ -49,40 +49,12 @@ class VectorWork:
 
 def _reduced(op: Op, shape: tuple[int, ...], graph: Graph) -> tuple[int, int]:
     """(reduced extent, first reduced axis) of a reduction over ``shape``."""
-    rank = len(shape)
-    if rank == 0:
+    if not shape:
         return 1, 0
-    if op.op_type in (
-        "Softmax",
-        "LogSoftmax",
-        "LayerNormalization",
-        "ArgMax",
-        "ArgMin",
-        "CumSum",
-        "LpNormalization",
-        "RMSNormalization",
-    ):
-        default = -1 if (graph.opset >= 13 or op.op_type == "LayerNormalization") else 1
-        axis = int(op.attr("axis", default)) % rank
-        if op.op_type in ("ArgMax", "ArgMin", "CumSum", "LpNormalization") or (
-            op.op_type == "Softmax" and graph.opset >= 13
-        ):
-            return shape[axis], axis
-        return math.prod(shape[axis:]), axis
-    if op.op_type in (
-        "GlobalAveragePool",
-        "GlobalMaxPool",
-        "InstanceNormalization",
-        "GroupNormalization",
-    ):
-        return math.prod(shape[2:]) or 1, min(2, rank - 1)
-    axes = op.attr("axes")
-    if axes is None and len(op.inputs) > 1 and op.inputs[1] in graph.constants:
-        axes = graph.constants[op.inputs[1]].reshape(-1).tolist()
-    if not axes:
-        return math.prod(shape), 0
-    ax = sorted(int(a) % rank for a in axes)
-    return math.prod(shape[a] for a in ax), ax[0]
+    axes = reduction_axes(
+        op.op_type, dict(op.attributes), op.inputs, shape, graph.constants, graph.opset
+    )
+    return math.prod(shape[a] for a in axes), axes[0]
 
 
 def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWork:

@@ -201,3 +201,19 @@ def test_policy_levels_and_pattern_modes_shape_the_space() -> None:
     picky = build_space(ctx, oracle, Policy(benefit_threshold=0.5))
     assert set(picky.open) < set(spaces[3].open)
     assert not build_space(ctx, oracle, Policy(share_repeated=False)).share
+
+
+def test_argmax_defaults_to_axis_0_so_it_is_not_a_row_reduction() -> None:
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    nodes = [
+        n("Relu", ["x"], ["r"], name="relu"),
+        n("ArgMax", ["r"], ["i"], name="argmax", keepdims=1),
+        n("ArgMax", ["r"], ["j"], name="argmax_last", axis=-1, keepdims=1),
+    ]
+    model = make(
+        nodes, [vi("x", T.FLOAT, [64, 8])], [vi("i", T.INT64, [1, 8]), vi("j", T.INT64, [64, 1])]
+    )
+    ctx = FusionContext(load_graph(model))
+    assert not ctx.check({"relu", "argmax"}).ok
+    assert ctx.check({"relu", "argmax_last"}).ok

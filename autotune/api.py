@@ -98,8 +98,19 @@ def tune(
 ) -> Plan:
     """Tune a model (a path, a ModelProto, or ``zoo:NAME``); ``options`` are
     :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
+    from costmodel.spec import load_target
+
+    from .safety import make_safety
+
     source = resolve_model(model, zoo) if isinstance(model, str) else model
     graph = load_graph(source, input_shapes=input_shapes)
     name = model.removeprefix("zoo:") if isinstance(model, str) else "model"
-    result = tune_graph(graph, TuneConfig(**options), name=Path(name).stem)
+    config = TuneConfig(**options)
+    target = load_target(config.target, config.sets, config.precision)
+    if isinstance(model, str | onnx.ModelProto):
+        ref: str | onnx.ModelProto = model
+    else:
+        ref = str(model) if isinstance(model, os.PathLike) else read_model(model)[0]
+    safety = make_safety(graph, ref, zoo, input_shapes or {}, config.policy, target)
+    result = tune_graph(graph, config, name=Path(name).stem, safety=safety)
     return Plan(result.plan, None, result)

@@ -128,9 +128,13 @@ def tune(
         policy=policy,
     )
     name = Path(model.removeprefix("zoo:")).stem
+    from costmodel.spec import load_target
+
     from .safety import make_safety
 
-    safety = make_safety(graph, model, zoo, shapes, policy, cfg)
+    safety = make_safety(
+        graph, model, zoo, shapes, policy, load_target(target, tuple(set_ or ()), precision)
+    )
     columns = (
         TextColumn("[bold]tuning[/] {task.description}"),
         BarColumn(),
@@ -286,7 +290,10 @@ def verify(
     graph = load_graph(source, input_shapes=shapes)
     record = FusionPlan.load(plan, graph)
     policy = _policy(config)
-    target = load_target(record.target, (), record.precision)
+    meta = dict(record.meta)
+    target = load_target(
+        meta.get("target_source", record.target), meta.get("sets", ()), record.precision
+    )
     equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
     verdicts = verify_kernels(proto, graph, record.groups, target, policy, seed=seed)
     ok = bool(equiv["ok"]) and all(v.ok for v in verdicts)

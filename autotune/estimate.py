@@ -17,7 +17,7 @@ from search_space.baselines import BASELINES, baseline_plan
 from search_space.fusion import FusionContext
 from search_space.graph import Graph
 from search_space.groups import FusionGroup, make_group, singleton_groups
-from search_space.plan import FusionPlan
+from search_space.plan import FusionPlan, PlanError
 from search_space.policy import Policy
 
 __all__ = ["estimate_graph", "plan_kernels"]
@@ -48,6 +48,11 @@ def plan_kernels(
     record = plan if isinstance(plan, FusionPlan) else FusionPlan.load(Path(plan), graph)
     if isinstance(plan, FusionPlan):
         record.check_model(graph)
+    if record.target != target.spec.name:
+        raise PlanError(
+            f"plan was tuned for target '{record.target}', not "
+            f"'{target.spec.name}'; pass --target {record.target}"
+        )
     groups = [make_group(graph, g.ops, g.kind) for g in record.groups]
     kernels = lowering.kernels(groups, [g.config for g in record.groups])
     for k in kernels:

@@ -2,62 +2,63 @@
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
+import onnx
+
+from costmodel.lower import Lowering
+from costmodel.spec import Target
 from search_space.graph import Graph
 from search_space.groups import make_group
+from search_space.onnx_io import read_model
+from search_space.plan import PlanGroup
+from search_space.policy import Policy
 from search_space.space import SpacePlan
 
-from .models import ZooOptions
+from .models import ZooOptions, resolve_model
+from .verify import safe_groups, verify_kernels
 
-__all__ = ["make_safety"]
+__all__ = ["Safety", "make_safety"]
 
-log = logging.getLogger(__name__)
+# plan in -> (plan with failing kernels unfused, report counts, verdict per group's ops)
+Safety = Callable[[SpacePlan], tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]]
 
 
 def make_safety(
     graph: Graph,
-    model: str,
-    zoo: ZooOptions,
+    model: str | onnx.ModelProto,
+    zoo: ZooOptions | None,
     shapes: Mapping[str, Sequence[int]],
-    policy: Any,
-    cfg: Any,
-) -> Callable[[SpacePlan], tuple[SpacePlan, dict[str, int]]]:
-    """A hook for :func:`autotune.tuner.tune_graph` that runs kernel verification."""
+    policy: Policy,
+    target: Target,
+) -> Safety:
+    """A verification hook for :func:`autotune.tuner.tune_graph`.
 
-    def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int]]:
-        import onnx
+    Zoo models are rebuilt with random weights (verification needs values); files are read
+    as given.
+    """
+    del shapes  # the graph already carries the static shapes
 
-        from costmodel.spec import load_target
-        from search_space.onnx_io import read_model
-        from search_space.plan import PlanGroup
-
-        from .models import resolve_model
-        from .verify import safe_groups, verify_kernels
-
-        source = resolve_model(
-            model,
-            ZooOptions(**{**zoo.__dict__, "weights": "random"})
-            if model.startswith("zoo:")
-            else zoo,
-        )
-        proto = source if isinstance(source, onnx.ModelProto) else read_model(source)[0]
-        target = load_target(cfg.target, cfg.sets, cfg.precision)
+    def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]:
+        if isinstance(model, onnx.ModelProto):
+            proto = model
+        else:
+            opts = dataclasses.replace(zoo or ZooOptions(), weights="random")
+            source = resolve_model(model, opts)
+            proto = source if isinstance(source, onnx.ModelProto) else read_model(source)[0]
         groups = [
             PlanGroup(g.ops, g.kind, c) for g, c in zip(plan.groups, plan.configs, strict=True)
         ]
         verdicts = verify_kernels(proto, graph, groups, target, policy)
         kept, counts = safe_groups(groups, verdicts)
+        by_ops = {g.ops: g.verdict for g in kept if g.verdict}
         if len(kept) == len(groups):
-            return plan, counts
+            return plan, counts, by_ops
         new_groups = tuple(make_group(graph, g.ops, g.kind) for g in kept)
-        by_ops = {g.ops: c for g, c in zip(plan.groups, plan.configs, strict=True)}
-        from costmodel.lower import Lowering
-
+        configs_by_ops = {g.ops: c for g, c in zip(plan.groups, plan.configs, strict=True)}
         low = Lowering(graph, target)
-        configs = tuple(by_ops.get(g.ops) or low.default(g) for g in new_groups)
-        return SpacePlan(new_groups, configs), counts
+        configs = tuple(configs_by_ops.get(g.ops) or low.default(g) for g in new_groups)
+        return SpacePlan(new_groups, configs), counts, by_ops
 
     return check

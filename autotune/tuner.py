@@ -119,18 +119,24 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
     return url, url
 
 
-def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, seed: int, offset: int, multi: bool, constrained: bool = False
+) -> optuna.samplers.BaseSampler:
     """A sampler by name; ``offset`` (trials already run) moves the seed on when resuming.
 
     Raises:
         AutotuneError: unknown sampler, or one whose optional dependency is missing.
     """
     s = seed + offset
+    del constrained  # constraints reach the samplers through Trial.set_constraint
     if name == "tpe":
         with warnings.catch_warnings():  # `group` is marked experimental; it is what we need
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.TPESampler(
-                seed=s, multivariate=True, group=True, n_startup_trials=10
+                seed=s,
+                multivariate=True,
+                group=True,
+                n_startup_trials=10,
             )
     if name == "random":
         return optuna.samplers.RandomSampler(seed=s)
@@ -158,6 +164,11 @@ def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.sampl
             ) from None
         return optuna.samplers.GPSampler(seed=s)
     raise AutotuneError(f"unknown sampler '{name}'; available: {', '.join(SAMPLERS)}")
+
+
+def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    """Peak live bytes over the policy's max_mem_usage (<= 0 is feasible)."""
+    return trial.user_attrs.get("constraint", [0.0])
 
 
 class _Evaluator:
@@ -202,9 +213,12 @@ def _plan_record(
     predicted: float,
     measured: float,
     meta: dict[str, Any],
+    verdicts: dict[tuple[str, ...], str] | None = None,
 ) -> FusionPlan:
+    verdicts = verdicts or {}
     groups = tuple(
-        PlanGroup(g.ops, g.kind, c) for g, c in zip(plan.groups, plan.configs, strict=True)
+        PlanGroup(g.ops, g.kind, c, verdicts.get(g.ops, ""))
+        for g, c in zip(plan.groups, plan.configs, strict=True)
     )
     return FusionPlan(
         fingerprint=graph.fingerprint(),
@@ -225,7 +239,8 @@ def tune_graph(
     *,
     name: str = "model",
     progress: Callable[[int, float], None] | None = None,
-    safety: Callable[[SpacePlan], tuple[SpacePlan, dict[str, int]]] | None = None,
+    safety: Callable[[SpacePlan], tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]]
+    | None = None,
 ) -> TuneResult:
     """Run (or resume) a study on ``graph`` and return the best measured plan.
 
@@ -245,7 +260,7 @@ def tune_graph(
             f"unknown objective '{config.objective}'; available: {', '.join(OBJECTIVES)}"
         )
     if config.trials < 1 or config.measure_every < 1 or config.measure_top < 1:
-        raise AutotuneError("--trials, --measure-every and --measure-top must be >= 1")
+        raise AutotuneError("--trials and --measure-every must be >= 1 (and measure_top >= 1)")
     multi = config.objective == "latency,memory"
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
     target = load_target(config.target, config.sets, config.precision)
@@ -271,7 +286,9 @@ def tune_graph(
     study = optuna.load_study(
         storage=storage,
         study_name=study_name,
-        sampler=make_sampler(config.sampler, config.seed, done, multi),
+        sampler=make_sampler(
+            config.sampler, config.seed, done, multi, constrained=policy.max_mem_usage is not None
+        ),
     )
     baselines = {k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")}
     if done == 0:
@@ -293,6 +310,7 @@ def tune_graph(
         trial.set_user_attr("peak_live_bytes", memory)
         if policy.max_mem_usage is not None:
             trial.set_user_attr("constraint", [memory - policy.max_mem_usage])
+            trial.set_constraint("max_mem_usage", memory - policy.max_mem_usage)
         return (latency, memory / 1e6) if multi else latency
 
     measured: dict[str, tuple[float, optuna.trial.FrozenTrial]] = {}
@@ -310,7 +328,7 @@ def tune_graph(
         fresh = 0
         for t in ranked:
             key = t.user_attrs.get("plan_key")
-            if key is None or key in measured:
+            if key is None or key in measured or _constraint(t)[0] > 0:
                 continue
             plan = replay(t)
             measured[plan.key()] = (ev.measure(plan), t)
@@ -363,16 +381,27 @@ def tune_graph(
             pick = _knee(front) if config.pick is None else _picked(front, config.pick)
             plan = replay(pick)
             candidates = [(ev.measure(plan), plan, f"trial {pick.number}")]
+    if policy.max_mem_usage is not None:  # plans over the memory limit are not candidates
+        within = [
+            c for c in candidates if peak_live_bytes(graph, c[1].groups) <= policy.max_mem_usage
+        ]
+        if not within:
+            log.warning("no measured plan fits max_mem_usage; keeping the leanest")
+            within = [min(candidates, key=lambda c: peak_live_bytes(graph, c[1].groups))]
+        candidates = within
     best_us, best_plan, source = min(candidates, key=lambda c: c[0])
     report: dict[str, int] = {}
+    verdicts: dict[tuple[str, ...], str] = {}
     if safety is not None and policy.safe_mode:
-        best_plan, report = safety(best_plan)
+        best_plan, report, verdicts = safety(best_plan)
         best_us = ev.measure(best_plan)
     trials = sum(1 for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     meta = {
         "study": study_name,
         "storage": storage_name,
         "trials": trials,
+        "target_source": config.target,
+        "sets": list(config.sets),
         "sampler": config.sampler,
         "strategy": config.strategy,
         "seed": config.seed,
@@ -383,7 +412,9 @@ def tune_graph(
         "report": report,
     }
     meta["kernels"] = _kernel_rows(ev, oracle, ctx, best_plan)
-    record = _plan_record(graph, best_plan, target, name, ev.score(best_plan), best_us, meta)
+    record = _plan_record(
+        graph, best_plan, target, name, ev.score(best_plan), best_us, meta, verdicts
+    )
     return TuneResult(
         record,
         study_name,

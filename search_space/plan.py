@@ -118,7 +118,7 @@ class FusionPlan:
                 schema_version=version,
                 meta=dict(data.get("meta", {})),
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise PlanError(f"plan is missing or has a bad field: {err}") from None
         if graph is not None:
             plan.check_model(graph)

@@ -218,7 +218,8 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
     )
     handoff = ""
     if vec:
-        crossing = [t for t in frontier if any(c in vec for c in graph.consumers(t))]
+        order = [t for op in members for t in op.outputs if t in frontier]
+        crossing = [t for t in order if any(c in vec for c in graph.consumers(t))]
         handoff = crossing[0] if crossing else anchor.outputs[0]
     full_row = any(op.op_class is OpClass.REDUCE for op in vec)
     a_bytes = graph.tensors[a_root].numel * a_item

@@ -164,7 +164,7 @@ def vector_grid(work: VectorWork, target: Target) -> list[KernelConfig]:
                 if rows >= max_rows:
                     break
                 rows *= 2
-    if not configs:  # not even one aligned chunk fits: smallest chunk, single buffer
+    if not configs and len(work.ops) == 1:  # a lone op always runs: smallest chunk
         configs.append(
             KernelConfig(
                 block_dim=spec.vector_cores, ub_rows=1, ub_cols=align, double_buffer=False

@@ -10,7 +10,6 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.models import ZooOptions
 from autotune.safety import make_safety
-from autotune.tuner import TuneConfig
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
@@ -35,12 +34,14 @@ def test_planted_fp16_statistics_are_caught_and_unfused() -> None:
     bad = list(plan.configs)
     bad[ln[0]] = dataclasses.replace(bad[ln[0]], knobs=(("stats_fp16", 1),))
     planted = SpacePlan(plan.groups, tuple(bad))
-    check = make_safety(graph, "zoo:bert-base", zoo, {}, Policy(), TuneConfig())
-    safe, counts = check(planted)
+    check = make_safety(graph, "zoo:bert-base", zoo, {}, Policy(), load_target())
+    safe, counts, verdicts = check(planted)
     assert counts["skipped_precision"] >= 1
     assert plan.groups[ln[0]] not in safe.groups  # the bad kernel is no longer fused
     assert all(len(g.ops) == 1 or g in plan.groups for g in safe.groups)
-    clean, counts = check(plan)
+    unfused = [v for ops, v in verdicts.items() if v.startswith("unfused")]
+    assert unfused and "fail" in unfused[0]  # the reason travels with the plan
+    clean, counts, _ = check(plan)
     assert counts["skipped_precision"] == 0 and clean == plan
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target
-from search_space.baselines import rule_registry
+from search_space.baselines import policy_rules
 from search_space.fusion import FusionContext
 from search_space.graph import Graph
 from search_space.groups import make_group
@@ -34,9 +34,9 @@ def _verdict(
         return "skip: policy", "fusion_level = 0"
     if policy.mode(rule) == "never":
         return "skip: policy", f"pattern '{rule}' is set to never"
-    banned = sorted(n for n in ops if graph.op(n).op_type in ctx.no_fusion or n in ctx.no_fusion)
+    banned = sorted(n for n in ops if not ctx.fusible(graph.op(n)))
     if banned:
-        return "skip: policy", f"no_fusion_ops holds {graph.op(banned[0]).op_type}"
+        return "skip: policy", f"{graph.op(banned[0]).op_type} never fuses (no_fusion_ops/opaque)"
     if len(ops) > ctx.max_fused_ops:
         return "skip: policy", f"more than max_fused_ops={ctx.max_fused_ops} ops"
     verdict = ctx.check(ops)
@@ -54,7 +54,7 @@ def analyse_candidates(
     policy = policy or Policy()
     ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
     oracle = CostOracle(graph, target, ctx=ctx)
-    rules = rule_registry(policy).rules(policy.preset)
+    rules = policy_rules(policy)
     found: dict[frozenset[str], str] = {}
     for m in match(ctx, rules):
         found.setdefault(m.ops, m.rule)

@@ -15,7 +15,14 @@ from .policy import Policy
 from .rules import Rule, RuleRegistry, default_registry, greedy
 from .space import GroupOracle, SpacePlan
 
-__all__ = ["BASELINES", "baseline_partition", "baseline_plan", "plan_cost", "rule_registry"]
+__all__ = [
+    "BASELINES",
+    "baseline_partition",
+    "baseline_plan",
+    "plan_cost",
+    "policy_rules",
+    "rule_registry",
+]
 
 BASELINES = ("none", "greedy", "max", "optimal")
 
@@ -25,7 +32,8 @@ def rule_registry(policy: Policy) -> RuleRegistry:
     return RuleRegistry.from_config(policy.rules) if policy.rules else default_registry()
 
 
-def _rules(policy: Policy) -> Sequence[Rule]:
+def policy_rules(policy: Policy) -> Sequence[Rule]:
+    """The rules a policy's preset selects, highest priority first."""
     return rule_registry(policy).rules(policy.preset)
 
 
@@ -47,7 +55,7 @@ def baseline_partition(
     if kind == "none" or policy.fusion_level == 0:
         return [frozenset([n]) for n in ctx.nodes]
     if kind == "greedy":
-        partition, _ = greedy(ctx, _rules(policy), oracle.feasible)
+        partition, _ = greedy(ctx, policy_rules(policy), oracle.feasible)
         return partition
     if kind == "max":
         return ctx.repair(ctx.edges, oracle.feasible)

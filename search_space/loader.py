@@ -252,7 +252,8 @@ def load_graph(
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             value = _constant_value(node)
             st.set_value(node.output[0], value)
-            st.kinds[node.output[0]] = "weight" if value.size > FOLD_LIMIT else "constant"
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            st.kinds[node.output[0]] = "weight" if _is_weight(elem, value.size) else "constant"
             continue
         st.infer(node, names[idx])
         if st.try_fold(node):

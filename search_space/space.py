@@ -66,8 +66,6 @@ class SpacePlan:
 
 
 def _op_hash(graph: Graph, ctx: FusionContext, name: str) -> str:
-    op = graph.op(name)
-
     def own(n: str) -> str:
         o = graph.op(n)
         shapes = [graph.tensors[alias_root(graph, t)].shape if t else None for t in o.inputs]
@@ -77,7 +75,6 @@ def _op_hash(graph: Graph, ctx: FusionContext, name: str) -> str:
     parts = [own(name)]
     parts += sorted(own(p) for p in ctx.pred[name])
     parts += ["->" + own(s) for s in sorted(ctx.succ[name], key=own)]
-    del op
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
 
 
@@ -260,10 +257,10 @@ def build_space(
     ``benefit_threshold`` closes an edge whose two ops fused alone save less than that fraction
     of their time; ``share_repeated`` shares classes across repeated layers.
     """
-    from .baselines import rule_registry
+    from .baselines import policy_rules
     from .rules import edges_of, greedy, match
 
-    rules = rule_registry(policy).rules(policy.preset)
+    rules = policy_rules(policy)
     share = policy.share_repeated
     if policy.fusion_level == 0:
         return SearchSpace(

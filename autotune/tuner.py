@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 
 from costmodel.analytic import AnalyticModel
@@ -169,6 +170,35 @@ def make_sampler(
 def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
     """Peak live bytes over the policy's max_mem_usage (<= 0 is feasible)."""
     return trial.user_attrs.get("constraint", [0.0])
+
+
+def enqueue_neighbours(study: optuna.Study, limit: int = 3) -> int:
+    """Local search around the incumbent: enqueue the best trial with one fusion decision
+    flipped, for up to ``limit`` decisions not tried yet (TVM-style mutation of the best).
+
+    Returns:
+        How many trials were enqueued.
+    """
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete or len(study.directions) != 1:
+        return 0
+    best = min(complete, key=lambda t: t.values[0])
+    seen = {tuple(sorted(t.params.items())) for t in study.trials}
+    added = 0
+    names = sorted(n for n in best.params if n.startswith("fuse/"))
+    order = np.random.default_rng(len(study.trials)).permutation(len(names))
+    for name in (names[i] for i in order):
+        value = best.params[name]
+        flipped = {**best.params, name: (not value) if isinstance(value, bool) else 1 - value}
+        key = tuple(sorted(flipped.items()))
+        if key in seen:
+            continue
+        study.enqueue_trial(flipped, skip_if_exists=True)
+        seen.add(key)
+        added += 1
+        if added >= limit:
+            break
+    return added
 
 
 class _Evaluator:
@@ -344,6 +374,8 @@ def tune_graph(
             state["best"] = min(state["best"], trial.values[0])
         if int(state["n"]) % config.measure_every == 0:
             measure_best()
+        if int(state["n"]) % 10 == 0 and not multi:
+            enqueue_neighbours(study)
         if progress is not None:
             progress(int(state["n"]), state["best"])
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import optuna
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.tuner import make_sampler
+from autotune.tuner import enqueue_neighbours, make_sampler
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
@@ -50,10 +50,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--samplers", nargs="*", default=["tpe", "random", "cmaes", "gp"])
+    parser.add_argument("--models", nargs="*", default=[name for name, _ in CASES])
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
     for name, kw in CASES:
+        if name not in args.models:
+            continue
         graph = load_graph(build(name, weights="inputs", **kw))
         ctx = FusionContext(graph)
         oracle = CostOracle(graph, load_target(), ctx=ctx)
@@ -84,9 +87,11 @@ def main() -> None:
                     for g in baseline_plan(kind, ctx, oracle).groups
                 ]
                 study.enqueue_trial(space.params_for(part))
-            study.optimize(
-                lambda t, s=space, o=oracle: plan_cost(s.suggest(t), o), n_trials=args.trials
-            )
+            for _ in range(args.trials // 10):  # the tuner's loop: 10 trials, then local moves
+                study.optimize(
+                    lambda t, s=space, o=oracle: plan_cost(s.suggest(t), o), n_trials=10
+                )
+                enqueue_neighbours(study)
             values = [t.value for t in study.trials if t.value is not None]
             rows.append(
                 {

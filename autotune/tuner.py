@@ -427,6 +427,8 @@ def tune_graph(
     if safety is not None and policy.safe_mode:
         best_plan, report, verdicts = safety(best_plan)
         best_us = ev.measure(best_plan)
+    report = {**_census(graph, target, policy), **report}
+    report.setdefault("fused", sum(1 for g in best_plan.groups if len(g.ops) > 1))
     trials = sum(1 for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     meta = {
         "study": study_name,
@@ -482,6 +484,17 @@ def _kernel_rows(
             }
         )
     return rows
+
+
+def _census(graph: Graph, target: Target, policy: Policy) -> dict[str, int]:
+    """How many candidate fusions were skipped for low benefit or buffer overflow."""
+    from .candidates import analyse_candidates
+
+    verdicts = [c["verdict"] for c in analyse_candidates(graph, target, policy)["candidates"]]
+    return {
+        "skipped_low_benefit": verdicts.count("skip: below benefit_threshold"),
+        "skipped_buffer_overflow": verdicts.count("skip: buffer overflow"),
+    }
 
 
 def _knee(front: Sequence[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial:

@@ -203,3 +203,10 @@ def test_max_mem_usage_limits_the_chosen_plan(graph, tmp_path) -> None:
         return peak_live_bytes(graph, [make_group(graph, g.ops, g.kind) for g in plan.groups])
 
     assert peak(tight.plan) <= peak(free.plan)
+
+
+def test_any_optuna_storage_url_works(graph, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    first = tune_graph(graph, _cfg(tmp_path, storage=url, study="rdb", trials=4), name="bert")
+    second = tune_graph(graph, _cfg(tmp_path, storage=url, study="rdb", trials=4), name="bert")
+    assert first.storage == url and second.trials == 8

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 import optuna
-from _table import emit  # experiments/_table.py (scripts run from this folder)
+from _table import RESULTS, emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.tuner import enqueue_neighbours, make_sampler
 from autotune.zoo import build
@@ -51,6 +50,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--samplers", nargs="*", default=["tpe", "random", "cmaes", "gp"])
     parser.add_argument("--models", nargs="*", default=[name for name, _ in CASES])
+    parser.add_argument("--csv", default=str(RESULTS / "bench_samplers.csv"))
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
@@ -107,7 +107,7 @@ def main() -> None:
                 }
             )
             print(rows[-1], flush=True)
-    emit(rows, Path(__file__).parent / "results" / "bench_samplers.csv")
+    emit(rows, args.csv)
 
 
 if __name__ == "__main__":

@@ -172,9 +172,10 @@ def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
     return trial.user_attrs.get("constraint", [0.0])
 
 
-def enqueue_neighbours(study: optuna.Study, limit: int = 3) -> int:
-    """Local search around the incumbent: enqueue the best trial with one fusion decision
-    flipped, for up to ``limit`` decisions not tried yet (TVM-style mutation of the best).
+def enqueue_neighbours(study: optuna.Study, limit: int = 3, stall: int = 10) -> int:
+    """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
+    it with one fusion decision flipped, for up to ``limit`` decisions not tried yet (chosen by
+    a seeded shuffle; TVM-style mutation of the best).
 
     Returns:
         How many trials were enqueued.
@@ -183,6 +184,8 @@ def enqueue_neighbours(study: optuna.Study, limit: int = 3) -> int:
     if not complete or len(study.directions) != 1:
         return 0
     best = min(complete, key=lambda t: t.values[0])
+    if complete[-1].number - best.number < stall:
+        return 0  # the sampler is still improving: leave it the budget
     seen = {tuple(sorted(t.params.items())) for t in study.trials}
     added = 0
     names = sorted(n for n in best.params if n.startswith("fuse/"))

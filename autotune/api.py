@@ -9,7 +9,6 @@ from typing import Any
 
 import onnx
 
-from search_space.graph import Graph
 from search_space.loader import load_graph
 from search_space.onnx_io import ModelSource, read_model
 from search_space.plan import FusionPlan
@@ -41,14 +40,6 @@ class Plan:
             f"measured {self.record.measured_us or float('nan'):.1f} us)"
         )
 
-    def _load(
-        self, model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None
-    ) -> tuple[onnx.ModelProto, Graph]:
-        proto, _ = read_model(model)
-        graph = load_graph(model, input_shapes=input_shapes)
-        self.record.check_model(graph)
-        return proto, graph
-
     def apply(
         self, model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None
     ) -> onnx.ModelProto:
@@ -59,9 +50,15 @@ class Plan:
         """
         from .apply import apply_plan
 
-        proto, graph = self._load(model, input_shapes)
-        if isinstance(model, str | os.PathLike):
-            proto = onnx.load(str(model))  # with its weights, to run the fused model
+        # a file is read once, with its weights (the fused model must run); the graph is
+        # built from that same proto
+        proto = (
+            onnx.load(str(model))
+            if isinstance(model, str | os.PathLike)
+            else (read_model(model)[0])
+        )
+        graph = load_graph(proto, input_shapes=input_shapes)
+        self.record.check_model(graph)
         return apply_plan(proto, graph, self.record.groups)
 
     def report(self) -> dict[str, Any]:

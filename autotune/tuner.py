@@ -120,16 +120,13 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
     return url, url
 
 
-def make_sampler(
-    name: str, seed: int, offset: int, multi: bool, constrained: bool = False
-) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.samplers.BaseSampler:
     """A sampler by name; ``offset`` (trials already run) moves the seed on when resuming.
 
     Raises:
         AutotuneError: unknown sampler, or one whose optional dependency is missing.
     """
     s = seed + offset
-    del constrained  # constraints reach the samplers through Trial.set_constraint
     if name == "tpe":
         with warnings.catch_warnings():  # `group` is marked experimental; it is what we need
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -319,9 +316,7 @@ def tune_graph(
     study = optuna.load_study(
         storage=storage,
         study_name=study_name,
-        sampler=make_sampler(
-            config.sampler, config.seed, done, multi, constrained=policy.max_mem_usage is not None
-        ),
+        sampler=make_sampler(config.sampler, config.seed, done, multi),
     )
     baselines = {k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")}
     if done == 0:

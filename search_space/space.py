@@ -12,7 +12,7 @@ the same code with ``optuna.trial.FixedTrial``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,22 +144,20 @@ class SearchSpace:
         return len(self.classes)
 
     # -- one trial ---------------------------------------------------------------------------
-    def plan(
-        self, chosen: Iterable[Edge], configs: Mapping[str, KernelConfig] | None = None
-    ) -> SpacePlan:
-        """Repair ``chosen`` edges into groups; configs by signature, else the default."""
+    def _groups(self, chosen: Iterable[Edge]) -> tuple[FusionGroup, ...]:
+        """Repair ``chosen`` (plus the fixed edges) into the plan's groups."""
         partition = self.ctx.repair(set(chosen) | self.fixed, self._feasible)
-        groups = tuple(self.ctx.to_groups(partition))
-        cfgs = []
-        for g in groups:
-            sig = g.signature(self.ctx.graph)
-            if configs and sig in configs:
-                cfgs.append(configs[sig])
-            elif self.strategy == "bilevel":
-                cfgs.append(self.oracle.best(g)[0])
-            else:
-                cfgs.append(self.oracle.default(g))
-        return SpacePlan(groups, tuple(cfgs))
+        return tuple(self.ctx.to_groups(partition))
+
+    def plan(self, chosen: Iterable[Edge]) -> SpacePlan:
+        """Repair ``chosen`` edges into groups, each at its best (bilevel) or default config."""
+        groups = self._groups(chosen)
+        pick = (
+            (lambda g: self.oracle.best(g)[0])
+            if self.strategy == "bilevel"
+            else (self.oracle.default)
+        )
+        return SpacePlan(groups, tuple(pick(g) for g in groups))
 
     def _fuse(self, trial: TrialLike, name: str) -> bool:
         if self.numeric:
@@ -176,8 +174,7 @@ class SearchSpace:
         chosen = [
             e for name, edges in self.classes.items() if self._fuse(trial, name) for e in edges
         ]
-        partition = self.ctx.repair(set(chosen) | self.fixed, self._feasible)
-        groups = tuple(self.ctx.to_groups(partition))
+        groups = self._groups(chosen)
         configs = []
         for g in groups:
             if self.strategy == "bilevel":

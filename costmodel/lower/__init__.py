@@ -48,9 +48,14 @@ class Lowering:
         self.target = target
         self._work: dict[str, tuple[str, Any]] = {}
         self._grid: dict[str, list[KernelConfig]] = {}
+        self._sigs: dict[FusionGroup, str] = {}
 
     def signature(self, group: FusionGroup) -> str:
-        return group.signature(self.graph)
+        """The group's structural signature (hashed once per group, then cached)."""
+        sig = self._sigs.get(group)
+        if sig is None:
+            sig = self._sigs[group] = group.signature(self.graph)
+        return sig
 
     def _analysed(self, group: FusionGroup) -> tuple[str, Any, str]:
         sig = self.signature(group)

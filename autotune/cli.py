@@ -207,7 +207,7 @@ def estimate(
     plan: Annotated[
         str, typer.Option(help="none, greedy, max, optimal, or a plan file.")
     ] = "none",
-    cost: Annotated[str, typer.Option(help="Cost model: analytic or simulator.")] = "analytic",
+    cost: Annotated[str, typer.Option(help="Cost model: analytic, learned or simulator.")] = "analytic",
     config: ConfigOpt = None,
     preset: PresetOpt = None,
     input_shape: InputShape = None,
@@ -406,9 +406,10 @@ def main() -> None:
     app()
 
 
+from . import cmd_costmodel as _cmd_costmodel  # noqa: E402  (calibrate, costmodel eval)
 from . import commands as _commands  # noqa: E402  (registers tune, report, apply, verify)
 
-del _commands
+del _commands, _cmd_costmodel
 
 if __name__ == "__main__":
     main()

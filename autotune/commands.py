@@ -67,6 +67,20 @@ def tune(
     pick: Annotated[
         int | None, typer.Option(help="Pareto trial number to save (latency,memory).")
     ] = None,
+    cost: Annotated[
+        str, typer.Option(help="Cost model scoring trials: learned or analytic.")
+    ] = "learned",
+    cost_model_file: Annotated[
+        Path | None,
+        typer.Option("--cost-model-file", help="A learned model from `calibrate --fit`."),
+    ] = None,
+    retrain_every: Annotated[
+        int, typer.Option("--retrain-every", help="Refit the learned model every K rows.")
+    ] = 32,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(help="Parquet file the measured kernels go to (default: beside storage)."),
+    ] = None,
     config: ConfigOpt = None,
     preset: PresetOpt = None,
     fusion_level: LevelOpt = None,
@@ -125,6 +139,10 @@ def tune(
         seed=seed,
         measure_every=measure_every,
         pick=pick,
+        cost=cost,
+        cost_model_file=str(cost_model_file) if cost_model_file else None,
+        retrain_every=retrain_every,
+        dataset=str(dataset) if dataset else None,
         policy=policy,
     )
     name = Path(model.removeprefix("zoo:")).stem

@@ -20,20 +20,16 @@ from typing import Any
 import numpy as np
 import optuna
 
-from costmodel.analytic import AnalyticModel
-from costmodel.kernel import Kernel
-from costmodel.lower import Lowering
 from costmodel.oracle import CostOracle
-from costmodel.registry import make_cost_model
 from costmodel.spec import Target, load_target
 from search_space.baselines import baseline_plan
-from search_space.config import KernelConfig
 from search_space.fusion import FusionContext
 from search_space.graph import Graph
 from search_space.plan import FusionPlan, PlanGroup
 from search_space.policy import Policy
 from search_space.space import SpacePlan, build_space, peak_live_bytes
 
+from .evaluator import COSTS, Evaluator, make_study_model
 from .exceptions import AutotuneError
 
 __all__ = ["SAMPLERS", "TuneConfig", "TuneResult", "open_storage", "tune_graph"]
@@ -62,6 +58,10 @@ class TuneConfig:
     measure_every: int = 20
     measure_top: int = 3
     pick: int | None = None
+    cost: str = "learned"
+    cost_model_file: str | None = None
+    retrain_every: int = 32
+    dataset: str | None = None
     policy: Policy = field(default_factory=Policy)
 
 
@@ -201,40 +201,6 @@ def enqueue_neighbours(study: optuna.Study, limit: int = 3, stall: int = 10) -> 
     return added
 
 
-class _Evaluator:
-    """Scores plans with the analytic model (cached by plan hash) or measures them."""
-
-    def __init__(self, graph: Graph, target: Target) -> None:
-        self.graph = graph
-        self.lowering = Lowering(graph, target)
-        self.analytic = AnalyticModel(target)
-        self.simulator = make_cost_model("simulator", target)
-        self._kernels: dict[tuple[str, KernelConfig], Kernel] = {}
-        self._scores: dict[str, float] = {}
-        self._measured: dict[str, float] = {}
-
-    def kernels(self, plan: SpacePlan) -> list[Kernel]:
-        out = []
-        for g, c in zip(plan.groups, plan.configs, strict=True):
-            key = (self.lowering.signature(g) + "|" + ",".join(g.ops), c)
-            if key not in self._kernels:
-                self._kernels[key] = self.lowering.kernel(g, c)
-            out.append(self._kernels[key])
-        return out
-
-    def score(self, plan: SpacePlan) -> float:
-        key = plan.key()
-        if key not in self._scores:
-            self._scores[key] = float(self.analytic.predict(self.kernels(plan)).sum())
-        return self._scores[key]
-
-    def measure(self, plan: SpacePlan) -> float:
-        key = plan.key()
-        if key not in self._measured:
-            self._measured[key] = float(self.simulator.predict(self.kernels(plan)).sum())
-        return self._measured[key]
-
-
 def _plan_record(
     graph: Graph,
     plan: SpacePlan,
@@ -244,6 +210,7 @@ def _plan_record(
     measured: float,
     meta: dict[str, Any],
     verdicts: dict[tuple[str, ...], str] | None = None,
+    cost_model: str = "analytic",
 ) -> FusionPlan:
     verdicts = verdicts or {}
     groups = tuple(
@@ -258,7 +225,7 @@ def _plan_record(
         name=name,
         predicted_us=predicted,
         measured_us=measured,
-        cost_model="analytic",
+        cost_model=cost_model,
         meta=meta,
     )
 
@@ -291,20 +258,31 @@ def tune_graph(
         )
     if config.trials < 1 or config.measure_every < 1 or config.measure_top < 1:
         raise AutotuneError("--trials and --measure-every must be >= 1 (and measure_top >= 1)")
+    if config.retrain_every < 1:
+        raise AutotuneError(f"--retrain-every must be >= 1, but got {config.retrain_every}")
+    if config.cost not in COSTS:
+        raise AutotuneError(f"unknown cost model '{config.cost}'; available: {', '.join(COSTS)}")
     multi = config.objective == "latency,memory"
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
     target = load_target(config.target, config.sets, config.precision)
     policy = config.policy
     ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
-    oracle = CostOracle(graph, target, ctx=ctx)
-    numeric = config.sampler in ("cmaes", "gp")
-    space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
-    ev = _Evaluator(graph, target)
+    model = make_study_model(config.cost, target, config.cost_model_file)
     storage, storage_name = open_storage(config.storage)
+    numeric = config.sampler in ("cmaes", "gp")
     study_name = config.study or (
         f"{name}-{graph.fingerprint()[:8]}-{target.spec.name}-{config.strategy}"
         f"{'-mo' if multi else ''}{'-num' if numeric else ''}"
+        f"{'' if config.cost == 'learned' else '-' + config.cost}"
     )
+    ev = Evaluator(
+        graph, target, model, retrain_every=config.retrain_every, family=name, study=study_name
+    )
+    dataset = _dataset_path(config, storage_name)
+    if ev.load_rows(dataset):
+        ev.retrain(force=True)  # a resumed study continues from what it had learned
+    oracle = CostOracle(graph, target, model=model, ctx=ctx)  # type: ignore[arg-type]
+    space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
     directions = [optuna.study.StudyDirection.MINIMIZE] * (2 if multi else 1)
     try:
         probe = optuna.create_study(
@@ -332,7 +310,7 @@ def tune_graph(
         plan = space.suggest(trial)
         trial.set_user_attr("plan_key", plan.key())
         trial.set_user_attr("kernels", len(plan.groups))
-        trial.set_user_attr("cost_model", ev.analytic.version)
+        trial.set_user_attr("cost_model", ev.model.version)
         latency = ev.score(plan)
         memory = peak_live_bytes(graph, plan.groups)
         trial.set_user_attr("peak_live_bytes", memory)
@@ -363,6 +341,8 @@ def tune_graph(
             fresh += 1
             if fresh >= config.measure_top:
                 break
+        if ev.retrain():
+            oracle.refresh()  # bilevel configs follow the refitted model
 
     state: dict[str, float] = {"n": 0, "best": math.inf}
 
@@ -444,8 +424,19 @@ def tune_graph(
         "report": report,
     }
     meta["kernels"] = _kernel_rows(ev, oracle, ctx, best_plan)
+    meta["cost_model"] = {"kind": config.cost, "version": ev.model.version, "refits": ev.refits}
+    meta["measurements"] = {"rows": len(ev.rows), "file": str(dataset)}
+    ev.save_rows(dataset)
     record = _plan_record(
-        graph, best_plan, target, name, ev.score(best_plan), best_us, meta, verdicts
+        graph,
+        best_plan,
+        target,
+        name,
+        ev.score(best_plan),
+        best_us,
+        meta,
+        verdicts,
+        cost_model=config.cost,
     )
     return TuneResult(
         record,
@@ -461,8 +452,17 @@ def tune_graph(
     )
 
 
+def _dataset_path(config: TuneConfig, storage_name: str) -> Path:
+    """Where the run's measured rows go: ``--dataset``, else beside a journal file."""
+    if config.dataset is not None:
+        return Path(config.dataset)
+    if "://" in storage_name:
+        return Path("autotune.measurements.parquet")
+    return Path(storage_name).with_suffix(".measurements.parquet")
+
+
 def _kernel_rows(
-    ev: _Evaluator, oracle: CostOracle, ctx: FusionContext, plan: SpacePlan
+    ev: Evaluator, oracle: CostOracle, ctx: FusionContext, plan: SpacePlan
 ) -> list[dict[str, Any]]:
     """Per kernel of the final plan: simulated latency and bound, and what its ops cost unfused
     (each op alone at its default config), for the report."""

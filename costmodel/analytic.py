@@ -47,7 +47,13 @@ from .exceptions import CostModelError, InfeasibleConfig
 from .kernel import Kernel, KernelBatch
 from .spec import Target
 
-__all__ = ["AnalyticConstants", "AnalyticModel", "L2Residency", "batch_of"]
+__all__ = [
+    "AnalyticConstants",
+    "AnalyticModel",
+    "L2Residency",
+    "batch_of",
+    "calibrated_constants",
+]
 
 STATE_SCHEMA = 1
 
@@ -123,9 +129,19 @@ class AnalyticModel(CostModel):
 
     kind = "analytic"
 
-    def __init__(self, target: Target, constants: AnalyticConstants | None = None) -> None:
+    def __init__(
+        self, target: Target, constants: AnalyticConstants | str | None = "calibrated"
+    ) -> None:
         super().__init__(target)
-        self.constants = constants or AnalyticConstants()
+        if constants is None or constants == "calibrated":
+            constants = calibrated_constants(target)
+        elif constants == "raw":
+            constants = AnalyticConstants()
+        if not isinstance(constants, AnalyticConstants):
+            raise CostModelError(
+                f"constants must be 'calibrated', 'raw' or AnalyticConstants, got {constants!r}"
+            )
+        self.constants = constants
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -157,14 +173,20 @@ class AnalyticModel(CostModel):
             resident: bytes of each tensor already in L2 (e.g. :meth:`residency_after` the
                 plan's earlier kernels); ``None`` is a cold L2.
         """
+        out = self.breakdown_batch(batch, resident).latency_us
+        return np.where(batch.feasible_mask(self.target.spec), out, np.inf)
+
+    def breakdown_batch(
+        self, batch: KernelBatch, resident: Mapping[str, float] | None = None
+    ) -> Breakdown:
+        """Every term of the model for every config of ``batch`` (feasible or not)."""
         resident = resident or {}
         res = []
         for s in batch.streams:
             if s.pipe == "MTE2":
                 size = np.maximum(1.0, s.tensor_bytes or s.bytes * _blocks(s.key, batch))
                 res.append(np.minimum(1.0, resident.get(s.tensor, 0.0) / size))
-        out = score(self.target.spec, self.constants, batch, res).latency_us
-        return np.where(batch.feasible_mask(self.target.spec), out, np.inf)
+        return score(self.target.spec, self.constants, batch, res)
 
     def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
         """Cost of each kernel of a plan in order, carrying L2 residency between kernels.
@@ -174,14 +196,42 @@ class AnalyticModel(CostModel):
         Raises:
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
         """
+        costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
+        for rows, _, b in self.breakdowns(kernels):
+            for n, i in enumerate(rows):
+                costs[i] = self._cost(b, n)
+        return costs
+
+    def breakdowns(
+        self, kernels: Sequence[Kernel]
+    ) -> list[tuple[list[int], KernelBatch, Breakdown]]:
+        """The plan's kernels stacked by layout: (their positions, the batch, its breakdown).
+
+        Raises:
+            InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
+        """
         for kernel in kernels:
             ok, why = kernel.feasible(self.target.spec)
             if not ok:
                 raise InfeasibleConfig(f"kernel '{kernel.name}' ({kernel.config.short()}): {why}")
-        l2 = L2Residency(self._capacity)
-        res_rows, groups = [], defaultdict(list)
+        res_rows = self.residency(kernels)
+        groups: dict[Any, list[int]] = defaultdict(list)
         for i, kernel in enumerate(kernels):
-            res_rows.append(
+            groups[layout(kernel)].append(i)
+        out = []
+        for rows in groups.values():
+            res = list(np.array([res_rows[i] for i in rows], dtype=np.float64).T)
+            batch = stack([kernels[i] for i in rows])
+            out.append((rows, batch, score(self.target.spec, self.constants, batch, res)))
+        return out
+
+    def residency(self, kernels: Sequence[Kernel]) -> list[list[float]]:
+        """Per kernel of a plan, the fraction of each load stream's tensor that the earlier
+        kernels left in L2 (what a measured row records as its context)."""
+        l2 = L2Residency(self._capacity)
+        out = []
+        for kernel in kernels:
+            out.append(
                 [
                     min(1.0, l2.get(s.tensor, 0.0) / tensor_bytes(s, kernel))
                     for s in kernel.streams
@@ -190,14 +240,7 @@ class AnalyticModel(CostModel):
             )
             for s in kernel.streams:
                 l2.touch(s.tensor, tensor_bytes(s, kernel))
-            groups[layout(kernel)].append(i)
-        costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
-        for rows in groups.values():
-            res = list(np.array([res_rows[i] for i in rows], dtype=np.float64).T)
-            b = score(self.target.spec, self.constants, stack([kernels[i] for i in rows]), res)
-            for n, i in enumerate(rows):
-                costs[i] = self._cost(b, n)
-        return costs
+        return out
 
     def residency_after(self, kernels: Sequence[Kernel]) -> L2Residency:
         """What the plan ``kernels`` leaves in L2 (to score the next group's configs)."""
@@ -220,6 +263,14 @@ class AnalyticModel(CostModel):
             hbm_bytes=float(b.hbm_bytes[row]),
             l2_hit_rate=float(b.hit_rate[row]),
         )
+
+
+def calibrated_constants(target: Target) -> AnalyticConstants:
+    """The constants fitted for the target's spec name (the spec as written when none are)."""
+    from .calibration import load_calibration
+
+    cal = load_calibration(target.spec.name)
+    return cal.constants if cal is not None else AnalyticConstants()
 
 
 def _blocks(key: str, batch: KernelBatch) -> np.ndarray:

@@ -4,11 +4,17 @@ The search space (``search_space``) cannot import the cost model; it receives th
 Everything is cached by group signature, so repeated layers are lowered and scored once.
 Costs here are *standalone* kernel costs on a cold L2 (the additive model the exact
 optimum is defined for); whole plans are re-scored with L2 carry-over by the tuner.
+
+The model is the analytic one or the learned one (anything with ``predict_batch``). A grid's
+order is fixed the first time it is ranked (a config index is an Optuna parameter value and
+must keep its meaning for the whole study); :meth:`CostOracle.refresh` re-scores the grids
+after the model has been refitted, so ``best`` follows the current model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import numpy as np
 
@@ -19,10 +25,19 @@ from search_space.groups import FusionGroup, make_group
 
 from .analytic import AnalyticModel
 from .exceptions import InfeasibleConfig
+from .kernel import KernelBatch
 from .lower import Lowering
 from .spec import Target
 
-__all__ = ["CostOracle"]
+__all__ = ["BatchModel", "CostOracle"]
+
+
+class BatchModel(Protocol):
+    """A cost model that scores many configs of one group at once."""
+
+    def predict_batch(
+        self, batch: KernelBatch, resident: Mapping[str, float] | None = None
+    ) -> np.ndarray: ...
 
 
 class CostOracle:
@@ -32,13 +47,13 @@ class CostOracle:
         self,
         graph: Graph,
         target: Target,
-        model: AnalyticModel | None = None,
+        model: BatchModel | None = None,
         ctx: FusionContext | None = None,
     ) -> None:
         self.graph = graph
         self.ctx = ctx
         self.target = target
-        self.model = model or AnalyticModel(target)
+        self.model: BatchModel = model or AnalyticModel(target)
         self.lowering = Lowering(graph, target)
         self._feasible: dict[frozenset[str], bool] = {}
         self._costs: dict[str, np.ndarray] = {}
@@ -61,8 +76,8 @@ class CostOracle:
         return self.ctx.group(ops) if self.ctx is not None else make_group(self.graph, ops)
 
     def grid(self, group: FusionGroup) -> list[KernelConfig]:
-        """The group's feasible configs, cheapest first under the analytic model (so an
-        index is also a rank: numeric samplers such as CMA-ES see a meaningful order)."""
+        """The group's feasible configs, cheapest first under the model when first ranked (so
+        an index is also a rank: numeric samplers such as CMA-ES see a meaningful order)."""
         sig = self.lowering.signature(group)
         if sig not in self._sorted:
             raw = self.lowering.grid(group)
@@ -73,13 +88,21 @@ class CostOracle:
             self.evaluations += len(raw)
         return self._sorted[sig]
 
+    def refresh(self) -> None:
+        """Forget every cost (the model changed); grid orders stay as first ranked."""
+        self._costs.clear()
+
     def default(self, group: FusionGroup) -> KernelConfig:
         return self.lowering.default(group)
 
     def costs(self, group: FusionGroup) -> np.ndarray:
         """Standalone latency (us) of every config of the group's grid, in grid order."""
-        self.grid(group)
-        return self._costs[self.lowering.signature(group)]
+        grid = self.grid(group)
+        sig = self.lowering.signature(group)
+        if sig not in self._costs:
+            self._costs[sig] = self.model.predict_batch(self.lowering.batch(group, grid))
+            self.evaluations += len(grid)
+        return self._costs[sig]
 
     def cost(self, group: FusionGroup, config: KernelConfig) -> float:
         grid = self.grid(group)

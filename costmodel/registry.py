@@ -19,6 +19,7 @@ __all__ = ["available_cost_models", "load_cost_model", "make_cost_model"]
 
 _KINDS: dict[str, str] = {
     "analytic": "costmodel.analytic:AnalyticModel",
+    "learned": "costmodel.learned:LearnedModel",
     "simulator": "costmodel.simulator:SimulatorModel",
 }
 

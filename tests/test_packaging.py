@@ -99,3 +99,20 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
     ).stdout.split()
     assert Path(found[0]).is_relative_to(site)  # package data read from the installed wheel
     assert "'ascend910b']" in " ".join(found) and found[-1] == "ascend910b"
+    # the default learned model and fitted constants ship as package data (JSON, no pickle)
+    code = (
+        "from costmodel.learned import LearnedModel, shipped_model_path; "
+        "from costmodel.analytic import AnalyticModel, AnalyticConstants; "
+        "from costmodel.spec import load_target; t = load_target(); m = LearnedModel(t); "
+        "print(shipped_model_path('ascend910b'), m.base is not None, "
+        "AnalyticModel(t).constants != AnalyticConstants())"
+    )
+    shipped = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert Path(shipped[0]).is_relative_to(site) and shipped[1:] == ["True", "True"]

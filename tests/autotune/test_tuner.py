@@ -70,10 +70,10 @@ def test_resuming_keeps_trials_and_does_not_replay_start_up(graph, tmp_path) -> 
 
 
 def test_a_trial_that_raises_is_recorded_and_the_study_goes_on(graph, tmp_path, monkeypatch):
-    from autotune import tuner
+    from autotune import evaluator
 
     calls = {"n": 0}
-    real = tuner._Evaluator.score
+    real = evaluator.Evaluator.score
 
     def flaky(self, plan):
         calls["n"] += 1
@@ -81,7 +81,7 @@ def test_a_trial_that_raises_is_recorded_and_the_study_goes_on(graph, tmp_path, 
             raise RuntimeError("simulated lowering bug")
         return real(self, plan)
 
-    monkeypatch.setattr(tuner._Evaluator, "score", flaky)
+    monkeypatch.setattr(evaluator.Evaluator, "score", flaky)
     cfg = _cfg(tmp_path, study="flaky", trials=8)
     tune_graph(graph, cfg, name="bert")
     study = optuna.load_study(
@@ -210,3 +210,47 @@ def test_any_optuna_storage_url_works(graph, tmp_path) -> None:
     first = tune_graph(graph, _cfg(tmp_path, storage=url, study="rdb", trials=4), name="bert")
     second = tune_graph(graph, _cfg(tmp_path, storage=url, study="rdb", trials=4), name="bert")
     assert first.storage == url and second.trials == 8
+
+
+def test_learned_cost_refits_on_measured_rows_and_resumes_from_them(graph, tmp_path) -> None:
+    from costmodel.dataset import kernel_from_json, read_table
+    from costmodel.registry import make_cost_model
+    from costmodel.spec import load_target
+
+    cfg = _cfg(tmp_path, study="learn", trials=12, measure_every=4, retrain_every=8)
+    result = tune_graph(graph, cfg, name="bert")
+    meta = result.plan.meta
+    assert result.plan.cost_model == "learned" and meta["cost_model"]["refits"] >= 1
+    rows = read_table(meta["measurements"]["file"])
+    assert len(rows) == meta["measurements"]["rows"] > 0
+    assert set(rows["source"]) == {"tune:learn"}
+    # the first row is the first measured plan's first kernel: it ran on a cold L2, so it
+    # costs exactly what the simulator says of it alone
+    first = kernel_from_json(json.loads(rows["kernel"].iloc[0]))
+    assert not any(json.loads(rows["resident"].iloc[0]))
+    sim = make_cost_model("simulator", load_target("ascend910b"))
+    assert sim.evaluate([first])[0].latency_us == pytest.approx(rows["latency_us"].iloc[0])
+    assert (rows["latency_us"] > 0).all()
+    study = optuna.load_study(
+        study_name="learn",
+        storage=optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(cfg.storage)
+        ),
+    )
+    versions = {t.user_attrs["cost_model"] for t in study.trials if "cost_model" in t.user_attrs}
+    assert len(versions) >= 2  # trials after a refit were scored by the refitted model
+    again = tune_graph(
+        graph, _cfg(tmp_path, study="learn", trials=2, measure_every=4), name="bert"
+    )
+    assert again.plan.meta["measurements"]["rows"] >= len(rows)  # resumed with what it had
+
+
+def test_analytic_cost_is_available_and_unknown_cost_is_refused(graph, tmp_path) -> None:
+    result = tune_graph(graph, _cfg(tmp_path, cost="analytic", trials=4), name="bert")
+    assert result.plan.cost_model == "analytic" and result.plan.meta["cost_model"]["refits"] == 0
+    with pytest.raises(
+        AutotuneError, match="unknown cost model 'xgb'; available: learned, analytic"
+    ):
+        tune_graph(graph, _cfg(tmp_path, cost="xgb"), name="bert")
+    with pytest.raises(AutotuneError, match="--retrain-every must be >= 1"):
+        tune_graph(graph, _cfg(tmp_path, retrain_every=0), name="bert")

@@ -35,8 +35,28 @@ def _slower_hbm(model: CostModel) -> None:
     model.load_state({**state, "constants": {**state["constants"], "hbm": 0.5}})
 
 
+def _learn_slower(model: CostModel) -> None:
+    """Measured rows saying every kernel runs twice as long as predicted."""
+    from costmodel.dataset import kernel_to_json
+
+    rows = []
+    for i in range(6):
+        for k in feasible_kernels():
+            c = model.evaluate([k])[0]
+            res = [0.0] * sum(1 for s in k.streams if s.is_load)
+            rows.append(
+                {
+                    "kernel": kernel_to_json(k),
+                    "resident": res,
+                    "latency_us": 2 * c.latency_us * (1 + i / 100),
+                }
+            )
+    model.update(rows)
+
+
 KINDS = [
     Case("analytic", perturb=_slower_hbm),
+    Case("learned", perturb=_learn_slower),
     Case("simulator", perturb=lambda m: m.load_state({**m.state(), "noise": 0.05})),
 ]
 
@@ -151,7 +171,7 @@ def test_a_file_of_another_kind_is_refused(case: Case, tmp_path) -> None:
 def test_unknown_kind_lists_the_available_ones() -> None:
     with pytest.raises(CostModelError) as err:
         make_cost_model("xgb", T910B)
-    assert str(err.value) == "unknown cost model 'xgb'; available: analytic, simulator"
-    assert available_cost_models() == ["analytic", "simulator"]
+    assert str(err.value) == "unknown cost model 'xgb'; available: analytic, learned, simulator"
+    assert available_cost_models() == ["analytic", "learned", "simulator"]
     with pytest.raises(CostModelError, match="cannot read cost model file"):
         load_cost_model("/nonexistent/model.json")

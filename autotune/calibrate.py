@@ -1,0 +1,219 @@
+"""`autotune calibrate`: sample kernels, run them on the simulator, write a calibration table.
+
+Kernels come from the groups of real models (every single op, the rule-based greedy groups,
+max fusion and a few random legal partitions) and from synthetic corner-case models, each
+lowered under its default config, the analytic model's favourite and random configs of its
+legal grid. Every kernel runs alone on a cold L2 with simulator noise off.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from costmodel.analytic import AnalyticConstants, AnalyticModel
+from costmodel.base import KernelCost
+from costmodel.dataset import SIMULATOR_VERSION, measurement_rows, update_manifest, write_table
+from costmodel.exceptions import InfeasibleConfig
+from costmodel.kernel import Kernel
+from costmodel.oracle import CostOracle
+from costmodel.registry import make_cost_model
+from costmodel.spec import HardwareSpec, Target
+from search_space.baselines import baseline_partition
+from search_space.fusion import FusionContext
+from search_space.graph import Graph
+from search_space.policy import Policy
+
+__all__ = ["DEFAULT_MODELS", "Sample", "calibrate_tables", "run_on_simulator", "sample_graph"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODELS = (
+    "zoo:bert-base", "zoo:gpt2", "zoo:llama3-8b", "zoo:transformer-base", "zoo:vit-b16",
+    "zoo:resnet50", "zoo:mobilenetv3", "synthetic",
+)  # fmt: skip
+MAX_WORK = 40_000  # tiles x steps: random configs beyond this take seconds each to simulate
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One kernel to run, with where it came from."""
+
+    kernel: Kernel
+    family: str
+    source: str
+    rank: int  # 0 = default config, 1 = analytic favourite, 2.. = random
+
+
+def _partitions(ctx: FusionContext, oracle: CostOracle, rng: random.Random, n_random: int):
+    policy = Policy()
+    yield [frozenset([n]) for n in ctx.nodes]
+    yield baseline_partition("greedy", ctx, oracle, policy)
+    yield baseline_partition("max", ctx, oracle, policy)
+    edges = list(ctx.edges)
+    for _ in range(n_random):
+        p = rng.uniform(0.2, 0.8)
+        yield ctx.repair([e for e in edges if rng.random() < p], oracle.feasible)
+
+
+def sample_graph(
+    graph: Graph,
+    target: Target,
+    *,
+    family: str,
+    source: str,
+    rng: random.Random,
+    seen: set[str],
+    configs_per_group: int = 6,
+    random_partitions: int = 3,
+) -> list[Sample]:
+    """Kernels of every group signature of ``graph`` not in ``seen`` (which is updated)."""
+    ctx = FusionContext(graph)
+    raw = AnalyticModel(target, AnalyticConstants())
+    oracle = CostOracle(graph, target, model=raw, ctx=ctx)
+    out: list[Sample] = []
+    for partition in _partitions(ctx, oracle, rng, random_partitions):
+        for group in ctx.to_groups(partition):
+            sig = oracle.lowering.signature(group)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            try:
+                grid = oracle.grid(group)
+            except InfeasibleConfig:
+                continue
+            default = oracle.default(group)
+            picks = [default, grid[0]]
+            light = [c for c in grid if c not in picks]
+            rng.shuffle(light)
+            for c in light:
+                if len(picks) >= configs_per_group:
+                    break
+                k = oracle.lowering.kernel(group, c)
+                if k.tiles * max(1, k.steps) <= MAX_WORK:
+                    picks.append(c)
+            for rank, c in enumerate(dict.fromkeys(picks)):
+                out.append(Sample(oracle.lowering.kernel(group, c), family, source, rank))
+    return out
+
+
+def _budget(samples: Sequence[Sample], n: int, rng: random.Random) -> list[Sample]:
+    """At most ``n`` samples, covering as many signatures as possible: every signature's
+    default first, then every signature's next config, and so on."""
+    if len(samples) <= n:
+        return list(samples)
+    by_rank: dict[int, list[Sample]] = {}
+    for s in samples:
+        by_rank.setdefault(s.rank, []).append(s)
+    out: list[Sample] = []
+    for rank in sorted(by_rank):
+        layer = by_rank[rank]
+        rng.shuffle(layer)
+        out.extend(layer[: n - len(out)])
+        if len(out) >= n:
+            break
+    return out
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(spec: dict[str, Any], precision: str) -> None:
+    _WORKER["sim"] = make_cost_model("simulator", Target(HardwareSpec(**spec), precision))
+
+
+def _run_one(kernel: Kernel) -> KernelCost:
+    return _WORKER["sim"].evaluate([kernel])[0]
+
+
+def run_on_simulator(
+    kernels: Sequence[Kernel],
+    target: Target,
+    *,
+    jobs: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> list[KernelCost]:
+    """Each kernel alone on a cold L2, noise off; ``jobs`` worker processes."""
+    spec, precision = target.spec.to_dict(), target.precision
+    if jobs <= 1:
+        _init_worker(spec, precision)
+        out = []
+        for k in kernels:
+            out.append(_run_one(k))
+            if progress:
+                progress(1)
+        return out
+    with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(spec, precision)) as pool:
+        out = []
+        for cost in pool.map(_run_one, kernels, chunksize=4):
+            out.append(cost)
+            if progress:
+                progress(1)
+        return out
+
+
+def calibrate_tables(
+    sources: Iterable[tuple[str, str, Graph]],
+    target: Target,
+    out: str | Path,
+    *,
+    samples: int,
+    seed: int,
+    jobs: int = 1,
+    command: str = "",
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Sample kernels of ``sources`` ((source, family, graph) triples), simulate them and
+    write the table to ``out`` (plus its entry in the MANIFEST.json beside it).
+
+    Returns:
+        A summary: rows, signatures, families, path.
+    """
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    pool: list[Sample] = []
+    for source, family, graph in sources:
+        pool += sample_graph(graph, target, family=family, source=source, rng=rng, seen=seen)
+    chosen = _budget(pool, samples, rng)
+    if on_total:
+        on_total(len(chosen))
+    costs = run_on_simulator([s.kernel for s in chosen], target, jobs=jobs, progress=progress)
+    rows = []
+    for s, c in zip(chosen, costs, strict=True):
+        rows += measurement_rows(
+            [s.kernel],
+            [c],
+            [[0.0] * sum(1 for st in s.kernel.streams if st.is_load)],
+            target=target.spec.name,
+            spec_digest=target.spec.digest(),
+            precision=target.precision,
+            seed=seed,
+            source=s.source,
+            family=s.family,
+        )
+    out = Path(out)
+    n = write_table(rows, out)
+    families = sorted({s.family for s in chosen})
+    update_manifest(
+        out.parent / "MANIFEST.json",
+        out,
+        {
+            "rows": n,
+            "signatures": len({s.kernel.signature for s in chosen}),
+            "target": target.spec.name,
+            "spec_digest": target.spec.digest(),
+            "precision": target.precision,
+            "simulator_version": SIMULATOR_VERSION,
+            "seed": seed,
+            "families": families,
+            "command": command,
+        },
+    )
+    signatures = len({s.kernel.signature for s in chosen})
+    return {"rows": n, "signatures": signatures, "families": families, "path": str(out)}

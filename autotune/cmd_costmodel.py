@@ -1,0 +1,216 @@
+"""CLI commands of the cost-model workflow: ``calibrate`` and ``costmodel eval``.
+
+Registered on the app of :mod:`autotune.cli` (shared options and error handling live there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from .cli import app, err, out, user_errors
+from .exceptions import AutotuneError
+
+__all__: list[str] = []
+
+costmodel_app = typer.Typer(help="Cost-model accuracy and artifacts.", no_args_is_help=True)
+app.add_typer(costmodel_app, name="costmodel")
+
+TargetOpt = Annotated[str, typer.Option(help="Target name or a spec .toml path.")]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a spec field, FIELD=VALUE.")
+]
+
+
+def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
+    """(source, family, graph) for each --models entry; ``synthetic`` expands to its set."""
+    from search_space import load_graph
+
+    from .models import load_model_spec
+    from .synthetic import synthetic_models
+
+    found = []
+    for spec in models:
+        if spec == "synthetic":
+            found += [
+                (f"synthetic:{n}", "synthetic", load_graph(m)) for n, m in synthetic_models(seed)
+            ]
+            continue
+        if not spec.startswith("zoo:") and not Path(spec).is_file():
+            raise AutotuneError(
+                f"model '{spec}' is neither zoo:NAME, 'synthetic' nor an existing ONNX file"
+            )
+        family = spec[4:] if spec.startswith("zoo:") else Path(spec).stem
+        found.append((spec, family, load_model_spec(spec)))
+        if spec.startswith("zoo:"):  # a small variant too: other shapes of the same family
+            from .models import ZooOptions
+
+            small = load_model_spec(spec, zoo=ZooOptions(scale=0.25))
+            found.append((f"{spec}@0.25", family, small))
+    return found
+
+
+def _default_table(target: str) -> Path:
+    folder = Path("datasets/calibration")
+    name = f"{Path(target).stem}.parquet"
+    return folder / name if folder.is_dir() else Path(name)
+
+
+@app.command()
+@user_errors
+def calibrate(
+    target: TargetOpt = "ascend910b",
+    set_: SetOpt = None,
+    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    samples: Annotated[int, typer.Option(help="Kernel runs to simulate (rows).")] = 3000,
+    models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--models", help="zoo:NAME, an ONNX file or 'synthetic' (repeat); default: all."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    jobs: Annotated[int, typer.Option(help="Simulator worker processes.")] = 0,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Table to write (default datasets/calibration/)."),
+    ] = None,
+    fit: Annotated[
+        Path | None,
+        typer.Option("--fit", help="Also fit constants + learned model on it; write it here."),
+    ] = None,
+    from_msprof: Annotated[
+        Path | None,
+        typer.Option("--from-msprof", help="An msprof op_summary CSV to refit on (real NPU)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="With --from-msprof: the model the profile ran."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Simulate sampled kernels into a calibration table (or read an msprof profile), and
+    optionally fit the analytic constants and the learned model on it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from costmodel.spec import load_target
+    from search_space.atomic import output_path
+
+    from .calibrate import DEFAULT_MODELS, calibrate_tables
+
+    if samples < 1:
+        raise AutotuneError(f"--samples must be >= 1, but got {samples}")
+    tgt = load_target(target, tuple(set_ or ()), precision)
+    table = output_path(output or _default_table(target))
+    if fit is not None:
+        output_path(fit)
+    command = "autotune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if from_msprof is not None:
+        from .msprof import msprof_table
+
+        if model is None:
+            raise AutotuneError("--from-msprof needs --model (the ONNX model the profile ran)")
+        summary = msprof_table(from_msprof, model, tgt, table, command=command)
+    else:
+        sources = _sources(list(models or DEFAULT_MODELS), seed)
+        with Progress(
+            "[bold]simulating[/]", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=err, transient=True,
+        ) as bar:  # fmt: skip
+            task = bar.add_task("kernels", total=None)
+            summary = calibrate_tables(
+                sources,
+                tgt,
+                table,
+                samples=samples,
+                seed=seed,
+                jobs=jobs or os.cpu_count() or 1,
+                command=command,
+                progress=lambda n: bar.advance(task, n),
+                on_total=lambda n: bar.update(task, total=n),
+            )
+    if fit is not None:
+        from costmodel.learned import fit_learned
+
+        learned = fit_learned([table], tgt)
+        learned.save(fit)
+        summary["model"] = str(fit)
+        summary["fit"] = learned.trained_on
+    if json_out:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
+    t = Table(show_header=False, title=f"calibration table {summary['path']}")
+    for k, v in summary.items():
+        t.add_row(k, str(v))
+    out.print(t)
+
+
+DEFAULT_HOLDOUT = ("gpt2", "resnet50")
+
+
+def _tables(tables: list[Path] | None, target: str) -> list[Path]:
+    if tables:
+        return tables
+    folder = Path("datasets/calibration")
+    found = sorted(folder.glob(f"{Path(target).stem}*.parquet")) if folder.is_dir() else []
+    if not found:
+        raise AutotuneError(
+            f"no calibration table for '{target}' under {folder}/; make one with "
+            f"`autotune calibrate --target {target}` or pass --table"
+        )
+    return found
+
+
+@costmodel_app.command("eval")
+@user_errors
+def costmodel_eval(
+    target: TargetOpt = "ascend910b",
+    set_: SetOpt = None,
+    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    table: Annotated[
+        list[Path] | None,
+        typer.Option("--table", help="Calibration table(s) (default datasets/calibration/)."),
+    ] = None,
+    holdout: Annotated[
+        str, typer.Option(help="Model families held out for testing, comma-separated.")
+    ] = ",".join(DEFAULT_HOLDOUT),
+    kind: Annotated[str, typer.Option(help="Learned regressor: hgb, forest or ridge.")] = "hgb",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Accuracy of the raw analytic, calibrated analytic and learned models on held-out
+    kernels (families held out, then signatures seen in training removed)."""
+    from costmodel.dataset import read_table
+    from costmodel.evaluation import METRICS, evaluate_models
+    from costmodel.learned import DEFAULT_PARAMS
+    from costmodel.spec import load_target
+
+    tgt = load_target(target, tuple(set_ or ()), precision)
+    frame = read_table(_tables(table, target))
+    frame = frame[frame["target"] == tgt.spec.name]
+    if frame.empty:
+        raise AutotuneError(f"the tables hold no rows measured on '{tgt.spec.name}'")
+    families = [f.strip() for f in holdout.split(",") if f.strip()]
+    params = {**DEFAULT_PARAMS, "kind": kind}
+    result = evaluate_models(frame, tgt, families, params=params)
+    if json_out:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    rows = result["rows"]
+    t = Table(
+        title=f"held-out accuracy on {tgt.spec.name}: train {rows['train']} rows "
+        f"({rows['train_signatures']} signatures), test {rows['test']} rows "
+        f"({rows['test_signatures']} signatures, families {', '.join(families)})"
+    )
+    t.add_column("model")
+    for m in METRICS:
+        t.add_column(m, justify="right")
+    for name in ("analytic", "calibrated", "learned"):
+        t.add_row(name, *(f"{result[name][m]:.3f}" for m in METRICS))
+    out.print(t)

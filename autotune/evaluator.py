@@ -1,0 +1,191 @@
+"""Scoring and measuring plans inside a study, and the measure-retrain loop (DESIGN §7).
+
+Trials are scored with the study's cost model (``learned`` by default, or ``analytic``),
+cached by plan hash and model version. Measured plans run on the simulator; every kernel run
+becomes a dataset row (the kernel, the L2 residency it started with, the simulated latency),
+and a learned model refits on those rows every ``retrain_every`` new rows, as TVM's
+auto-scheduler does with its measured records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from costmodel.analytic import AnalyticModel
+from costmodel.base import CostModel
+from costmodel.dataset import measurement_rows, read_table, write_table
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import Kernel
+from costmodel.learned import LearnedModel
+from costmodel.lower import Lowering
+from costmodel.registry import make_cost_model
+from costmodel.spec import Target
+from search_space.config import KernelConfig
+from search_space.graph import Graph
+from search_space.space import SpacePlan
+
+from .exceptions import AutotuneError
+
+__all__ = ["COSTS", "Evaluator", "make_study_model"]
+
+log = logging.getLogger(__name__)
+COSTS = ("learned", "analytic")
+
+
+def make_study_model(kind: str, target: Target, path: str | None = None) -> CostModel:
+    """The cost model a study scores trials with.
+
+    Args:
+        kind: ``learned`` or ``analytic``.
+        target: the target.
+        path: a learned model file made by ``autotune calibrate --fit`` (a trusted file; it is
+            JSON, nothing is unpickled); default: the one shipped for the target.
+
+    Raises:
+        AutotuneError: an unknown kind, a model file for ``analytic``, or an unreadable file.
+    """
+    if kind not in COSTS:
+        raise AutotuneError(f"unknown cost model '{kind}'; available: {', '.join(COSTS)}")
+    if path is not None:
+        if kind != "learned":
+            raise AutotuneError("--cost-model-file needs --cost learned")
+        try:
+            model = LearnedModel.load(path)
+        except CostModelError as err:
+            raise AutotuneError(str(err)) from None
+        if model.target.spec.name != target.spec.name:
+            raise AutotuneError(
+                f"'{path}' was fitted for '{model.target.spec.name}', not '{target.spec.name}'"
+            )
+        return LearnedModel(target, model.state())
+    return make_cost_model(kind, target)
+
+
+class Evaluator:
+    """Scores plans with the study's model, measures them on the simulator, records rows.
+
+    Args:
+        graph: the model being tuned.
+        target: the target.
+        model: the study's cost model.
+        retrain_every: refit a learned model after this many new measured kernel rows.
+        family, study: provenance written on every row.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        target: Target,
+        model: CostModel,
+        *,
+        retrain_every: int = 32,
+        family: str = "model",
+        study: str = "",
+    ) -> None:
+        self.graph = graph
+        self.target = target
+        self.lowering = Lowering(graph, target)
+        self.model = model
+        self.residency_model = AnalyticModel(target)
+        self.simulator = make_cost_model("simulator", target)
+        self.retrain_every = retrain_every
+        self.family, self.study = family, study
+        self.rows: list[dict[str, Any]] = []
+        self._row_keys: set[str] = set()
+        self._pending: list[dict[str, Any]] = []
+        self._kernels: dict[tuple[str, KernelConfig], Kernel] = {}
+        self._scores: dict[tuple[str, str], float] = {}
+        self._measured: dict[str, float] = {}
+        self.refits = 0
+
+    def kernels(self, plan: SpacePlan) -> list[Kernel]:
+        out = []
+        for g, c in zip(plan.groups, plan.configs, strict=True):
+            key = (self.lowering.signature(g) + "|" + ",".join(g.ops), c)
+            if key not in self._kernels:
+                self._kernels[key] = self.lowering.kernel(g, c)
+            out.append(self._kernels[key])
+        return out
+
+    def score(self, plan: SpacePlan) -> float:
+        """Predicted latency (us) of the plan under the current model."""
+        key = (plan.key(), self.model.version)
+        if key not in self._scores:
+            self._scores[key] = float(self.model.predict(self.kernels(plan)).sum())
+        return self._scores[key]
+
+    def measure(self, plan: SpacePlan) -> float:
+        """Simulated latency (us) of the plan; its kernels become dataset rows."""
+        key = plan.key()
+        if key not in self._measured:
+            kernels = self.kernels(plan)
+            costs = self.simulator.evaluate(kernels)
+            resident = self.residency_model.residency(kernels)
+            rows = measurement_rows(
+                kernels,
+                costs,
+                resident,
+                target=self.target.spec.name,
+                spec_digest=self.target.spec.digest(),
+                precision=self.target.precision,
+                seed=0,
+                source=f"tune:{self.study}",
+                family=self.family,
+                group_ids=[
+                    f"{k.signature}|{json.dumps(r)}"
+                    for k, r in zip(kernels, resident, strict=True)
+                ],
+            )
+            self.add_rows(rows)
+            self._measured[key] = float(sum(c.latency_us for c in costs))
+        return self._measured[key]
+
+    def add_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Record measured rows once each (a kernel in the same context is one row)."""
+        for r in rows:
+            k = r["kernel"] + r["resident"]
+            if k not in self._row_keys:
+                self._row_keys.add(k)
+                self.rows.append(r)
+                self._pending.append(r)
+
+    def retrain(self, force: bool = False) -> bool:
+        """Refit a learned model on the measured rows when enough new ones have come in."""
+        if not isinstance(self.model, LearnedModel) or not self._pending:
+            return False
+        if len(self._pending) < self.retrain_every and not force:
+            return False
+        self.model.update(self._pending)
+        self._pending = []
+        self.refits += 1
+        return True
+
+    # -- the run's dataset ------------------------------------------------------------------
+    def load_rows(self, path: Path) -> int:
+        """Rows an earlier run of this study measured (resuming keeps what it learned)."""
+        if not path.is_file():
+            return 0
+        try:
+            frame = read_table(path)
+        except CostModelError as err:
+            log.warning("ignoring measurements file: %s", err)
+            return 0
+        mine = frame[(frame["source"] == f"tune:{self.study}")]
+        self.add_rows(mine.to_dict("records"))
+        return len(mine)
+
+    def save_rows(self, path: Path) -> None:
+        """Write every row of this run (and other studies' rows already there) atomically."""
+        if not self.rows:
+            return
+        others: list[dict[str, Any]] = []
+        if path.is_file():
+            try:
+                frame = read_table(path)
+                others = frame[frame["source"] != f"tune:{self.study}"].to_dict("records")
+            except CostModelError:
+                others = []
+        write_table(others + self.rows, path)

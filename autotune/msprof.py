@@ -1,0 +1,184 @@
+"""Calibration rows from a real NPU: the Ascend profiler's op summary (``msprof``).
+
+``msprof --application=... --aic-metrics=PipeUtilization`` writes ``op_summary_*.csv`` with
+one row per task. Columns read (others are ignored):
+
+* ``Op Name``: the operator's name; matched to an ONNX node of the same name (ATC keeps node
+  names for ops it does not fuse);
+* ``OP Type``: its CANN type (``MatMulV2``, ``Conv2D``, ``SoftmaxV2``...), used with
+  ``Input Shapes`` to match a node when the name does not;
+* ``Task Type``: only ``AI_CORE``, ``AI_VECTOR_CORE`` and ``MIX_AIC``/``MIX_AIV`` rows are used
+  (``AI_CPU`` tasks do not run on the cores this tool models);
+* ``Task Duration(us)``: the measured latency;
+* ``Input Shapes``: ``"1,128,768;768,768"`` (tensors separated by ``;``);
+* ``Block Dim`` (optional): the cores the task ran on, used as the config's ``block_dim``;
+* ``aic_mte2_time(us)``, ``aic_mac_time(us)``, ``aic_fixpipe_time(us)``, ``aiv_vec_time(us)``,
+  ``aiv_mte3_time(us)``, ``aic_mte1_time(us)`` (optional): per-pipe busy times.
+
+Each matched row becomes the op alone, lowered with its default config (block_dim from the
+profile), with the profiled duration as its latency. Rows that match no node are counted and
+skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from costmodel.base import KernelCost
+from costmodel.dataset import measurement_rows, update_manifest, write_table
+from costmodel.exceptions import InfeasibleConfig
+from costmodel.lower import Lowering
+from costmodel.spec import Target
+from search_space.fusion import FusionContext
+
+from .exceptions import AutotuneError
+from .models import load_model_spec
+
+__all__ = ["CANN_TYPES", "msprof_table", "read_op_summary"]
+
+log = logging.getLogger(__name__)
+
+CANN_TYPES = {
+    "MatMulV2": "MatMul", "MatMulV3": "MatMul", "BatchMatMul": "MatMul",
+    "BatchMatMulV2": "MatMul", "Conv2D": "Conv", "Conv2DV2": "Conv", "SoftmaxV2": "Softmax",
+    "LayerNormV3": "LayerNormalization", "LayerNorm": "LayerNormalization",
+    "TransposeD": "Transpose", "GatherV2": "Gather", "FastGelu": "Gelu",
+    "ReduceMeanD": "ReduceMean", "ReduceSumD": "ReduceSum", "RealDiv": "Div", "Pooling": "MaxPool",
+}  # fmt: skip
+_CORE_TASKS = {"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV"}
+_PIPES = {
+    "MTE2": "aic_mte2_time(us)",
+    "MTE1": "aic_mte1_time(us)",
+    "M": "aic_mac_time(us)",
+    "FIX": "aic_fixpipe_time(us)",
+    "V": "aiv_vec_time(us)",
+    "MTE3": "aiv_mte3_time(us)",
+}
+_REQUIRED = ("Op Name", "OP Type", "Task Type", "Task Duration(us)", "Input Shapes")
+
+
+def _shapes(text: str) -> tuple[tuple[int, ...], ...]:
+    text = text.strip().strip('"')
+    if not text:
+        return ()
+    out = []
+    for part in text.split(";"):
+        part = part.strip()
+        out.append(tuple(int(d) for d in part.split(",") if d.strip()) if part else ())
+    return tuple(out)
+
+
+def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
+    """The AI-core rows of an op summary CSV, typed.
+
+    Raises:
+        AutotuneError: a missing file, missing columns, or a value that is not a number.
+    """
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            header = [h.strip() for h in (reader.fieldnames or [])]
+            missing = [c for c in _REQUIRED if c not in header]
+            if missing:
+                raise AutotuneError(
+                    f"'{path}' is not an msprof op_summary CSV: it lacks column(s) "
+                    f"{', '.join(missing)}"
+                )
+            rows = []
+            for n, raw in enumerate(reader, start=2):
+                r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
+                if r["Task Type"] not in _CORE_TASKS:
+                    continue
+                try:
+                    rows.append(
+                        {
+                            "name": r["Op Name"],
+                            "type": r["OP Type"],
+                            "duration_us": float(r["Task Duration(us)"]),
+                            "shapes": _shapes(r["Input Shapes"]),
+                            "block_dim": int(float(r["Block Dim"])) if r.get("Block Dim") else 0,
+                            "pipes": {p: float(r[c]) for p, c in _PIPES.items() if r.get(c)},
+                        }
+                    )
+                except ValueError as err:
+                    raise AutotuneError(f"'{path}' line {n}: {err}") from None
+                if float(r["Task Duration(us)"]) <= 0:
+                    raise AutotuneError(f"'{path}' line {n}: Task Duration(us) must be > 0")
+            return rows
+    except OSError as err:
+        raise AutotuneError(f"cannot read '{path}': {err.strerror or err}") from None
+
+
+def msprof_table(
+    csv_path: str | Path, model: str, target: Target, out: str | Path, *, command: str = ""
+) -> dict[str, Any]:
+    """Match a profile's rows to the model's ops and write them as a calibration table.
+
+    Raises:
+        AutotuneError: an unreadable CSV, or no row that matches an op of the model.
+    """
+    rows = read_op_summary(csv_path)
+    graph = load_model_spec(model)
+    ctx = FusionContext(graph)
+    lowering = Lowering(graph, target)
+    by_name = {op.name: op for op in graph.ops if op.name in ctx.index}
+    by_shape: dict[tuple[str, tuple[tuple[int, ...], ...]], list[str]] = {}
+    for op in by_name.values():
+        shapes = tuple(
+            tuple(int(d) for d in graph.tensors[t].shape or ())
+            for t in op.inputs
+            if t and t in graph.tensors
+        )
+        by_shape.setdefault((op.op_type, shapes), []).append(op.name)
+    kernels, costs, skipped, used = [], [], 0, set()
+    for r in rows:
+        name = r["name"] if r["name"] in by_name and r["name"] not in used else None
+        if name is None:
+            key = (CANN_TYPES.get(r["type"], r["type"]), r["shapes"])
+            free = [n for n in by_shape.get(key, []) if n not in used]
+            name = free[0] if free else None
+        if name is None:
+            skipped += 1
+            continue
+        used.add(name)
+        group = ctx.group([name])
+        try:
+            config = lowering.default(group)
+        except InfeasibleConfig:
+            skipped += 1
+            continue
+        if r["block_dim"] > 0:  # never more cores than the default (all of them) uses
+            config = dataclasses.replace(config, block_dim=min(r["block_dim"], config.block_dim))
+        kernels.append(lowering.kernel(group, config))
+        costs.append(KernelCost(r["duration_us"], r["pipes"]))
+    if not kernels:
+        raise AutotuneError(
+            f"no row of '{csv_path}' matches an op of {model} (by Op Name, or by OP Type and "
+            "Input Shapes); was the profile taken on this model?"
+        )
+    table_rows = measurement_rows(
+        kernels,
+        costs,
+        [[0.0] * sum(1 for s in k.streams if s.is_load) for k in kernels],
+        target=target.spec.name,
+        spec_digest=target.spec.digest(),
+        precision=target.precision,
+        seed=0,
+        source=f"msprof:{Path(csv_path).name}",
+        family=Path(model.removeprefix("zoo:")).stem,
+        simulator_version="msprof",
+    )
+    out = Path(out)
+    n = write_table(table_rows, out)
+    update_manifest(
+        out.parent / "MANIFEST.json",
+        out,
+        {"rows": n, "target": target.spec.name, "source": str(csv_path), "command": command},
+    )
+    log.info("msprof: %d rows matched, %d skipped", n, skipped)
+    return {"rows": n, "skipped": skipped, "path": str(out), "families": [table_rows[0]["family"]]}

@@ -1,0 +1,232 @@
+"""Fitting the analytic model's free constants to measured kernels (least squares).
+
+The residual of a row is ``log(analytic latency) - log(measured latency)``; a weak prior pulls
+each constant toward the spec as written (1.0), so a constant the data cannot see stays put.
+Rate factors are bounded to at most the spec's peak (a fitted model never runs faster than
+the hardware can) and fixed costs to a factor of four either way. Fitted constants are stored
+per target in a versioned JSON file that :class:`AnalyticModel` loads by default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from search_space.atomic import atomic_write_text
+
+from ._batching import layout, stack
+from ._pipeline import score
+from .analytic import _RATES, AnalyticConstants
+from .exceptions import CostModelError
+from .kernel import Kernel, KernelBatch
+from .spec import HardwareSpec
+
+__all__ = [
+    "CALIBRATION_SCHEMA",
+    "Calibration",
+    "RowBatches",
+    "fit_constants",
+    "load_calibration",
+    "shipped_calibration_path",
+]
+
+CALIBRATION_SCHEMA = 1
+_BOUNDS: dict[str, tuple[float, float]] = {
+    **{name: (0.3, 1.0) for name in _RATES},
+    "l2_capacity": (0.25, 1.0),
+    "l2_window": (0.25, 4.0),
+    "l2_fill_wait": (0.0, 1.0),
+}
+_DEFAULT_BOUNDS = (0.25, 4.0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted constants for one target, with what they were fitted on."""
+
+    target: str
+    spec_digest: str
+    constants: AnalyticConstants
+    rows: int
+    rmse_log_before: float
+    rmse_log_after: float
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": CALIBRATION_SCHEMA,
+            "target": self.target,
+            "spec_digest": self.spec_digest,
+            "constants": self.constants.to_json(),
+            "rows": self.rows,
+            "rmse_log_before": self.rmse_log_before,
+            "rmse_log_after": self.rmse_log_after,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
+        """Raises: CostModelError for another schema version or a malformed file."""
+        try:
+            version = data["schema_version"]
+            if version != CALIBRATION_SCHEMA:
+                raise CostModelError(
+                    f"calibration file has schema_version {version}; this tool reads "
+                    f"{CALIBRATION_SCHEMA}"
+                )
+            return cls(
+                target=str(data["target"]),
+                spec_digest=str(data["spec_digest"]),
+                constants=AnalyticConstants.from_json(data["constants"]),
+                rows=int(data["rows"]),
+                rmse_log_before=float(data["rmse_log_before"]),
+                rmse_log_after=float(data["rmse_log_after"]),
+                source=str(data.get("source", "")),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise CostModelError(f"malformed calibration file: {err!r}") from None
+
+    def save(self, path: str | Path) -> None:
+        atomic_write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def shipped_calibration_path(target: str) -> Path:
+    """Where the package keeps the fitted constants of ``target`` (may not exist)."""
+    return Path(str(resources.files("costmodel") / "data" / f"calibration-{target}.json"))
+
+
+def load_calibration(target: str) -> Calibration | None:
+    """The shipped calibration of a target name, or None when there is none."""
+    path = shipped_calibration_path(target)
+    if not path.is_file():
+        return None
+    return Calibration.from_json(json.loads(path.read_text()))
+
+
+class RowBatches:
+    """Measured kernels stacked for repeated scoring: kernels of one layout form one batch
+    (the closed form reads tensors only through the layout, so this is exact).
+
+    Args:
+        kernels: the kernels as run.
+        resident: per kernel, the L2-resident fraction of each load stream's tensor.
+    """
+
+    def __init__(self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]) -> None:
+        self.n = len(kernels)
+        groups: dict[Any, list[int]] = {}
+        for i, k in enumerate(kernels):
+            groups.setdefault(layout(k), []).append(i)
+        self.parts: list[tuple[np.ndarray, KernelBatch, list[np.ndarray]]] = []
+        for rows in groups.values():
+            batch = stack([kernels[i] for i in rows])
+            loads = sum(1 for s in batch.streams if s.pipe == "MTE2")
+            res = np.zeros((len(rows), loads))
+            for n, i in enumerate(rows):
+                r = list(resident[i])
+                if len(r) != loads:
+                    raise CostModelError(
+                        f"row {i}: {len(r)} residency values for {loads} load streams"
+                    )
+                res[n] = r
+            self.parts.append((np.asarray(rows), batch, list(res.T)))
+        self.flops = np.array([k.flops for k in kernels], dtype=np.float64)
+        self.cube_flops = np.array([k.cube_flops for k in kernels], dtype=np.float64)
+        self.compulsory = np.array([k.compulsory_bytes for k in kernels], dtype=np.float64)
+
+    def latency(self, spec: HardwareSpec, constants: AnalyticConstants) -> np.ndarray:
+        """Analytic latency (us) of every row under ``constants``."""
+        out = np.empty(self.n)
+        for rows, batch, res in self.parts:
+            out[rows] = score(spec, constants, batch, res).latency_us
+        return out
+
+
+def fit_constants(
+    spec: HardwareSpec,
+    rows: RowBatches,
+    measured: np.ndarray,
+    *,
+    names: Sequence[str] | None = None,
+    prior: float = 0.05,
+    start: AnalyticConstants | None = None,
+    max_nfev: int = 25,
+    source: str = "",
+) -> Calibration:
+    """Least-squares fit of the analytic constants to measured latencies.
+
+    Args:
+        spec: the target the rows were measured on.
+        rows: the measured kernels.
+        measured: their latencies (us), positive.
+        names: constants to fit (default: all).
+        prior: weight of the pull of each log-constant toward 0 (the spec as written).
+        start: initial constants (default: the spec as written).
+        max_nfev: residual evaluations allowed to the optimiser (x number of constants).
+
+    Raises:
+        CostModelError: no rows, or measurements that are not positive and finite.
+    """
+    from scipy.optimize import least_squares
+
+    measured = np.asarray(measured, dtype=np.float64)
+    if rows.n == 0 or len(measured) != rows.n:
+        raise CostModelError(f"need one measurement per row, got {len(measured)} for {rows.n}")
+    if not np.all(np.isfinite(measured) & (measured > 0)):
+        raise CostModelError("measured latencies must be positive and finite")
+    all_names = [f.name for f in fields(AnalyticConstants)]
+    names = list(names or all_names)
+    start = start or AnalyticConstants()
+    base = start.to_json()
+    log_meas = np.log(measured)
+    lin = {n for n in names if _BOUNDS.get(n, _DEFAULT_BOUNDS)[0] == 0.0}  # may be 0: linear
+
+    def constants(theta: np.ndarray) -> AnalyticConstants:
+        vals = dict(base)
+        for n, t in zip(names, theta, strict=True):
+            vals[n] = float(t) if n in lin else math.exp(float(t))
+        return AnalyticConstants(**vals)
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        pred = rows.latency(spec, constants(theta))
+        fit = np.log(np.maximum(pred, 1e-12)) - log_meas
+        return np.concatenate([fit / math.sqrt(rows.n), prior * theta])
+
+    lo, hi = [], []
+    for n in names:
+        a, b = _BOUNDS.get(n, _DEFAULT_BOUNDS)
+        lo.append(a if n in lin else math.log(a))
+        hi.append(b if n in lin else math.log(b))
+    # start a little inside the box: at a bound the trust region starts (and stays) tiny
+    margin = [0.02 * (h - low) for low, h in zip(lo, hi, strict=True)]
+    x0 = np.array(
+        [
+            np.clip(
+                base[n] if n in lin else math.log(base[n]), lo[i] + margin[i], hi[i] - margin[i]
+            )
+            for i, n in enumerate(names)
+        ]
+    )
+    before = float(np.sqrt(np.mean((np.log(rows.latency(spec, start)) - log_meas) ** 2)))
+    result = least_squares(
+        residual,
+        x0,
+        bounds=(lo, hi),
+        method="trf",
+        loss="soft_l1",
+        f_scale=0.1 / math.sqrt(rows.n),
+        diff_step=1e-3,
+        max_nfev=max_nfev * len(names),
+    )
+    fitted = constants(result.x)
+    after = float(np.sqrt(np.mean((np.log(rows.latency(spec, fitted)) - log_meas) ** 2)))
+    if after > before:  # never ship a fit worse than where it started
+        fitted, after = start, before
+    return Calibration(spec.name, spec.digest(), fitted, rows.n, before, after, source)

@@ -1,0 +1,263 @@
+"""Calibration tables: one row per kernel run on the simulator (or on a real NPU), as parquet.
+
+A row carries everything needed to re-score the kernel with any analytic constants (the
+lowered :class:`Kernel` as JSON plus the L2 residency it ran with), the measured latency and
+per-pipe busy times, and provenance (target, spec hash, simulator version, seed, source).
+Tables are written atomically; a table is read back only through :func:`read_table`, which
+checks its columns (parquet holds plain columns: nothing in it is unpickled).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from search_space.atomic import atomic_write_bytes, atomic_write_text
+from search_space.config import KernelConfig
+
+from .base import KernelCost
+from .exceptions import CostModelError
+from .kernel import PIPES, Kernel, Stream
+
+__all__ = [
+    "PIPE_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "SIMULATOR_VERSION",
+    "kernel_from_json",
+    "kernel_to_json",
+    "measurement_rows",
+    "read_table",
+    "update_manifest",
+    "write_table",
+]
+
+SIMULATOR_VERSION = "sim-1"
+TABLE_SCHEMA = 1
+PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
+REQUIRED_COLUMNS = (
+    "schema_version",
+    "target",
+    "spec_digest",
+    "precision",
+    "simulator_version",
+    "seed",
+    "source",
+    "family",
+    "group_id",
+    "signature",
+    "kind",
+    "unit",
+    "config",
+    "kernel",
+    "resident",
+    "latency_us",
+    *PIPE_COLUMNS,
+)
+
+_STREAM_FIELDS = ("tensor", "pipe", "bytes", "key", "per", "side", "nd2nz", "tensor_bytes",
+                  "row_bytes")  # fmt: skip
+_KERNEL_SCALARS = (
+    "name", "kind", "unit", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads",
+    "cube_cycles", "vector_cycles_step", "vector_cycles_tile", "vector_instrs",
+    "cross_core_syncs", "flops", "cube_flops", "compulsory_bytes", "signature",
+)  # fmt: skip
+
+
+def kernel_to_json(kernel: Kernel) -> dict[str, Any]:
+    """A lowered kernel as plain JSON values (streams as rows of :data:`_STREAM_FIELDS`)."""
+    out: dict[str, Any] = {k: getattr(kernel, k) for k in _KERNEL_SCALARS}
+    out["ops"] = list(kernel.ops)
+    out["grid"] = list(kernel.grid)
+    out["config"] = kernel.config.to_json()
+    out["footprint"] = dict(kernel.footprint)
+    out["streams"] = [[getattr(s, f) for f in _STREAM_FIELDS] for s in kernel.streams]
+    return out
+
+
+def kernel_from_json(data: Mapping[str, Any]) -> Kernel:
+    """Rebuild what :func:`kernel_to_json` wrote.
+
+    Raises:
+        CostModelError: a field is missing or of the wrong type.
+    """
+    try:
+        streams = tuple(
+            Stream(
+                tensor=str(s[0]),
+                pipe=str(s[1]),
+                bytes=int(s[2]),
+                key=str(s[3]),
+                per=str(s[4]),
+                side=str(s[5]),
+                nd2nz=bool(s[6]),
+                tensor_bytes=int(s[7]),
+                row_bytes=int(s[8]),
+            )
+            for s in data["streams"]
+        )
+        ints: dict[str, Any] = {k: int(data[k]) for k in _KERNEL_SCALARS if k not in _NON_INT}
+        floats: dict[str, Any] = {k: float(data[k]) for k in _FLOATS}
+        b, i, j = (int(g) for g in data["grid"])
+        grid = (b, i, j)
+        return Kernel(
+            name=str(data["name"]),
+            ops=tuple(str(o) for o in data["ops"]),
+            kind=str(data["kind"]),
+            unit=str(data["unit"]),
+            config=KernelConfig.from_json(data["config"]),
+            grid=grid,
+            streams=streams,
+            footprint={str(k): int(v) for k, v in dict(data["footprint"]).items()},
+            signature=str(data["signature"]),
+            **ints,
+            **floats,
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise CostModelError(f"malformed kernel record: {err!r}") from None
+
+
+_FLOATS = ("cube_cycles", "vector_cycles_step", "vector_cycles_tile")
+_NON_INT = frozenset({"name", "kind", "unit", "signature", *_FLOATS})
+
+
+def measurement_rows(
+    kernels: Sequence[Kernel],
+    costs: Sequence[KernelCost],
+    resident: Sequence[Sequence[float]],
+    *,
+    target: str,
+    spec_digest: str,
+    precision: str,
+    seed: int,
+    source: str,
+    family: str,
+    group_ids: Sequence[str] | None = None,
+    simulator_version: str = SIMULATOR_VERSION,
+) -> list[dict[str, Any]]:
+    """One table row per measured kernel.
+
+    Args:
+        kernels: the kernels as run.
+        costs: what the simulator (or profiler) measured for each.
+        resident: per kernel, the fraction of each load stream's tensor already in L2 when it
+            started (all zeros for a standalone run on a cold L2).
+        group_ids: what rows are ranked within (configs of one group in one context); the
+            kernel signature when omitted.
+    """
+    rows = []
+    for i, (k, c, res) in enumerate(zip(kernels, costs, resident, strict=True)):
+        row: dict[str, Any] = {
+            "schema_version": TABLE_SCHEMA,
+            "target": target,
+            "spec_digest": spec_digest,
+            "precision": precision,
+            "simulator_version": simulator_version,
+            "seed": int(seed),
+            "source": source,
+            "family": family,
+            "group_id": group_ids[i] if group_ids is not None else k.signature,
+            "signature": k.signature,
+            "kind": k.kind,
+            "unit": k.unit,
+            "config": json.dumps(k.config.to_json(), sort_keys=True),
+            "kernel": json.dumps(kernel_to_json(k), separators=(",", ":")),
+            "resident": json.dumps([round(float(r), 6) for r in res]),
+            "latency_us": float(c.latency_us),
+        }
+        for p, col in zip(PIPES, PIPE_COLUMNS, strict=True):
+            row[col] = float(c.pipes_us.get(p, 0.0))
+        rows.append(row)
+    return rows
+
+
+def write_table(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
+    """Write rows as a zstd-compressed parquet table, atomically; returns the row count.
+
+    Raises:
+        CostModelError: no rows, or rows missing required columns.
+    """
+    frame = pd.DataFrame(list(rows))
+    if frame.empty:
+        raise CostModelError("no rows to write")
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise CostModelError(f"rows lack column(s) {missing}")
+    buf = io.BytesIO()
+    frame.to_parquet(buf, compression="zstd", index=False)
+    atomic_write_bytes(path, buf.getvalue())
+    return len(frame)
+
+
+def read_table(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+    """Read one or more calibration tables into one frame.
+
+    Raises:
+        CostModelError: a missing or unreadable file, or a table without the required columns.
+    """
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    frames = []
+    for p in paths:
+        try:
+            frame = pd.read_parquet(p)
+        except OSError as err:
+            raise CostModelError(
+                f"cannot read calibration table '{p}': {str(err).splitlines()[0]}"
+            ) from None
+        except Exception as err:  # pyarrow's own errors for a file that is not parquet
+            raise CostModelError(
+                f"'{p}' is not a parquet calibration table ({type(err).__name__}); "
+                "make one with `autotune calibrate`"
+            ) from None
+        missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+        if missing:
+            raise CostModelError(
+                f"'{p}' is not a calibration table: it lacks column(s) {', '.join(missing)}"
+            )
+        bad = frame["schema_version"].astype(int) > TABLE_SCHEMA
+        if bad.any():
+            raise CostModelError(
+                f"'{p}' was written by a newer tool (table schema > {TABLE_SCHEMA}); upgrade"
+            )
+        frames.append(frame)
+    if not frames:
+        raise CostModelError("no calibration tables given")
+    out = pd.concat(frames, ignore_index=True)
+    lat = out["latency_us"].to_numpy(dtype=np.float64)
+    if not np.all(np.isfinite(lat) & (lat > 0)):
+        raise CostModelError("calibration table has non-positive or non-finite latencies")
+    return out
+
+
+def update_manifest(path: str | Path, table: str | Path, entry: Mapping[str, Any]) -> None:
+    """Add or replace ``table``'s entry in a MANIFEST.json (size, sha256, rows, how made)."""
+    path, table = Path(path), Path(table)
+    try:
+        doc = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        doc = {}
+    tables = [t for t in doc.get("tables", []) if t.get("file") != table.name]
+    data = table.read_bytes()
+    tables.append(
+        {
+            "file": table.name,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **entry,
+        }
+    )
+    doc = {
+        "about": "Calibration tables: one row per kernel run on the simulator. Regenerate "
+        "any table with the command recorded in its entry.",
+        "tables": sorted(tables, key=lambda t: t["file"]),
+    }
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")

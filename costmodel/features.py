@@ -1,0 +1,149 @@
+"""Features of a kernel for the learned cost model: one pure, vectorised function.
+
+Every feature is a number per config row, computed from the lowered kernels (a
+:class:`KernelBatch`) and the analytic model's breakdown of them: magnitudes on a log scale,
+shares and utilisations as fractions. The learned model corrects the analytic latency, so the
+analytic stage times are among the features (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._pipeline import Breakdown
+from .kernel import BUFFERS, PIPES, KernelBatch
+from .spec import HardwareSpec
+
+__all__ = ["FEATURES", "kernel_features"]
+
+_UNITS = ("cube", "vector", "mixed")
+_KINDS = ("attention", "row_reduce", "cube_epilogue", "vector_chain")
+FEATURES: tuple[str, ...] = (
+    "log_analytic_us", "log_fixed", "log_body", "fixed_share",
+    *(f"log_busy_{p}" for p in PIPES), *(f"share_{p}" for p in PIPES),
+    "log_hbm_tile", "hbm_share", "log_serial", "hit_rate", "log_hbm_bytes", "hbm_limited",
+    "log_flops", "cube_flop_share", "log_compulsory", "log_loaded", "log_stored",
+    "log_intensity", "log_tile_bytes", "short_run_share", "nd2nz_share",
+    "log_grid_b", "log_grid_i", "log_grid_j", "log_steps", "log_tiles", "cores_share",
+    "log_waves", "tail", "double_buffer", "log_mmads", "log_vector_instrs", "syncs",
+    "n_loads", "n_stores", "log_unique_l2", "log_reuse", "log_wave_set_l2", "max_load_share",
+    *(f"use_{b}" for b in BUFFERS),
+    *(f"unit_{u}" for u in _UNITS), *(f"kind_{k}" for k in _KINDS),
+)  # fmt: skip
+
+
+def kernel_features(
+    spec: HardwareSpec,
+    batch: KernelBatch,
+    b: Breakdown,
+    flops: np.ndarray | None = None,
+    cube_flops: np.ndarray | None = None,
+    compulsory: np.ndarray | None = None,
+) -> np.ndarray:
+    """The ``(len(batch), len(FEATURES))`` feature matrix of a batch of kernels.
+
+    Args:
+        spec: the hardware the kernels were lowered for.
+        batch: the kernels (one layout; configs of one group or kernels of one shape class).
+        b: the analytic breakdown of ``batch`` (``costmodel._pipeline.score``).
+        flops, cube_flops, compulsory: per-row values when the rows are different kernels
+            (a stacked batch keeps only the first kernel's); default: the batch's own.
+    """
+    n = len(batch)
+    one = np.ones(n)
+    flops = one * batch.flops if flops is None else np.asarray(flops, dtype=np.float64)
+    cube_flops = one * batch.cube_flops if cube_flops is None else np.asarray(cube_flops, float)
+    compulsory = (
+        one * batch.compulsory_bytes if compulsory is None else np.asarray(compulsory, float)
+    )
+    log = np.log1p
+    body = np.maximum(b.body, 1e-9)
+    busy = [b.busy[p] for p in PIPES]
+    waves = np.ceil(batch.tiles / batch.cores)
+    phys = spec.vector_cores if batch.unit == "vector" else spec.cube_cores
+    steps = batch.steps.astype(np.float64)
+    tiles = batch.tiles.astype(np.float64)
+
+    loaded = np.zeros(n)
+    stored = np.zeros(n)
+    tile_bytes = np.zeros(n)
+    short = np.zeros(n)
+    conv = np.zeros(n)
+    burst, align = float(spec.gm_burst_bytes), float(spec.ub_align_bytes)
+    for s in batch.streams:
+        reps = steps if s.per == "step" else one
+        moved = s.bytes * reps * tiles
+        tile_bytes += s.bytes * reps
+        if s.pipe == "MTE2":
+            loaded += moved
+            conv += moved * s.nd2nz
+        else:
+            stored += moved
+        run = s.row_bytes.astype(np.float64)
+        bad = (run > 0) & ((run < burst) | (np.mod(run, align) != 0))
+        short += np.where(bad, moved, 0.0)
+    moved_all = np.maximum(loaded + stored, 1.0)
+    # L2: the distinct bytes the loads touch, how often they are re-read, and what one wave of
+    # cores works on at once, against the L2 size
+    unique = np.zeros(n)
+    wave_set = np.zeros(n)
+    biggest = np.zeros(n)
+    cores = batch.cores.astype(np.float64)
+    extents = {"b": batch.grid[:, 0], "i": batch.grid[:, 1], "j": batch.grid[:, 2], "k": steps}
+    for s in batch.streams:
+        if s.pipe != "MTE2":
+            continue
+        reps = steps if s.per == "step" else one
+        blocks = one.copy()  # distinct blocks of the tensor: its size, per row of the batch
+        for letter in s.key:
+            blocks = blocks * extents[letter]
+        unique += s.bytes * blocks
+        wave_set += s.bytes * cores
+        biggest = np.maximum(biggest, s.bytes * reps * tiles)
+    l2 = float(spec.l2_bytes)
+    cols = [
+        np.log(np.maximum(b.latency_us, 1e-9)),
+        log(b.fixed),
+        log(b.body),
+        b.fixed / (b.fixed + body),
+        *(log(x) for x in busy),
+        *(x / body for x in busy),
+        log(b.tile_terms["HBM"] * waves),
+        b.tile_terms["HBM"] * waves / body,
+        log(b.serial),
+        b.hit_rate,
+        log(b.hbm_bytes),
+        b.hbm_share_limited.astype(np.float64),
+        log(flops),
+        cube_flops / np.maximum(flops, 1.0),
+        log(compulsory),
+        log(loaded),
+        log(stored),
+        log(flops / moved_all),
+        log(tile_bytes),
+        short / moved_all,
+        conv / np.maximum(loaded, 1.0),
+        *(log(batch.grid[:, i].astype(np.float64)) for i in range(3)),
+        log(steps),
+        log(tiles),
+        batch.cores / phys,
+        log(waves),
+        tiles / (waves * batch.cores),
+        batch.double_buffer.astype(np.float64),
+        log(batch.mmads.astype(np.float64)),
+        log(batch.vector_instrs.astype(np.float64)),
+        batch.cross_core_syncs.astype(np.float64),
+        one * sum(s.pipe == "MTE2" for s in batch.streams),
+        one * sum(s.pipe != "MTE2" for s in batch.streams),
+        log(unique / l2),
+        log(loaded / np.maximum(unique, 1.0)),
+        log(wave_set / l2),
+        biggest / np.maximum(loaded, 1.0),
+        *(
+            batch.footprint.get(buf, np.zeros(n)) / float(getattr(spec, f"{buf}_bytes"))
+            for buf in BUFFERS
+        ),
+        *(one * (batch.unit == u) for u in _UNITS),
+        *(one * (batch.kind == k) for k in _KINDS),
+    ]
+    return np.column_stack(cols).astype(np.float64)

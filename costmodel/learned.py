@@ -1,0 +1,335 @@
+"""The learned cost model: calibrated analytic latency times a learned correction (DESIGN §6).
+
+``latency = analytic(kernel; fitted constants) * exp(base(x) + local(x))`` where ``x`` are the
+kernel's features (:mod:`costmodel.features`), ``base`` is the corrector trained on a
+calibration table (the one shipped with the package for the target, or one the user fits with
+``autotune calibrate --fit``), and ``local`` is refitted by :meth:`LearnedModel.update` on the
+rows a tuning run measures (TVM's measure-retrain loop). State round-trips as JSON.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from search_space.atomic import atomic_write_bytes
+
+from .analytic import AnalyticConstants, AnalyticModel
+from .base import CostModel, KernelCost
+from .calibration import Calibration, RowBatches, fit_constants
+from .corrector import LatencyCorrector
+from .dataset import kernel_from_json, read_table
+from .exceptions import CostModelError
+from .features import FEATURES, kernel_features
+from .kernel import Kernel, KernelBatch
+from .spec import Target
+
+__all__ = ["LearnedModel", "fit_learned", "shipped_model_path", "table_arrays"]
+
+STATE_SCHEMA = 1
+DEFAULT_PARAMS: dict[str, Any] = {
+    "kind": "hgb",
+    "max_iter": 150,
+    "learning_rate": 0.1,
+    "max_leaf_nodes": 15,
+    "min_samples_leaf": 8,
+    "l2_regularization": 1.0,
+}
+LOCAL_PARAMS: dict[str, Any] = {
+    "kind": "hgb",
+    "max_iter": 40,
+    "learning_rate": 0.1,
+    "max_leaf_nodes": 7,
+    "min_samples_leaf": 5,
+    "l2_regularization": 5.0,
+}
+MIN_LOCAL_ROWS = 24
+CALIBRATION_ROWS = 2000
+
+
+def shipped_model_path(target: str) -> Path:
+    """Where the package keeps the default learned model of ``target`` (may not exist)."""
+    return Path(str(resources.files("costmodel") / "data" / f"learned-{target}.json.gz"))
+
+
+class LearnedModel(CostModel):
+    """Analytic latency with fitted constants, corrected by a learned log ratio.
+
+    Args:
+        target: hardware spec and precision mode.
+        state: a saved state (:meth:`state`); default: the package's model for the target's
+            spec name, else the calibrated analytic model uncorrected.
+    """
+
+    kind = "learned"
+
+    def __init__(self, target: Target, state: Mapping[str, Any] | None = None) -> None:
+        super().__init__(target)
+        self.analytic = AnalyticModel(target)
+        self.base: LatencyCorrector | None = None
+        self.local: LatencyCorrector | None = None
+        self.trained_on: dict[str, Any] = {}
+        self._rows: list[tuple[Kernel, list[float], float]] = []
+        self.refits = 0
+        self._digest: tuple[Any, str] = (None, "")
+        self.generation = 0  # bumped on every change of state (version is cached on it)
+        if state is None:
+            path = shipped_model_path(target.spec.name)
+            if path.is_file():
+                state = _read_doc(path)["state"]
+        if state is not None:
+            self.load_state(state)
+
+    # -- state ------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "schema_version": STATE_SCHEMA,
+            "features": list(FEATURES),
+            "analytic": self.analytic.state(),
+            "base": self.base.to_json() if self.base is not None else None,
+            "local": self.local.to_json() if self.local is not None else None,
+            "trained_on": self.trained_on,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Raises: CostModelError for another schema, other features or a malformed state."""
+        if state.get("schema_version") != STATE_SCHEMA:
+            raise CostModelError(
+                f"learned model state has schema_version {state.get('schema_version')}; this "
+                f"tool reads {STATE_SCHEMA}"
+            )
+        if list(state.get("features", [])) != list(FEATURES):
+            raise CostModelError(
+                "learned model was trained on other features; refit it with "
+                "`autotune calibrate --fit`"
+            )
+        self.analytic.load_state(state.get("analytic", {}))
+        base, local = state.get("base"), state.get("local")
+        self.base = LatencyCorrector.from_json(base) if base else None
+        self.local = LatencyCorrector.from_json(local) if local else None
+        self.trained_on = dict(state.get("trained_on", {}))
+        self.generation += 1
+
+    @property
+    def version(self) -> str:
+        """Changes with the constants and either correction (a digest of the state, kept
+        until the state changes: it is read on every trial)."""
+        key = (self.generation, id(self.base), id(self.local), self.analytic.version)
+        if self._digest[0] != key:
+            text = json.dumps(self.state(), sort_keys=True).encode()
+            self._digest = (key, hashlib.sha256(text).hexdigest()[:10])
+        return f"{super().version}-{self._digest[1]}"
+
+    def save(self, path: str | Path) -> None:
+        """JSON (gzip-compressed when the name ends in ``.gz``), atomically."""
+        doc = {
+            "kind": self.kind,
+            "target": self.target.spec.to_dict(),
+            "precision": self.target.precision,
+            "state": self.state(),
+        }
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        atomic_write_bytes(path, gzip.compress(data, 9) if str(path).endswith(".gz") else data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> LearnedModel:
+        """Rebuild a saved model (JSON or gzip JSON; nothing is unpickled).
+
+        Raises:
+            CostModelError: unreadable file or not a learned model.
+        """
+        from .spec import HardwareSpec
+
+        doc = _read_doc(Path(path))
+        if doc.get("kind") != cls.kind:
+            raise CostModelError(f"'{path}' holds a '{doc.get('kind')}' cost model, not 'learned'")
+        try:
+            target = Target(HardwareSpec(**doc["target"]), doc.get("precision", "auto"))
+        except (KeyError, TypeError) as err:
+            raise CostModelError(f"'{path}' has no valid target: {err}") from None
+        return cls(target, doc["state"])
+
+    # -- scoring ----------------------------------------------------------------------------
+    def _correction(self, X: np.ndarray) -> np.ndarray:
+        corr = np.zeros(len(X))
+        if self.base is not None:
+            corr += self.base.predict(X)
+        if self.local is not None:
+            corr += self.local.predict(X)
+        return corr
+
+    def predict_batch(
+        self, batch: KernelBatch, resident: Mapping[str, float] | None = None
+    ) -> np.ndarray:
+        """Latency (us) of every config of ``batch``; ``+inf`` where a buffer overflows."""
+        spec = self.target.spec
+        b = self.analytic.breakdown_batch(batch, resident)
+        out = b.latency_us * np.exp(self._correction(kernel_features(spec, batch, b)))
+        out = np.maximum(out, self._floor_us(batch.cube_flops, batch.compulsory_bytes))
+        return np.where(batch.feasible_mask(spec), out, np.inf)
+
+    def _floor_us(self, cube_flops: Any, compulsory: Any) -> Any:
+        """No correction may take a kernel below its roofline (cube peak, HBM peak)."""
+        spec = self.target.spec
+        return 1e6 * np.maximum(
+            np.asarray(cube_flops, float) / spec.cube_peak_flops,
+            np.asarray(compulsory, float) / spec.hbm_peak_bytes_per_s,
+        )
+
+    def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
+        """The analytic costs of the plan with each latency corrected.
+
+        Raises:
+            InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
+        """
+        costs = self.analytic.evaluate(kernels)
+        factor = np.ones(len(kernels))
+        for rows, batch, b in self.analytic.breakdowns(kernels):
+            X = kernel_features(self.target.spec, batch, b, *_per_row(kernels, rows))
+            factor[rows] = np.exp(self._correction(X))
+        floor = self._floor_us(
+            [k.cube_flops for k in kernels], [k.compulsory_bytes for k in kernels]
+        )
+        return [
+            KernelCost(max(c.latency_us * f, lo), c.pipes_us, c.bound, c.hbm_bytes, c.l2_hit_rate)
+            for c, f, lo in zip(costs, factor, floor, strict=True)
+        ]
+
+    # -- learning ---------------------------------------------------------------------------
+    def update(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Add measured rows (``kernel`` as a Kernel or its JSON, ``resident``, ``latency_us``)
+        and refit the local correction on every row this model has been given."""
+        for r in rows:
+            k = r["kernel"]
+            kernel = k if isinstance(k, Kernel) else kernel_from_json(_json(k))
+            res = r["resident"]
+            res = _json(res) if isinstance(res, str) else res
+            self._rows.append((kernel, [float(x) for x in res], float(r["latency_us"])))
+        if len(self._rows) < MIN_LOCAL_ROWS:
+            return
+        kernels = [k for k, _, _ in self._rows]
+        resident = [r for _, r, _ in self._rows]
+        measured = np.array([m for _, _, m in self._rows])
+        X, analytic = _features(self.analytic, kernels, resident)
+        base = self.base.predict(X) if self.base is not None else 0.0
+        y = np.log(measured / analytic) - base
+        self.local = LatencyCorrector(**LOCAL_PARAMS).fit(X, y)
+        self.refits += 1
+        self.generation += 1
+
+
+def _json(x: Any) -> Any:
+    return json.loads(x) if isinstance(x, str | bytes) else x
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or "state" not in doc:
+            raise ValueError("no 'state'")
+        return doc
+    except (OSError, ValueError, EOFError) as err:
+        raise CostModelError(f"cannot read cost model file '{path}': {err}") from None
+
+
+def _per_row(kernels: Sequence[Kernel], rows: Sequence[int]) -> tuple[np.ndarray, ...]:
+    return (
+        np.array([kernels[i].flops for i in rows], dtype=np.float64),
+        np.array([kernels[i].cube_flops for i in rows], dtype=np.float64),
+        np.array([kernels[i].compulsory_bytes for i in rows], dtype=np.float64),
+    )
+
+
+def _features(
+    analytic: AnalyticModel, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features and analytic latency of measured rows, each scored in its own context."""
+    from ._pipeline import score
+
+    spec = analytic.target.spec
+    batches = RowBatches(kernels, resident)
+    X = np.empty((len(kernels), len(FEATURES)))
+    lat = np.empty(len(kernels))
+    for rows, batch, res in batches.parts:
+        b = score(spec, analytic.constants, batch, res)
+        X[rows] = kernel_features(spec, batch, b, *_per_row(kernels, list(rows)))
+        lat[rows] = b.latency_us
+    return X, lat
+
+
+def table_arrays(frame: Any) -> tuple[list[Kernel], list[list[float]], np.ndarray]:
+    """Kernels, residencies and measured latencies of a calibration table's rows."""
+    kernels = [kernel_from_json(json.loads(k)) for k in frame["kernel"]]
+    resident = [json.loads(r) for r in frame["resident"]]
+    return kernels, resident, frame["latency_us"].to_numpy(dtype=np.float64)
+
+
+def fit_learned(
+    tables: Any,
+    target: Target,
+    *,
+    params: Mapping[str, Any] | None = None,
+    calibrate: bool = True,
+) -> LearnedModel:
+    """Fit the analytic constants, then the correction, on calibration rows.
+
+    Args:
+        tables: parquet paths, or a DataFrame of rows (:func:`costmodel.dataset.read_table`).
+        target: the target the rows were measured on.
+        params: corrector hyperparameters (default :data:`DEFAULT_PARAMS`).
+        calibrate: fit the analytic constants first (else keep the target's current ones).
+
+    Raises:
+        CostModelError: unreadable tables, or rows of another target.
+    """
+    frame = tables if hasattr(tables, "columns") else read_table(list(tables))
+    names = set(frame["target"])
+    if names != {target.spec.name}:
+        raise CostModelError(
+            f"rows were measured on {sorted(names)}, not on '{target.spec.name}'; "
+            "pass tables of one target"
+        )
+    kernels, resident, measured = table_arrays(frame)
+    model = LearnedModel(target, state=_empty_state(target))
+    cal: Calibration | None = None
+    if calibrate:  # the constants are few: a fixed subsample of rows pins them down
+        pick = np.random.default_rng(0).permutation(len(kernels))[:CALIBRATION_ROWS]
+        cal = fit_constants(
+            target.spec,
+            RowBatches([kernels[i] for i in pick], [resident[i] for i in pick]),
+            measured[pick],
+            start=AnalyticConstants(),  # from the spec as written: no earlier fit leaks in
+            source="fit_learned",
+        )
+        model.analytic.constants = cal.constants
+    X, analytic = _features(model.analytic, kernels, resident)
+    model.base = LatencyCorrector(**(params or DEFAULT_PARAMS)).fit(X, np.log(measured / analytic))
+    model.generation += 1
+    model.trained_on = {
+        "rows": len(kernels),
+        "signatures": len(set(frame["signature"])),
+        "families": sorted(set(frame["family"])),
+        "calibration": cal.to_json() if cal is not None else None,
+    }
+    return model
+
+
+def _empty_state(target: Target) -> dict[str, Any]:
+    return {
+        "schema_version": STATE_SCHEMA,
+        "features": list(FEATURES),
+        "analytic": AnalyticModel(target).state(),
+        "base": None,
+        "local": None,
+        "trained_on": {},
+    }

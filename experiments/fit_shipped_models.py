@@ -1,0 +1,47 @@
+"""Regenerate the cost-model artifacts shipped with the package from the calibration tables:
+``costmodel/data/calibration-<target>.json`` (fitted analytic constants) and
+``costmodel/data/learned-<target>.json.gz`` (constants + the learned correction).
+
+    .venv/bin/autotune calibrate --target ascend910b --samples 9000 --seed 0   # the table
+    .venv/bin/python experiments/fit_shipped_models.py --target ascend910b
+
+Trains on every row of ``datasets/calibration/<target>*.parquet`` (the held-out numbers in
+experiments/results/costmodel_eval.csv come from fits that did not see the test families).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from costmodel.calibration import Calibration, shipped_calibration_path
+from costmodel.dataset import read_table
+from costmodel.learned import fit_learned, shipped_model_path
+from costmodel.spec import load_target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="ascend910b")
+    args = parser.parse_args()
+    target = load_target(args.target)
+    tables = sorted((ROOT / "datasets/calibration").glob(f"{args.target}*.parquet"))
+    frame = read_table(tables)
+    model = fit_learned(frame, target)
+    cal = Calibration.from_json(model.trained_on["calibration"])
+    cal = Calibration(
+        cal.target, cal.spec_digest, cal.constants, cal.rows, cal.rmse_log_before,
+        cal.rmse_log_after, source=", ".join(f"datasets/calibration/{t.name}" for t in tables),
+    )  # fmt: skip
+    shipped_calibration_path(args.target).parent.mkdir(exist_ok=True)
+    cal.save(shipped_calibration_path(args.target))
+    model.save(shipped_model_path(args.target))
+    size = shipped_model_path(args.target).stat().st_size
+    print(json.dumps({"rows": len(frame), "constants": cal.constants.to_json(), "bytes": size}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""`autotune calibrate`, `calibrate --from-msprof` and `autotune costmodel eval` end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autotune.calibrate import calibrate_tables, sample_graph
+from autotune.cli import app
+from autotune.msprof import read_op_summary
+from autotune.synthetic import synthetic_models
+from costmodel.dataset import kernel_from_json, read_table
+from costmodel.learned import LearnedModel
+from costmodel.registry import make_cost_model
+from costmodel.spec import load_target
+from search_space import load_graph
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "msprof" / "op_summary_bert_layer0.csv"
+T = load_target("ascend910b")
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def small_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Sixty simulated rows from the synthetic models (the eval tests share it)."""
+    out = tmp_path_factory.mktemp("cal") / "t.parquet"
+    sources = [(f"synthetic:{n}", "synthetic", load_graph(m)) for n, m in synthetic_models(0)]
+    half = len(sources) // 2
+    sources = [(s, "synth-a" if i < half else "synth-b", g) for i, (s, _, g) in enumerate(sources)]
+    calibrate_tables(sources, T, out, samples=60, seed=0, jobs=1)
+    return out
+
+
+def test_rows_are_what_the_simulator_says_for_the_kernel_they_record(small_table: Path) -> None:
+    frame = read_table(small_table)
+    assert len(frame) == 60
+    sim = make_cost_model("simulator", T)
+    for _, row in frame.sample(5, random_state=0).iterrows():
+        kernel = kernel_from_json(json.loads(row["kernel"]))
+        cost = sim.evaluate([kernel])[0]  # standalone, cold L2, noise off: exactly the row
+        assert cost.latency_us == pytest.approx(row["latency_us"], rel=1e-12)
+        assert cost.pipes_us.get("MTE2", 0.0) == pytest.approx(row["pipe_MTE2_us"], rel=1e-12)
+        assert row["spec_digest"] == T.spec.digest() and row["target"] == "ascend910b"
+    manifest = json.loads((small_table.parent / "MANIFEST.json").read_text())
+    (entry,) = manifest["tables"]
+    assert entry["rows"] == 60 and entry["file"] == small_table.name
+    assert entry["sha256"] == hashlib.sha256(small_table.read_bytes()).hexdigest()
+
+
+def test_sampling_covers_default_and_searched_configs_once_per_signature() -> None:
+    import random
+
+    graph = load_graph(next(m for n, m in synthetic_models(0) if n.startswith("mm_1000x")))
+    seen: set[str] = set()
+    samples = sample_graph(
+        graph, T, family="f", source="s", rng=random.Random(0), seen=seen, configs_per_group=4
+    )
+    by_sig: dict[str, list] = {}
+    for s in samples:
+        by_sig.setdefault(s.kernel.signature, []).append(s)
+    assert by_sig and set(by_sig) <= seen
+    for group in by_sig.values():
+        configs = [s.kernel.config for s in group]
+        assert len(configs) == len(set(configs)) <= 4  # distinct configs of one group
+        assert group[0].rank == 0  # the default config always comes first
+    again = sample_graph(graph, T, family="f", source="s", rng=random.Random(1), seen=seen)
+    assert not {s.kernel.signature for s in again} & set(by_sig)  # never sampled twice
+
+
+def test_calibrate_cli_writes_table_and_a_loadable_fitted_model(tmp_path: Path) -> None:
+    import onnx
+
+    table, model = tmp_path / "t.parquet", tmp_path / "m.json.gz"
+    models = []
+    for name, proto in list(synthetic_models(0))[:4]:
+        onnx.save(proto, tmp_path / f"{name}.onnx")
+        models += ["--models", str(tmp_path / f"{name}.onnx")]
+    res = runner.invoke(
+        app,
+        ["calibrate", *models, "--samples", "30", "--jobs", "1", "-o", str(table),
+         "--fit", str(model), "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["rows"] == 30 and summary["fit"]["rows"] == 30
+    learned = LearnedModel.load(model)
+    frame = read_table(table)
+    kernels = [kernel_from_json(json.loads(k)) for k in frame["kernel"]]
+    pred = np.array([learned.predict([k])[0] for k in kernels])
+    assert np.all(np.isfinite(pred) & (pred > 0))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--samples", "0"], "--samples must be >= 1"),
+        (["--models", "nope.onnx"], "neither zoo:NAME, 'synthetic' nor an existing ONNX file"),
+        (["--from-msprof", str(FIXTURE)], "--from-msprof needs --model"),
+        (["-o", "/nonexistent/dir/t.parquet"], "does not exist"),
+    ],
+)
+def test_calibrate_bad_input_is_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    out = [] if "-o" in args else ["-o", str(tmp_path / "t.parquet")]
+    res = runner.invoke(app, ["calibrate", *args, *out], catch_exceptions=False)
+    assert res.exit_code == 1
+    assert message in res.output and "Traceback" not in res.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path) -> None:
+    rows = read_op_summary(FIXTURE)
+    assert all(r["duration_us"] > 0 for r in rows)
+    assert not any(r["name"] == "trans_Cast_aicpu" for r in rows)  # AI_CPU tasks are skipped
+    table, model = tmp_path / "ms.parquet", tmp_path / "ms.json"
+    res = runner.invoke(
+        app,
+        ["calibrate", "--from-msprof", str(FIXTURE), "--model", "zoo:bert-base", "-o",
+         str(table), "--fit", str(model), "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["skipped"] == 1  # the MemcpyAsync row matches no op of the model
+    assert summary["rows"] == len(rows) - 1
+    frame = read_table(table)
+    assert set(frame["simulator_version"]) == {"msprof"}
+    # every row is the op the profile named: durations land on kernels of matching shape
+    durations = {r["duration_us"] for r in rows}
+    assert set(frame["latency_us"]) <= durations
+    before = LearnedModel(T)  # whatever ships: the refit must fit the profile better
+    after = LearnedModel.load(model)
+    kernels = [kernel_from_json(json.loads(k)) for k in frame["kernel"]]
+    truth = frame["latency_us"].to_numpy()
+
+    def err(m: LearnedModel) -> float:
+        pred = np.array([m.predict([k])[0] for k in kernels])
+        return float(np.mean(np.abs(pred - truth) / truth))
+
+    assert err(after) < err(before)
+
+
+def test_msprof_csv_without_required_columns_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("Op Name,OP Type\nx,MatMul\n")
+    res = runner.invoke(
+        app,
+        ["calibrate", "--from-msprof", str(bad), "--model", "zoo:bert-base", "-o",
+         str(tmp_path / "t.parquet")],
+    )  # fmt: skip
+    assert res.exit_code == 1
+    assert "lacks column(s) Task Type, Task Duration(us), Input Shapes" in res.output
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_costmodel_eval_json_reports_every_metric_on_held_out_signatures(
+    small_table: Path,
+) -> None:
+    res = runner.invoke(
+        app, ["costmodel", "eval", "--table", str(small_table), "--holdout", "synth-b", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    metrics = {"mape", "median_rel_err", "p90_rel_err", "spearman", "kendall_tau", "top1_regret"}
+    for name in ("analytic", "calibrated", "learned"):
+        assert metrics <= set(doc[name])
+        assert doc[name]["mape"] >= 0 and doc[name]["p90_rel_err"] >= doc[name]["median_rel_err"]
+    rows = doc["rows"]
+    frame = read_table(small_table)
+    train = frame[frame["family"] == "synth-a"]
+    test = frame[(frame["family"] == "synth-b") & ~frame["signature"].isin(train["signature"])]
+    assert (rows["train"], rows["test"]) == (len(train), len(test))
+
+
+def test_costmodel_eval_unknown_family_is_one_line(small_table: Path) -> None:
+    res = runner.invoke(
+        app, ["costmodel", "eval", "--table", str(small_table), "--holdout", "bert"]
+    )
+    assert res.exit_code == 1
+    assert "held-out family bert not in the table; it has synth-a, synth-b" in res.output

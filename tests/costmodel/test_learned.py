@@ -1,0 +1,373 @@
+"""The learned cost model (``costmodel.learned``) and its features (``costmodel.features``).
+
+Tables are synthetic: hand-made kernels whose "measured" latency is a known multiple of the
+analytic latency, so what the model must learn is known exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernels_by_hand import add, gelu, matmul, matmul_gelu
+from threadpoolctl import threadpool_limits
+
+from costmodel._pipeline import score
+from costmodel.analytic import AnalyticModel, batch_of
+from costmodel.base import KernelCost
+from costmodel.calibration import RowBatches
+from costmodel.dataset import measurement_rows, write_table
+from costmodel.exceptions import CostModelError
+from costmodel.features import FEATURES, kernel_features
+from costmodel.kernel import Kernel
+from costmodel.learned import MIN_LOCAL_ROWS, LearnedModel, fit_learned
+from costmodel.spec import load_target
+
+T910B = load_target("ascend910b")
+SPEC = T910B.spec
+PARAMS = {"kind": "hgb", "max_iter": 50, "max_leaf_nodes": 7, "min_samples_leaf": 2}
+PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """HGB's OpenMP threads spin against any other load on a small CI box (100x slower)."""
+    with threadpool_limits(limits=1):
+        yield
+
+
+def hand_kernels() -> list[Kernel]:
+    """Over two dozen kernels of every unit: memory-, compute- and launch-bound."""
+    out = [
+        matmul(size, l1, l0, bd, db)
+        for size, l1, l0 in [
+            (512, (128, 256, 128), (128, 128, 64)),
+            (1024, (128, 256, 256), (128, 128, 128)),
+            (2048, (128, 256, 256), (128, 128, 128)),
+            ((4096, 4096, 128), (128, 256, 128), (128, 128, 64)),
+        ]
+        for bd, db in [(24, True), (8, False)]
+    ]
+    out += [add(e, t, bd, db) for e, t, bd, db in [
+        (1 << 12, 1024, 4, True), (1 << 16, 4096, 8, False), (1 << 18, 4096, 48, True),
+        (1 << 20, 16384, 24, True), (1 << 22, 16384, 48, True), (1 << 22, 8192, 48, False),
+    ]]  # fmt: skip
+    out += [matmul_gelu(s, block_dim=bd) for s in (512, 1024) for bd in (4, 24)]
+    out += [matmul_gelu(512, (64, 64, 128), (64, 64, 64), 8, False)]
+    out += [gelu(s, tile=t, block_dim=bd) for s, t, bd in [
+        (256, 1024, 8), (1024, 4096, 16), (1024, 16384, 48), (2048, 16384, 48),
+    ]]  # fmt: skip
+    out += [
+        dataclasses.replace(k, vector_cycles_tile=k.vector_cycles_tile * f)
+        for k, f in [(add(1 << 18, 2048, 8), 60), (add(1 << 20, 8192, 48), 90)]
+    ]
+    out += [matmul(1024, (128, 128, 128), (128, 128, 64), 16, True, out_itemsize=4)]
+    out += [matmul((1024, 2048, 512), (128, 128, 128), (128, 128, 64), 12, True, nd2nz=True)]
+    assert len(out) > MIN_LOCAL_ROWS and all(k.feasible(SPEC)[0] for k in out)
+    return out
+
+
+KERNELS = hand_kernels()
+
+
+def cold(kernels: Sequence[Kernel]) -> list[list[float]]:
+    return [[0.0] * sum(s.is_load for s in k.streams) for k in kernels]
+
+
+def alone(model: Any, kernels: Sequence[Kernel]) -> np.ndarray:
+    """Each kernel scored on its own (a cold L2), as it was measured."""
+    return np.array([model.predict([k])[0] for k in kernels])
+
+
+ANALYTIC = alone(AnalyticModel(T910B), KERNELS)  # the calibrated analytic model
+
+
+def rows(
+    factor: float | Callable[[Kernel], float],
+    kernels: Sequence[Kernel] = KERNELS,
+    target: str = "ascend910b",
+    family: str = "hand",
+) -> list[dict[str, Any]]:
+    """Table rows measuring ``factor`` x the calibrated analytic latency of each kernel."""
+    f = factor if callable(factor) else (lambda k: factor)
+    analytic = alone(AnalyticModel(T910B), kernels)
+    costs = [KernelCost(f(k) * a) for k, a in zip(kernels, analytic, strict=True)]
+    return measurement_rows(
+        kernels,
+        costs,
+        cold(kernels),
+        target=target,
+        spec_digest=SPEC.digest(),
+        precision="auto",
+        seed=0,
+        source="synthetic",
+        family=family,
+    )
+
+
+def table(factor: float | Callable[[Kernel], float], **kw: Any) -> pd.DataFrame:
+    return pd.DataFrame(rows(factor, **kw))
+
+
+@pytest.fixture(scope="module")
+def slower() -> LearnedModel:
+    """Fitted on kernels that all run 1.5x the calibrated analytic latency."""
+    return fit_learned(table(1.5), T910B, params=PARAMS, calibrate=False)
+
+
+def copy(model: LearnedModel) -> LearnedModel:
+    return LearnedModel(T910B, json.loads(json.dumps(model.state())))
+
+
+# -- fitting ------------------------------------------------------------------------------------
+def test_a_uniform_slowdown_is_learned(slower: LearnedModel) -> None:
+    measured = 1.5 * ANALYTIC
+    assert np.abs(ANALYTIC / measured - 1) == pytest.approx(1 / 3)  # the analytic is 33% off
+    np.testing.assert_allclose(alone(slower, KERNELS), measured, rtol=0.05)
+    assert slower.base is not None and slower.local is None
+    assert slower.trained_on["rows"] == len(KERNELS)
+    assert slower.trained_on["families"] == ["hand"] and slower.trained_on["calibration"] is None
+
+
+def test_a_slowdown_that_depends_on_the_unit_is_learned() -> None:
+    factor = {"cube": 1.5, "vector": 0.8, "mixed": 1.2}
+    model = fit_learned(table(lambda k: factor[k.unit]), T910B, params=PARAMS, calibrate=False)
+    expect = np.array([factor[k.unit] for k in KERNELS]) * ANALYTIC
+    np.testing.assert_allclose(alone(model, KERNELS), expect, rtol=0.05)
+
+
+def test_an_unrelated_kernel_in_the_plan_does_not_change_a_latency() -> None:
+    """Two matmuls of one layout sharing no tensor: the analytic latencies are those of each
+    alone, so the corrected ones must be too (a linear corrector reads every feature)."""
+    model = fit_learned(
+        table(lambda k: 2.0 if k.compulsory_bytes > 10e6 else 1.0), T910B,
+        params={"kind": "ridge"}, calibrate=False,
+    )  # fmt: skip
+    small = matmul(512, a="a1", b="b1", out="c1")
+    big = matmul(4096, a="a2", b="b2", out="c2")
+    analytic = AnalyticModel(T910B)
+    assert np.array_equal(analytic.predict([small, big]), alone(analytic, [small, big]))
+    np.testing.assert_allclose(model.predict([small, big]), alone(model, [small, big]), rtol=1e-9)
+    np.testing.assert_allclose(model.predict([big, small]), alone(model, [big, small]), rtol=1e-9)
+
+
+def test_evaluate_keeps_the_analytic_breakdown(slower: LearnedModel) -> None:
+    k = KERNELS[3]
+    learned, analytic = slower.evaluate([k])[0], AnalyticModel(T910B).evaluate([k])[0]
+    assert learned.latency_us == pytest.approx(1.5 * analytic.latency_us, rel=0.05)
+    assert learned.pipes_us == analytic.pipes_us and learned.bound == analytic.bound
+
+
+def test_a_table_on_disk_fits_like_the_frame(tmp_path: Path, slower: LearnedModel) -> None:
+    write_table(rows(1.5)[:20], tmp_path / "a.parquet")
+    write_table(rows(1.5)[20:], tmp_path / "b.parquet")
+    model = fit_learned([tmp_path / "a.parquet", tmp_path / "b.parquet"], T910B, params=PARAMS,
+                        calibrate=False)  # fmt: skip
+    assert np.array_equal(alone(model, KERNELS), alone(slower, KERNELS))
+
+
+def test_rows_of_another_target_are_refused() -> None:
+    with pytest.raises(CostModelError, match=r"measured on \['ascend910'\], not on 'ascend910b'"):
+        fit_learned(table(1.5, target="ascend910"), T910B, params=PARAMS, calibrate=False)
+    mixed = pd.concat([table(1.5), table(1.5, target="ascend310p")], ignore_index=True)
+    with pytest.raises(CostModelError, match="ascend310p"):
+        fit_learned(mixed, T910B, params=PARAMS, calibrate=False)
+
+
+# -- learning from a tuning run -----------------------------------------------------------------
+def test_update_refits_only_once_there_are_enough_rows(slower: LearnedModel) -> None:
+    model = copy(slower)
+    before, version = alone(model, KERNELS), model.version
+    new = rows(2.0)
+    as_objects = [
+        {"kernel": k, "resident": json.loads(r["resident"]), "latency_us": r["latency_us"]}
+        for k, r in zip(KERNELS, new, strict=True)
+    ]
+    as_json = [r | {"kernel": json.loads(r["kernel"])} for r in new]
+    # rows as a table holds them (JSON text), as JSON values and as Kernel objects
+    given_rows = new[:10] + as_json[10:20] + as_objects[20 : MIN_LOCAL_ROWS - 1]
+    model.update(given_rows)
+    assert model.local is None and model.refits == 0
+    assert np.array_equal(alone(model, KERNELS), before) and model.version == version
+
+    model.update(as_objects[MIN_LOCAL_ROWS - 1 : MIN_LOCAL_ROWS])  # the 24th row
+    assert model.local is not None and model.refits == 1
+    assert model.version != version
+    after = alone(model, KERNELS[:MIN_LOCAL_ROWS])
+    np.testing.assert_allclose(after, 2.0 * ANALYTIC[:MIN_LOCAL_ROWS], rtol=0.05)
+    # the base correction is untouched: the local one carries the difference
+    assert np.array_equal(copy(slower).base.predict(np.zeros((1, len(FEATURES)))),
+                          model.base.predict(np.zeros((1, len(FEATURES)))))  # fmt: skip
+
+
+def test_update_with_nothing_changes_nothing(slower: LearnedModel) -> None:
+    model = copy(slower)
+    version = model.version
+    model.update([])
+    assert model.version == version and model.local is None
+
+
+# -- the roofline floor -------------------------------------------------------------------------
+def floor_us(k: Kernel) -> float:
+    return 1e6 * max(
+        k.cube_flops / SPEC.cube_peak_flops, k.compulsory_bytes / SPEC.hbm_peak_bytes_per_s
+    )
+
+
+@pytest.fixture(scope="module")
+def much_faster() -> LearnedModel:
+    """Told every kernel runs in 1% of its analytic time (a correction far below physics)."""
+    return fit_learned(table(0.01), T910B, params=PARAMS, calibrate=False)
+
+
+def test_no_correction_goes_below_the_roofline(much_faster: LearnedModel) -> None:
+    floors = np.array([floor_us(k) for k in KERNELS])
+    got = alone(much_faster, KERNELS)
+    assert np.all(got >= floors * (1 - 1e-12))
+    clamped = 0.01 * ANALYTIC < floors
+    assert clamped.sum() >= 5  # the floor really binds for the large kernels
+    np.testing.assert_allclose(got[clamped], floors[clamped], rtol=1e-12)
+    # where the floor does not bind, the correction applies
+    np.testing.assert_allclose(got[~clamped], 0.01 * ANALYTIC[~clamped], rtol=0.05)
+
+
+def test_predict_batch_keeps_the_floor_and_infeasible_configs(much_faster: LearnedModel) -> None:
+    tiles = [(128, 256, 256), (256, 128, 128), (128, 128, 64), (512, 256, 256)]  # last: L1
+    configs = [matmul(2048, l1, (128, 128, 64), 24) for l1 in tiles]
+    assert [k.feasible(SPEC)[0] for k in configs] == [True, True, True, False]
+    got = much_faster.predict_batch(batch_of(configs))
+    assert np.isinf(got[3])
+    np.testing.assert_allclose(got[:3], floor_us(configs[0]), rtol=1e-12)
+    assert np.array_equal(got[:3], alone(much_faster, configs[:3]))
+
+
+# -- state --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["model.json", "model.json.gz"])
+def test_save_load_round_trip(tmp_path: Path, slower: LearnedModel, name: str) -> None:
+    model = copy(slower)
+    model.update(rows(2.0, kernels=KERNELS[:MIN_LOCAL_ROWS]))  # a local correction too
+    path = tmp_path / name
+    model.save(path)
+    data = path.read_bytes()
+    doc = json.loads(gzip.decompress(data) if name.endswith(".gz") else data)
+    assert (data[:2] == b"\x1f\x8b") == name.endswith(".gz")
+    assert doc["kind"] == "learned" and doc["state"]["features"] == list(FEATURES)
+    back = LearnedModel.load(path)
+    assert back.version == model.version
+    assert back.state() == model.state()
+    assert np.array_equal(alone(back, KERNELS), alone(model, KERNELS))
+    assert back.local is not None and back.base is not None
+
+
+@pytest.mark.parametrize(
+    "features",
+    [list(FEATURES)[:-1], [*FEATURES, "log_new"], list(reversed(FEATURES)), []],
+    ids=["one_fewer", "one_more", "reordered", "none"],
+)
+def test_a_model_trained_on_other_features_is_refused(
+    tmp_path: Path, slower: LearnedModel, features: list[str]
+) -> None:
+    state = json.loads(json.dumps(slower.state())) | {"features": features}
+    with pytest.raises(CostModelError, match="other features"):
+        LearnedModel(T910B, state)
+    path = tmp_path / "model.json"
+    slower.save(path)
+    doc = json.loads(path.read_text())
+    doc["state"]["features"] = features
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CostModelError, match="other features"):
+        LearnedModel.load(path)
+
+
+def test_a_state_of_another_schema_is_refused(slower: LearnedModel) -> None:
+    state = json.loads(json.dumps(slower.state())) | {"schema_version": 99}
+    with pytest.raises(CostModelError, match="schema_version 99"):
+        LearnedModel(T910B, state)
+
+
+def test_an_unreadable_model_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "model.json.gz"
+    path.write_bytes(b"\x1f\x8b" + b"not gzip at all")
+    with pytest.raises(CostModelError, match="cannot read cost model file"):
+        LearnedModel.load(path)
+
+
+# -- features -----------------------------------------------------------------------------------
+pow2 = st.sampled_from
+
+
+@st.composite
+def config_groups(draw: st.DrawFn) -> list[Kernel]:
+    """Several configs of one kernel (what the search scores as one batch)."""
+    which = draw(st.sampled_from(["matmul", "add", "mixed"]))
+    n = draw(st.integers(1, 8))
+    out = []
+    size = draw(st.sampled_from([512, (1024, 2048, 512)]))
+    for _ in range(n):
+        db = draw(st.booleans())
+        if which == "matmul":
+            l1 = (draw(pow2([64, 128, 256])), draw(pow2([64, 128])), draw(pow2([64, 128])))
+            out.append(
+                matmul(size, l1, (min(l1[0], 128), l1[1], 64), draw(st.integers(1, 24)), db)
+            )
+        elif which == "add":
+            out.append(add(1 << 18, draw(pow2([1024, 4096, 16384])), draw(st.integers(1, 48)), db))
+        else:
+            l1 = (draw(pow2([64, 128])), draw(pow2([64, 128])), 128)
+            out.append(matmul_gelu(512, l1, (l1[0], l1[1], 64), draw(st.integers(1, 24)), db))
+    return out
+
+
+def features_of(kernels: Sequence[Kernel], resident: dict[str, float] | None = None):
+    model = AnalyticModel(T910B)
+    batch = batch_of(kernels)
+    return kernel_features(SPEC, batch, model.breakdown_batch(batch, resident))
+
+
+@PROPS
+@given(config_groups(), st.floats(0.0, 1.0))
+def test_features_of_a_batch_are_the_features_of_each_config(
+    kernels: list[Kernel], warm: float
+) -> None:
+    resident = {s.tensor: warm * s.tensor_bytes for s in kernels[0].streams}
+    X = features_of(kernels, resident)
+    assert X.shape == (len(kernels), len(FEATURES))
+    assert np.all(np.isfinite(X))
+    for i, k in enumerate(kernels):
+        np.testing.assert_allclose(X[i], features_of([k], resident)[0], rtol=1e-12, atol=0)
+
+
+def test_features_of_different_kernels_stacked_by_layout_are_their_own() -> None:
+    """Rows of one layout but different sizes (a calibration table) take their per-row flops,
+    so stacking them changes nothing."""
+    rb = RowBatches(KERNELS, cold(KERNELS))
+    assert any(len(part[0]) > 1 for part in rb.parts)
+    model = AnalyticModel(T910B)
+    for idx, batch, res in rb.parts:
+        per_row = [
+            np.array([getattr(KERNELS[i], f) for i in idx], dtype=np.float64)
+            for f in ("flops", "cube_flops", "compulsory_bytes")
+        ]
+        X = kernel_features(SPEC, batch, score(SPEC, model.constants, batch, res), *per_row)
+        for row, i in enumerate(idx):
+            np.testing.assert_allclose(X[row], features_of([KERNELS[i]])[0], rtol=1e-12)
+
+
+def test_features_see_the_unit_and_the_buffering() -> None:
+    X = features_of([matmul(1024, double_buffer=True)])[0]
+    Y = features_of([matmul(1024, double_buffer=False)])[0]
+    col = {name: i for i, name in enumerate(FEATURES)}
+    assert (X[col["double_buffer"]], Y[col["double_buffer"]]) == (1.0, 0.0)
+    assert X[col["unit_cube"]] == 1.0 and X[col["unit_vector"]] == 0.0
+    assert features_of([add()])[0][col["unit_vector"]] == 1.0
+    assert features_of([matmul_gelu()])[0][col["kind_cube_epilogue"]] == 1.0
+    assert len(set(FEATURES)) == len(FEATURES)

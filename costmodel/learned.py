@@ -189,18 +189,23 @@ class LearnedModel(CostModel):
         Raises:
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
         """
-        costs = self.analytic.evaluate(kernels)
-        factor = np.ones(len(kernels))
-        for rows, batch, b in self.analytic.breakdowns(kernels):
-            X = kernel_features(self.target.spec, batch, b, *_per_row(kernels, rows))
-            factor[rows] = np.exp(self._correction(X))
         floor = self._floor_us(
             [k.cube_flops for k in kernels], [k.compulsory_bytes for k in kernels]
         )
-        return [
-            KernelCost(max(c.latency_us * f, lo), c.pipes_us, c.bound, c.hbm_bytes, c.l2_hit_rate)
-            for c, f, lo in zip(costs, factor, floor, strict=True)
-        ]
+        costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
+        for rows, batch, b in self.analytic.breakdowns(kernels):
+            X = kernel_features(self.target.spec, batch, b, *_per_row(kernels, rows))
+            factor = np.exp(self._correction(X))
+            for n, i in enumerate(rows):
+                c = self.analytic._cost(b, n)
+                costs[i] = KernelCost(
+                    max(c.latency_us * factor[n], floor[i]),
+                    c.pipes_us,
+                    c.bound,
+                    c.hbm_bytes,
+                    c.l2_hit_rate,
+                )
+        return costs
 
     # -- learning ---------------------------------------------------------------------------
     def update(self, rows: Sequence[Mapping[str, Any]]) -> None:

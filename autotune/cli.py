@@ -207,7 +207,9 @@ def estimate(
     plan: Annotated[
         str, typer.Option(help="none, greedy, max, optimal, or a plan file.")
     ] = "none",
-    cost: Annotated[str, typer.Option(help="Cost model: analytic, learned or simulator.")] = "analytic",
+    cost: Annotated[
+        str, typer.Option(help="Cost model: analytic, learned or simulator.")
+    ] = "analytic",
     config: ConfigOpt = None,
     preset: PresetOpt = None,
     input_shape: InputShape = None,

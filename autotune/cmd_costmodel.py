@@ -186,11 +186,14 @@ def costmodel_eval(
 ) -> None:
     """Accuracy of the raw analytic, calibrated analytic and learned models on held-out
     kernels (families held out, then signatures seen in training removed)."""
+    from costmodel.corrector import KINDS
     from costmodel.dataset import read_table
     from costmodel.evaluation import METRICS, evaluate_models
     from costmodel.learned import DEFAULT_PARAMS
     from costmodel.spec import load_target
 
+    if kind not in KINDS:
+        raise AutotuneError(f"unknown --kind '{kind}'; available: {', '.join(KINDS)}")
     tgt = load_target(target, tuple(set_ or ()), precision)
     frame = read_table(_tables(table, target))
     frame = frame[frame["target"] == tgt.spec.name]

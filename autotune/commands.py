@@ -110,6 +110,8 @@ def tune(
     from .tuner import TuneConfig, tune_graph
 
     output_path(output)  # fail before the study, not after it
+    if dataset is not None:
+        output_path(dataset)
     shapes = parse_input_shapes(input_shape or [])
     zoo = ZooOptions(weights, scale, layers, batch, seq_len)
     graph = load_model_spec(model, shapes, zoo)

@@ -89,7 +89,14 @@ class Evaluator:
         self.target = target
         self.lowering = Lowering(graph, target)
         self.model = model
-        self.residency_model = AnalyticModel(target)
+        # the L2 context a row records is the one the study's model scores kernels in
+        self.residency_model = (
+            model.analytic
+            if isinstance(model, LearnedModel)
+            else model
+            if isinstance(model, AnalyticModel)
+            else AnalyticModel(target)
+        )
         self.simulator = make_cost_model("simulator", target)
         self.retrain_every = retrain_every
         self.family, self.study = family, study
@@ -158,8 +165,11 @@ class Evaluator:
             return False
         if len(self._pending) < self.retrain_every and not force:
             return False
+        before = self.model.refits
         self.model.update(self._pending)
         self._pending = []
+        if self.model.refits == before:  # too few rows yet for a refit
+            return False
         self.refits += 1
         return True
 
@@ -173,19 +183,25 @@ class Evaluator:
         except CostModelError as err:
             log.warning("ignoring measurements file: %s", err)
             return 0
-        mine = frame[(frame["source"] == f"tune:{self.study}")]
+        mine = frame[
+            (frame["source"] == f"tune:{self.study}")
+            & (frame["spec_digest"] == self.target.spec.digest())
+            & (frame["precision"] == self.target.precision)
+        ]
         self.add_rows(mine.to_dict("records"))
         return len(mine)
 
     def save_rows(self, path: Path) -> None:
-        """Write every row of this run (and other studies' rows already there) atomically."""
+        """Write this run's rows atomically, keeping every row already there (other studies',
+        and other workers' of this study): rows are merged on (kernel, L2 context)."""
         if not self.rows:
             return
-        others: list[dict[str, Any]] = []
+        kept: list[dict[str, Any]] = []
         if path.is_file():
             try:
-                frame = read_table(path)
-                others = frame[frame["source"] != f"tune:{self.study}"].to_dict("records")
+                kept = read_table(path).to_dict("records")
             except CostModelError:
-                others = []
-        write_table(others + self.rows, path)
+                kept = []
+        seen = {r["kernel"] + r["resident"] + r["source"] for r in kept}
+        fresh = [r for r in self.rows if r["kernel"] + r["resident"] + r["source"] not in seen]
+        write_table(kept + fresh, path)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +108,20 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
                     )
                 except ValueError as err:
                     raise AutotuneError(f"'{path}' line {n}: {err}") from None
-                if float(r["Task Duration(us)"]) <= 0:
-                    raise AutotuneError(f"'{path}' line {n}: Task Duration(us) must be > 0")
+                duration = float(r["Task Duration(us)"])
+                if not (math.isfinite(duration) and duration > 0):
+                    raise AutotuneError(
+                        f"'{path}' line {n}: Task Duration(us) must be a positive number, "
+                        f"got {r['Task Duration(us)']!r}"
+                    )
             return rows
     except OSError as err:
         raise AutotuneError(f"cannot read '{path}': {err.strerror or err}") from None
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise AutotuneError(
+            f"'{path}' is not an msprof op_summary CSV ({type(err).__name__}); pass the "
+            "op_summary_*.csv that msprof writes"
+        ) from None
 
 
 def msprof_table(

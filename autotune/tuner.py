@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from costmodel.analytic import AnalyticModel
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target, load_target
 from search_space.baselines import baseline_plan
@@ -281,7 +282,15 @@ def tune_graph(
     dataset = _dataset_path(config, storage_name)
     if ev.load_rows(dataset):
         ev.retrain(force=True)  # a resumed study continues from what it had learned
-    oracle = CostOracle(graph, target, model=model, ctx=ctx)  # type: ignore[arg-type]
+    # grids are ranked by the calibrated analytic model, which does not learn: a config index
+    # keeps its meaning across refits and resumes; costs and best configs use the study's model
+    oracle = CostOracle(
+        graph,
+        target,
+        model=model,  # type: ignore[arg-type]
+        ctx=ctx,
+        rank_model=AnalyticModel(target),
+    )
     space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
     directions = [optuna.study.StudyDirection.MINIMIZE] * (2 if multi else 1)
     try:
@@ -319,7 +328,10 @@ def tune_graph(
             trial.set_constraint("max_mem_usage", memory - policy.max_mem_usage)
         return (latency, memory / 1e6) if multi else latency
 
-    measured: dict[str, tuple[float, optuna.trial.FrozenTrial]] = {}
+    # plan key -> (simulated us, the plan as measured, trial number). The plan itself is kept:
+    # replaying a bilevel trial after a refit may pick other configs than the ones measured
+    measured: dict[str, tuple[float, SpacePlan, int]] = {}
+    replayed: set[int] = set()
 
     def replay(t: optuna.trial.FrozenTrial) -> SpacePlan:
         return space.suggest(optuna.trial.FixedTrial(t.params))
@@ -333,11 +345,13 @@ def tune_graph(
         )
         fresh = 0
         for t in ranked:
-            key = t.user_attrs.get("plan_key")
-            if key is None or key in measured or _constraint(t)[0] > 0:
+            if t.number in replayed or "plan_key" not in t.user_attrs or _constraint(t)[0] > 0:
                 continue
+            replayed.add(t.number)
             plan = replay(t)
-            measured[plan.key()] = (ev.measure(plan), t)
+            if plan.key() in measured:
+                continue
+            measured[plan.key()] = (ev.measure(plan), plan, t.number)
             fresh += 1
             if fresh >= config.measure_top:
                 break
@@ -372,7 +386,7 @@ def tune_graph(
     measure_best()
     base_us = {k: ev.measure(baselines[k]) for k in ("none", "greedy")}
     candidates: list[tuple[float, SpacePlan, str]] = [
-        (us, replay(t), f"trial {t.number}") for us, t in measured.values()
+        (us, plan, f"trial {n}") for us, plan, n in measured.values()
     ]
     candidates.append((base_us["greedy"], baselines["greedy"], "greedy"))
     max_plan = baselines["max"]

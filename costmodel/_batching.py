@@ -19,13 +19,14 @@ __all__ = ["batch_of", "layout", "stack", "tensor_bytes"]
 
 
 def layout(kernel: Kernel) -> Hashable:
-    """What kernels must share to be rows of one batch."""
+    """What kernels must share to be rows of one batch (the kind too: it is a feature of the
+    learned model, and a batch has one)."""
     first: dict[str, int] = {}
     streams = tuple(
         (first.setdefault(s.tensor, i), s.pipe, s.key, s.per, s.side, s.nd2nz)
         for i, s in enumerate(kernel.streams)
     )
-    return kernel.unit, streams
+    return kernel.unit, kernel.kind, streams
 
 
 def tensor_bytes(stream: Stream, kernel: Kernel) -> float:

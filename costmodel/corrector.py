@@ -296,9 +296,7 @@ def _walk(t: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     row = np.repeat(np.arange(n), len(roots))
     left, right, feature, threshold = t["left"], t["right"], t["feature"], t["threshold"]
     active = np.flatnonzero(left[node] >= 0)
-    for _ in range(t["depth"] + 1):
-        if active.size == 0:
-            break
+    while active.size:  # children lie after their parent (checked on load): this ends
         at = node[active]
         x = X[row[active], feature[at]]
         go_left = np.where(np.isnan(x), t["missing_left"][at], x <= threshold[at])

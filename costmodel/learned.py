@@ -304,6 +304,13 @@ def fit_learned(
             f"rows were measured on {sorted(names)}, not on '{target.spec.name}'; "
             "pass tables of one target"
         )
+    digests = set(frame["spec_digest"]) - {target.spec.digest()}
+    if digests:
+        raise CostModelError(
+            f"rows were measured on another spec of '{target.spec.name}' (spec digest "
+            f"{sorted(digests)}, this one is {target.spec.digest()}; a --set changes it): "
+            "calibrate on this spec first"
+        )
     kernels, resident, measured = table_arrays(frame)
     model = LearnedModel(target, state=_empty_state(target))
     cal: Calibration | None = None

@@ -5,9 +5,10 @@ Everything is cached by group signature, so repeated layers are lowered and scor
 Costs here are *standalone* kernel costs on a cold L2 (the additive model the exact
 optimum is defined for); whole plans are re-scored with L2 carry-over by the tuner.
 
-The model is the analytic one or the learned one (anything with ``predict_batch``). A grid's
-order is fixed the first time it is ranked (a config index is an Optuna parameter value and
-must keep its meaning for the whole study); :meth:`CostOracle.refresh` re-scores the grids
+The model is the analytic one or the learned one (anything with ``predict_batch``). Grids are
+ordered by ``rank_model`` (the model itself by default): a config index is an Optuna parameter
+value and must mean the same config for the whole study, resumes included, so a study whose
+model learns ranks with a model that does not. :meth:`CostOracle.refresh` re-scores the grids
 after the model has been refitted, so ``best`` follows the current model.
 """
 
@@ -49,11 +50,13 @@ class CostOracle:
         target: Target,
         model: BatchModel | None = None,
         ctx: FusionContext | None = None,
+        rank_model: BatchModel | None = None,
     ) -> None:
         self.graph = graph
         self.ctx = ctx
         self.target = target
         self.model: BatchModel = model or AnalyticModel(target)
+        self.rank_model: BatchModel = rank_model or self.model
         self.lowering = Lowering(graph, target)
         self._feasible: dict[frozenset[str], bool] = {}
         self._costs: dict[str, np.ndarray] = {}
@@ -81,10 +84,11 @@ class CostOracle:
         sig = self.lowering.signature(group)
         if sig not in self._sorted:
             raw = self.lowering.grid(group)
-            costs = self.model.predict_batch(self.lowering.batch(group, raw))
+            costs = self.rank_model.predict_batch(self.lowering.batch(group, raw))
             order = np.argsort(costs, kind="stable")
             self._sorted[sig] = [raw[i] for i in order]
-            self._costs[sig] = costs[order]
+            if self.rank_model is self.model:
+                self._costs[sig] = costs[order]
             self.evaluations += len(raw)
         return self._sorted[sig]
 

@@ -181,3 +181,19 @@ def test_costmodel_eval_unknown_family_is_one_line(small_table: Path) -> None:
     )
     assert res.exit_code == 1
     assert "held-out family bert not in the table; it has synth-a, synth-b" in res.output
+
+
+def test_a_binary_file_given_as_msprof_csv_is_one_line(small_table: Path, tmp_path) -> None:
+    res = runner.invoke(
+        app,
+        ["calibrate", "--from-msprof", str(small_table), "--model", "zoo:bert-base", "-o",
+         str(tmp_path / "t.parquet")],
+    )  # fmt: skip
+    assert res.exit_code == 1 and "is not an msprof op_summary CSV" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "t.parquet").exists()
+
+
+def test_costmodel_eval_unknown_kind_is_refused_before_any_work(small_table: Path) -> None:
+    res = runner.invoke(app, ["costmodel", "eval", "--table", str(small_table), "--kind", "xgb"])
+    assert res.exit_code == 1
+    assert "unknown --kind 'xgb'; available: hgb, forest, ridge" in res.output

@@ -254,3 +254,29 @@ def test_analytic_cost_is_available_and_unknown_cost_is_refused(graph, tmp_path)
         tune_graph(graph, _cfg(tmp_path, cost="xgb"), name="bert")
     with pytest.raises(AutotuneError, match="--retrain-every must be >= 1"):
         tune_graph(graph, _cfg(tmp_path, retrain_every=0), name="bert")
+
+
+def test_saved_plan_is_the_measured_plan_when_the_model_refits_often(graph, tmp_path) -> None:
+    from autotune.estimate import estimate_graph
+
+    cfg = _cfg(tmp_path, study="refit", trials=12, measure_every=3, retrain_every=1)
+    result = tune_graph(graph, cfg, name="bert")
+    assert result.plan.meta["cost_model"]["refits"] >= 2
+    path = result.plan.save(tmp_path / "plan.json")
+    again = estimate_graph(graph, model_name="m", plan=str(path), cost="simulator")
+    assert again["latency_us"] == pytest.approx(result.best_latency_us, rel=1e-9)
+
+
+def test_a_dataset_path_in_a_missing_folder_fails_before_the_study(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    res = CliRunner().invoke(
+        app,
+        ["tune", "zoo:bert-base", "--scale", "0.1", "--trials", "2", "--storage",
+         str(tmp_path / "s.journal"), "--dataset", str(tmp_path / "no" / "rows.parquet"),
+         "-o", str(tmp_path / "plan.json")],
+    )  # fmt: skip
+    assert res.exit_code == 1 and "does not exist" in res.output
+    assert not list(tmp_path.iterdir())  # no journal, no plan

@@ -142,12 +142,19 @@ class AnalyticModel(CostModel):
                 f"constants must be 'calibrated', 'raw' or AnalyticConstants, got {constants!r}"
             )
         self.constants = constants
+        self._version: tuple[Any, str] = (None, "")
 
     # -- state ------------------------------------------------------------------------------
     @property
     def version(self) -> str:
-        digest = hashlib.sha256(json.dumps(self.state(), sort_keys=True).encode()).hexdigest()
-        return f"{super().version}-{digest[:10]}"
+        # read on every trial: hashed once per set of constants (the record is frozen)
+        if self._version[0] != (self.constants, self.target):
+            digest = hashlib.sha256(json.dumps(self.state(), sort_keys=True).encode())
+            self._version = (
+                (self.constants, self.target),
+                f"{super().version}-{digest.hexdigest()[:10]}",
+            )
+        return self._version[1]
 
     def state(self) -> dict[str, Any]:
         return {"schema_version": STATE_SCHEMA, "constants": self.constants.to_json()}

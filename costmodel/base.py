@@ -7,6 +7,7 @@ A cost model scores a *plan*: a sequence of kernels run back to back on one stre
 from __future__ import annotations
 
 import abc
+import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from search_space.atomic import atomic_write_text
+from search_space.atomic import atomic_write_bytes
 
 from .exceptions import CostModelError
 from .kernel import Kernel
 from .spec import HardwareSpec, Target
 
-__all__ = ["CostModel", "KernelCost"]
+__all__ = ["CostModel", "KernelCost", "read_model_doc"]
 
 
 @dataclass(frozen=True)
@@ -97,30 +98,55 @@ class CostModel(abc.ABC):
         """Restore what :meth:`state` returned."""
 
     def save(self, path: str | Path) -> None:
-        """Write ``{"kind", "target", "precision", "state"}`` as JSON, atomically."""
+        """Write ``{"kind", "target", "precision", "state"}`` as JSON, atomically
+        (gzip-compressed when the name ends in ``.gz``)."""
         doc = {
             "kind": self.kind,
             "target": self.target.spec.to_dict(),
             "precision": self.target.precision,
             "state": self.state(),
         }
-        atomic_write_text(path, json.dumps(doc))
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        atomic_write_bytes(path, gzip.compress(data, 9) if str(path).endswith(".gz") else data)
 
     @classmethod
     def load(cls, path: str | Path) -> CostModel:
-        """Rebuild a model saved by :meth:`save` (JSON only; nothing is unpickled).
+        """Rebuild a model saved by :meth:`save` (JSON or gzip JSON; nothing is unpickled).
 
         Raises:
             CostModelError: unreadable file, or a file saved by another kind of model.
         """
+        doc = read_model_doc(path)
         try:
-            doc = json.loads(Path(path).read_text())
             spec = HardwareSpec(**doc["target"])
             kind = doc["kind"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (KeyError, TypeError) as err:
             raise CostModelError(f"cannot read cost model file '{path}': {err}") from None
         if cls.kind and kind != cls.kind:
             raise CostModelError(f"'{path}' holds a '{kind}' cost model, not '{cls.kind}'")
-        model = cls(Target(spec, doc.get("precision", "auto")))
-        model.load_state(doc.get("state", {}))
+        return cls.from_state(Target(spec, doc.get("precision", "auto")), doc.get("state", {}))
+
+    @classmethod
+    def from_state(cls, target: Target, state: Mapping[str, Any]) -> CostModel:
+        """A model of this kind for ``target`` with ``state`` restored."""
+        model = cls(target)
+        model.load_state(state)
         return model
+
+
+def read_model_doc(path: str | Path) -> dict[str, Any]:
+    """The JSON document of a saved cost model (plain or gzip-compressed).
+
+    Raises:
+        CostModelError: unreadable, not JSON, or not a JSON object.
+    """
+    try:
+        data = Path(path).read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        doc = json.loads(data)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        return doc
+    except (OSError, ValueError, EOFError) as err:
+        raise CostModelError(f"cannot read cost model file '{path}': {err}") from None

@@ -116,8 +116,7 @@ def evaluate_models(
     kernels, resident, measured = table_arrays(test)
     rows = RowBatches(kernels, resident)
     raw = rows.latency(target.spec, AnalyticConstants())
-    calibrated = rows.latency(target.spec, learned.analytic.constants)
-    X, _ = _features(learned.analytic, kernels, resident)
+    X, calibrated = _features(learned.analytic, kernels, resident)
     corrected = calibrated * np.exp(learned._correction(X))
     groups = list(test["group_id"])
     others = {}

@@ -9,7 +9,6 @@ rows a tuning run measures (TVM's measure-retrain loop). State round-trips as JS
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -19,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from search_space.atomic import atomic_write_bytes
-
 from .analytic import AnalyticConstants, AnalyticModel
-from .base import CostModel, KernelCost
+from .base import CostModel, KernelCost, read_model_doc
 from .calibration import Calibration, RowBatches, fit_constants
 from .corrector import LatencyCorrector
 from .dataset import kernel_from_json, read_table
@@ -83,7 +80,7 @@ class LearnedModel(CostModel):
         if state is None:
             path = shipped_model_path(target.spec.name)
             if path.is_file():
-                state = _read_doc(path)["state"]
+                state = read_model_doc(path).get("state")
         if state is not None:
             self.load_state(state)
 
@@ -127,34 +124,9 @@ class LearnedModel(CostModel):
             self._digest = (key, hashlib.sha256(text).hexdigest()[:10])
         return f"{super().version}-{self._digest[1]}"
 
-    def save(self, path: str | Path) -> None:
-        """JSON (gzip-compressed when the name ends in ``.gz``), atomically."""
-        doc = {
-            "kind": self.kind,
-            "target": self.target.spec.to_dict(),
-            "precision": self.target.precision,
-            "state": self.state(),
-        }
-        data = json.dumps(doc, separators=(",", ":")).encode()
-        atomic_write_bytes(path, gzip.compress(data, 9) if str(path).endswith(".gz") else data)
-
     @classmethod
-    def load(cls, path: str | Path) -> LearnedModel:
-        """Rebuild a saved model (JSON or gzip JSON; nothing is unpickled).
-
-        Raises:
-            CostModelError: unreadable file or not a learned model.
-        """
-        from .spec import HardwareSpec
-
-        doc = _read_doc(Path(path))
-        if doc.get("kind") != cls.kind:
-            raise CostModelError(f"'{path}' holds a '{doc.get('kind')}' cost model, not 'learned'")
-        try:
-            target = Target(HardwareSpec(**doc["target"]), doc.get("precision", "auto"))
-        except (KeyError, TypeError) as err:
-            raise CostModelError(f"'{path}' has no valid target: {err}") from None
-        return cls(target, doc["state"])
+    def from_state(cls, target: Target, state: Mapping[str, Any]) -> LearnedModel:
+        return cls(target, state)  # not via the shipped model: the state replaces it
 
     # -- scoring ----------------------------------------------------------------------------
     def _correction(self, X: np.ndarray) -> np.ndarray:
@@ -232,19 +204,6 @@ class LearnedModel(CostModel):
 
 def _json(x: Any) -> Any:
     return json.loads(x) if isinstance(x, str | bytes) else x
-
-
-def _read_doc(path: Path) -> dict[str, Any]:
-    try:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        doc = json.loads(data)
-        if not isinstance(doc, dict) or "state" not in doc:
-            raise ValueError("no 'state'")
-        return doc
-    except (OSError, ValueError, EOFError) as err:
-        raise CostModelError(f"cannot read cost model file '{path}': {err}") from None
 
 
 def _per_row(kernels: Sequence[Kernel], rows: Sequence[int]) -> tuple[np.ndarray, ...]:

@@ -7,11 +7,10 @@ Implementations are imported lazily by dotted path, so a kind whose module is no
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 from typing import Any
 
-from .base import CostModel
+from .base import CostModel, read_model_doc
 from .exceptions import CostModelError
 from .spec import Target
 
@@ -58,7 +57,7 @@ def load_cost_model(path: str | Path) -> CostModel:
         CostModelError: unreadable file or unknown kind.
     """
     try:
-        kind = json.loads(Path(path).read_text())["kind"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CostModelError(f"cannot read cost model file '{path}': {err}") from None
+        kind = read_model_doc(path)["kind"]
+    except KeyError as err:
+        raise CostModelError(f"cannot read cost model file '{path}': no {err}") from None
     return _model_class(str(kind)).load(path)

@@ -89,14 +89,19 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
         "from costmodel.spec import available_targets, load_spec; import costmodel; "
         "print(costmodel.__file__, available_targets(), load_spec().name)"
     )
-    found = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
+
+    def python(code: str) -> list[str]:
+        """What ``code`` prints, run outside the checkout against the installed wheel."""
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+
+    found = python(code)
     assert Path(found[0]).is_relative_to(site)  # package data read from the installed wheel
     assert "'ascend910b']" in " ".join(found) and found[-1] == "ascend910b"
     # the default learned model and fitted constants ship as package data (JSON, no pickle)
@@ -107,12 +112,5 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
         "print(shipped_model_path('ascend910b'), m.base is not None, "
         "AnalyticModel(t).constants != AnalyticConstants())"
     )
-    shipped = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
+    shipped = python(code)
     assert Path(shipped[0]).is_relative_to(site) and shipped[1:] == ["True", "True"]

@@ -144,6 +144,12 @@ def test_save_load_round_trip_gives_identical_predictions(case: Case, tmp_path) 
     assert np.array_equal(
         type(model).load(path).predict(feasible_kernels()), back.predict(feasible_kernels())
     )
+    gz = tmp_path / "model.json.gz"  # any kind may be saved compressed; every loader reads it
+    model.save(gz)
+    assert gz.read_bytes()[:2] == b"\x1f\x8b"
+    again = load_cost_model(gz)
+    assert again.version == model.version
+    assert np.array_equal(again.predict(feasible_kernels()), model.predict(feasible_kernels()))
 
 
 def test_version_changes_with_the_state_and_the_target(case: Case) -> None:

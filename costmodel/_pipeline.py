@@ -104,16 +104,10 @@ def score(
     pre = t.tile["MTE2c"] + t.tile["MTE2v"]
     lat3 = t.store_latency
     epilogue = t.tile["FIX"] + v_tile + t.tile["MTE3"] + lat3 + sync
-    # double buffered: the slowest pipe; L0C holds one tile's accumulator, so the next
-    # tile's Mmads also wait for this tile's FIX
-    steady = np.maximum.reduce([steps * step_max + t.tile["FIX"], hbm, *busy.values()])
-    tile_db = steady + sync
-    first = np.maximum(t.lat_pre, t.lat_step)
-    chain_db = first + pre + step_sum + (steps - 1) * step_max + epilogue
-    body_db = waves * tile_db + np.maximum(chain_db - tile_db, 0.0)
-    # single buffered: a slot frees when its consumer finishes, so a queue's producer and
-    # consumer alternate; the period is the slowest pair of adjacent stages, latencies
-    # exposed (loads to the first load stage, stores to each store)
+    # a queue of S slots lets its producer run S items ahead: an item's round trip through a
+    # queue (producer with its latency, then consumer) is spread over S items, so the period
+    # is at least the slowest adjacent pair over S (S = 1: the pair itself; loads expose
+    # their first-byte latency, stores theirs)
     lat_c = np.where(ld_c > 0, t.lat_step, 0.0)
     lat_v = np.where((ld_c == 0) & (ld_v > 0), t.lat_step, 0.0)
     step_sb = _pairs(
@@ -129,23 +123,31 @@ def score(
     )
     pre_lat_c = np.where(t.tile["MTE2c"] > 0, t.lat_pre, 0.0)
     pre_lat_v = np.where(pre_lat_c > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
-    tile_sb = (
-        np.maximum(
-            _pairs(
-                [
-                    t.tile["MTE2c"] + pre_lat_c,
-                    steps * step_sb,
-                    _plus(t.tile["FIX"], lat3),
-                    t.tile["MTE2v"] + pre_lat_v,
-                    v_tile,
-                    _plus(t.tile["MTE3"], lat3),
-                ]
-            ),
-            steady,
+
+    def tile_pairs(step_period: np.ndarray) -> np.ndarray:
+        return _pairs(
+            [
+                t.tile["MTE2c"] + pre_lat_c,
+                steps * step_period,
+                _plus(t.tile["FIX"], lat3),
+                t.tile["MTE2v"] + pre_lat_v,
+                v_tile,
+                _plus(t.tile["MTE3"], lat3),
+            ]
         )
-        + sync
-    )
-    chain_sb = chain_db + (steps - 1) * (step_sb - step_max)
+
+    # double buffered: the slowest pipe, or a queue's round trip over its two slots; L0C
+    # holds one tile's accumulator, so the next tile's Mmads also wait for this tile's FIX
+    step_db = np.maximum(step_max, step_sb / 2.0)
+    steady = np.maximum.reduce([steps * step_db + t.tile["FIX"], hbm, *busy.values()])
+    tile_db = np.maximum(steady, tile_pairs(step_db) / 2.0) + sync
+    first = np.maximum(t.lat_pre, t.lat_step)
+    chain_db = first + pre + step_sum + (steps - 1) * step_db + epilogue
+    body_db = waves * tile_db + np.maximum(chain_db - tile_db, 0.0)
+    # single buffered: a slot frees when its consumer finishes, so a queue's producer and
+    # consumer alternate: the period is the slowest pair of adjacent stages
+    tile_sb = np.maximum(tile_pairs(step_sb), steady) + sync
+    chain_sb = chain_db + (steps - 1) * (step_sb - step_db)
     body_sb = waves * tile_sb + np.maximum(chain_sb - tile_sb, 0.0)
     body = np.where(batch.double_buffer, body_db, body_sb)
 
@@ -186,6 +188,7 @@ def _transfers(
         spec.gm_latency_cycles * c.gm_latency,
         spec.l2_latency_cycles * c.l2_latency,
     )
+    share_lat = l2_lat + (gm_lat - l2_lat) * c.share_latency
     stored = {s.tensor for s in batch.streams if s.pipe != "MTE2"}
     loads = [s for s in batch.streams if s.pipe == "MTE2"]
     loaded = {s.tensor for s in loads}
@@ -205,7 +208,9 @@ def _transfers(
         tm = padded * (1 - h) / (miss_bw * conv)
         per_hit = np.maximum(1.0 / hit_bw, c.l2_fill_wait / miss_bw)  # concurrent sharers
         th = padded * ((h - hc) / hit_bw + hc * per_hit) / conv
-        lat = (1 - h) * gm_lat + h * l2_lat
+        # a concurrent hit waits for the fill another core has in flight: its first byte
+        # comes a (share_latency) GM latency after the request too
+        lat = (1 - h) * gm_lat + hc * share_lat + (h - hc) * l2_lat
         reps = steps if s.per == "step" else 1.0
         pipe = "MTE2v" if sides and s.side == "vector" else "MTE2c"
         (t.step if s.per == "step" else t.tile)[pipe] += tm + th

@@ -3,11 +3,16 @@
 Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, ``S`` steps)::
 
     double buffered:  gap + head + W * tile + max(chain - tile, 0)
-        tile  = max(S * max(step stages) + FIX per tile,   (L0C has one slot: the next tile's
+        tile  = max(S * step_db + FIX per tile,            (L0C has one slot: the next tile's
                     busy time of every pipe per tile,       Mmads wait for this tile's FIX)
-                    HBM) + syncs
+                    HBM,
+                    slowest pair of adjacent tile stages / 2) + syncs
+        step_db = max(max(step stages), step_sb / 2)
+                  (two slots per queue: an item's round trip through a queue, producer with
+                  its latency then consumer, is spread over two items, so a latency-bound
+                  queue such as a stream of small loads runs at (latency + work) / 2)
         chain = first-load latency + per-tile loads + one step through every stage
-                + (S - 1) * max(step stages) + FIX + V + MTE3 of the tile + store latency
+                + (S - 1) * step_db + FIX + V + MTE3 of the tile + store latency
                 + syncs                        (fill and drain: the first and last tile)
     single buffered:  gap + head + W * tile_sb + max(chain_sb - tile_sb, 0)
         tile_sb = max(slowest pair of adjacent tile stages, the double-buffered tile) + syncs
@@ -15,6 +20,9 @@ Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, `
         step_sb = slowest pair of adjacent step stages
                   (one slot per queue: a slot frees when its consumer finishes, so every
                   producer alternates with its consumer; latencies are exposed)
+    Loads expose their first-byte latency: a GM latency on a miss and on a concurrent hit
+    (a block another core of the wave is fetching; ``share_latency`` of it), an L2 latency on
+    a hit.
 
 Step stages are the per-step MTE2 loads (one pipe per side of a split mixed kernel), MTE1, M,
 per-step FIX stores, V and per-step MTE3 stores. A load moves its burst-padded bytes at
@@ -67,7 +75,8 @@ class AnalyticConstants:
     multiply fixed costs; ``l2_capacity`` scales the usable L2 bytes, ``l2_window`` is how
     many steps of a wave's working set must fit for cores of one wave to share blocks, and
     ``l2_fill_wait`` is the fraction of a block's miss time a core sharing it concurrently waits
-    for the fill in flight (0: a concurrent sharer hits at the L2 rate).
+    for the fill in flight (0: a concurrent sharer hits at the L2 rate) and ``share_latency``
+    the fraction of the GM latency such a sharer still waits before its first byte.
     """
 
     hbm: float = 1.0
@@ -88,6 +97,7 @@ class AnalyticConstants:
     l2_capacity: float = 1.0
     l2_window: float = 1.0
     l2_fill_wait: float = 0.0
+    share_latency: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

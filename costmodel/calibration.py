@@ -25,7 +25,7 @@ from ._batching import layout, stack
 from ._pipeline import score
 from .analytic import _RATES, AnalyticConstants
 from .exceptions import CostModelError
-from .kernel import Kernel, KernelBatch
+from .kernel import PIPES, Kernel, KernelBatch
 from .spec import HardwareSpec
 
 __all__ = [
@@ -43,6 +43,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "l2_capacity": (0.25, 1.0),
     "l2_window": (0.25, 4.0),
     "l2_fill_wait": (0.0, 1.0),
+    "share_latency": (0.0, 1.0),
 }
 _DEFAULT_BOUNDS = (0.25, 4.0)
 
@@ -143,10 +144,22 @@ class RowBatches:
 
     def latency(self, spec: HardwareSpec, constants: AnalyticConstants) -> np.ndarray:
         """Analytic latency (us) of every row under ``constants``."""
+        return self.scores(spec, constants)[0]
+
+    def scores(
+        self, spec: HardwareSpec, constants: AnalyticConstants
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Analytic latency (us) of every row, and each pipe's busy time (us) on the
+        busiest core, under ``constants``."""
         out = np.empty(self.n)
+        busy = {p: np.empty(self.n) for p in PIPES}
+        us = 1e6 / spec.clock_hz
         for rows, batch, res in self.parts:
-            out[rows] = score(spec, constants, batch, res).latency_us
-        return out
+            b = score(spec, constants, batch, res)
+            out[rows] = b.latency_us
+            for p in PIPES:
+                busy[p][rows] = b.busy[p] * us
+        return out, busy
 
 
 def fit_constants(
@@ -159,8 +172,11 @@ def fit_constants(
     start: AnalyticConstants | None = None,
     max_nfev: int = 25,
     source: str = "",
+    pipes: Mapping[str, np.ndarray] | None = None,
 ) -> Calibration:
-    """Least-squares fit of the analytic constants to measured latencies.
+    """Least-squares fit of the analytic constants to measured latencies (and, when given,
+    to each pipe's measured busy time, which pins the rate factors down directly rather than
+    through whatever else a latency misses).
 
     Args:
         spec: the target the rows were measured on.
@@ -170,6 +186,9 @@ def fit_constants(
         prior: weight of the pull of each log-constant toward 0 (the spec as written).
         start: initial constants (default: the spec as written).
         max_nfev: residual evaluations allowed to the optimiser (x number of constants).
+        pipes: per pipe (:data:`costmodel.kernel.PIPES`), measured busy times (us) of the
+            busiest core, one per row; 0 or NaN where not measured. Each pipe's log error
+            over the rows where both sides are busy counts as much as the latency's.
 
     Raises:
         CostModelError: no rows, or measurements that are not positive and finite.
@@ -194,10 +213,23 @@ def fit_constants(
             vals[n] = float(t) if n in lin else math.exp(float(t))
         return AnalyticConstants(**vals)
 
+    busy_meas = {
+        p: np.nan_to_num(np.asarray(v, dtype=np.float64), nan=0.0)
+        for p, v in (pipes or {}).items()
+    }
+    start_busy = rows.scores(spec, start)[1]
+    # the rows where a pipe is busy on both sides (a constant that idles a pipe is never
+    # fitted to a pipe's absence)
+    busy_rows = {p: (v > 1e-6) & (start_busy[p] > 1e-6) for p, v in busy_meas.items()}
+
     def residual(theta: np.ndarray) -> np.ndarray:
-        pred = rows.latency(spec, constants(theta))
-        fit = np.log(np.maximum(pred, 1e-12)) - log_meas
-        return np.concatenate([fit / math.sqrt(rows.n), prior * theta])
+        pred, busy = rows.scores(spec, constants(theta))
+        parts = [(np.log(np.maximum(pred, 1e-12)) - log_meas) / math.sqrt(rows.n)]
+        for p, keep in busy_rows.items():
+            if keep.any():
+                err = np.log(np.maximum(busy[p][keep], 1e-12)) - np.log(busy_meas[p][keep])
+                parts.append(err / math.sqrt(keep.sum()))
+        return np.concatenate([*parts, prior * theta])
 
     lo, hi = [], []
     for n in names:

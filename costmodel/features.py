@@ -27,6 +27,7 @@ FEATURES: tuple[str, ...] = (
     "log_grid_b", "log_grid_i", "log_grid_j", "log_steps", "log_tiles", "cores_share",
     "log_waves", "tail", "double_buffer", "log_mmads", "log_vector_instrs", "syncs",
     "n_loads", "n_stores", "log_unique_l2", "log_reuse", "log_wave_set_l2", "max_load_share",
+    "handoff_to_cube_share", "handoff_to_vector_share",
     *(f"use_{b}" for b in BUFFERS),
     *(f"unit_{u}" for u in _UNITS), *(f"kind_{k}" for k in _KINDS),
 )  # fmt: skip
@@ -66,6 +67,11 @@ def kernel_features(
 
     loaded = np.zeros(n)
     stored = np.zeros(n)
+    # loads of what the kernel itself stores: a prologue's operand (vector -> cube) or an
+    # epilogue's accumulator (cube -> vector), handed over through L2 within the kernel
+    own = {s.tensor for s in batch.streams if s.pipe != "MTE2"}
+    to_cube = np.zeros(n)
+    to_vector = np.zeros(n)
     tile_bytes = np.zeros(n)
     short = np.zeros(n)
     conv = np.zeros(n)
@@ -77,6 +83,11 @@ def kernel_features(
         if s.pipe == "MTE2":
             loaded += moved
             conv += moved * s.nd2nz
+            if s.tensor in own:
+                if s.side == "vector":
+                    to_vector += moved
+                else:
+                    to_cube += moved
         else:
             stored += moved
         run = s.row_bytes.astype(np.float64)
@@ -139,6 +150,8 @@ def kernel_features(
         log(loaded / np.maximum(unique, 1.0)),
         log(wave_set / l2),
         biggest / np.maximum(loaded, 1.0),
+        to_cube / np.maximum(loaded, 1.0),
+        to_vector / np.maximum(loaded, 1.0),
         *(
             batch.footprint.get(buf, np.zeros(n)) / float(getattr(spec, f"{buf}_bytes"))
             for buf in BUFFERS

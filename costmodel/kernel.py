@@ -20,7 +20,8 @@ which the analytic model and the simulator both implement:
   a vector-side MTE2 load of the same tensor, and pays ``cross_core_syncs`` x
   ``cross_core_sync_cycles`` per tile on its critical path.
 * double buffering (``config.double_buffer``) gives every queue two slots, so loads for step
-  ``k+1`` overlap compute of step ``k`` and the steady state is the slowest pipe; without it
+  ``k+1`` overlap compute of step ``k`` and the steady state is the slowest pipe (or, for a
+  latency-bound queue, its producer's latency plus both stages over the two slots); without it
   each queue has one slot, freed only when the stage reading it finishes, so a step takes
   about the slowest *pair* of adjacent stages and DMA latencies are exposed.
 * vector cycles are per vector core (AIV): a mixed kernel's lowering has already split a

@@ -25,7 +25,7 @@ from .corrector import LatencyCorrector
 from .dataset import kernel_from_json, read_table
 from .exceptions import CostModelError
 from .features import FEATURES, kernel_features
-from .kernel import Kernel, KernelBatch
+from .kernel import PIPES, Kernel, KernelBatch
 from .spec import Target
 
 __all__ = ["LearnedModel", "fit_learned", "shipped_model_path", "table_arrays"]
@@ -281,6 +281,11 @@ def fit_learned(
             measured[pick],
             start=AnalyticConstants(),  # from the spec as written: no earlier fit leaks in
             source="fit_learned",
+            pipes={
+                p: frame[f"pipe_{p}_us"].to_numpy(dtype=np.float64)[pick]
+                for p in PIPES
+                if f"pipe_{p}_us" in frame.columns
+            },
         )
         model.analytic.constants = cal.constants
     X, analytic = _features(model.analytic, kernels, resident)

@@ -280,3 +280,14 @@ def test_a_dataset_path_in_a_missing_folder_fails_before_the_study(tmp_path) -> 
     )  # fmt: skip
     assert res.exit_code == 1 and "does not exist" in res.output
     assert not list(tmp_path.iterdir())  # no journal, no plan
+
+
+def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, tmp_path):
+    """`estimate --plan max` is the max grouping with the calibrated analytic model's tiles;
+    the learned study measures that plan too, so it can only end at or below it."""
+    from autotune.estimate import estimate_graph
+
+    result = tune_graph(graph, _cfg(tmp_path, study="vs-max", trials=6), name="bert")
+    for baseline in ("max", "greedy"):
+        ref = estimate_graph(graph, model_name="m", plan=baseline, cost="simulator")
+        assert result.best_latency_us <= ref["latency_us"] * (1 + 1e-9), baseline

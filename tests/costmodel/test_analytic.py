@@ -158,6 +158,26 @@ def test_double_buffering_hides_load_latency_unless_hbm_is_saturated() -> None:
     assert ratio(48) == pytest.approx(1.0)  # 48 cores saturate HBM: others load meanwhile
 
 
+@pytest.mark.parametrize("tile", [128, 256, 1024])
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_small_tiles_are_bound_by_latency_over_the_slots_as_the_simulator_says(
+    tile: int, double_buffer: bool
+) -> None:
+    """Thousands of tiny tiles: each queue's round trip (GM latency, the add, the store and
+    its latency) is spread over its slots, not hidden by them. The simulator is the oracle."""
+    from costmodel.simulator import SimulatorModel
+
+    kernel = add(1 << 20, tile=tile, block_dim=24, double_buffer=double_buffer)
+    target = load_target("ascend910b")
+    sim = SimulatorModel(target).evaluate([kernel])[0].latency_us
+    ana = cost(kernel).latency_us
+    assert ana == pytest.approx(sim, rel=0.10)
+    spec = target.spec  # and it is far above what the busiest pipe alone would take
+    assert ana > 3 * max(cost(kernel).pipes_us.values())
+    per_tile = (ana - 1e6 * spec.kernel_gap_s) / (kernel.tiles / 24) * spec.clock_hz / 1e6
+    assert per_tile > spec.gm_latency_cycles / (2 if double_buffer else 1)
+
+
 def test_an_overflowing_config_is_infeasible_never_cheap() -> None:
     big = matmul(1024, (512, 256, 256))  # L1 needs 768 KB with double buffering
     with pytest.raises(InfeasibleConfig, match="L1 overflow"):

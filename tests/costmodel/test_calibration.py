@@ -155,6 +155,25 @@ def test_planted_constants_are_recovered(names: tuple[str, ...] | None) -> None:
     assert cal.source == "planted"
 
 
+def test_measured_pipe_busy_times_pin_the_rates_when_latency_has_an_unmodelled_cost() -> None:
+    """Vector kernels measure 1.5x slower than any constant explains (a cost the closed form
+    lacks): from latency alone the fit bends the vector rate to absorb it; with each pipe's
+    busy time measured too, the rate stays what the pipe really ran at."""
+    truth = AnalyticConstants(vector=0.6)
+    slow = np.array([1.5 if k.unit == "vector" else 1.0 for k in KERNELS])
+    measured = alone(truth, KERNELS) * slow
+    busy = ROWS.scores(T910B.spec, truth)[1]
+    names = ("vector", "gap", "head")
+    with_pipes = fit_constants(T910B.spec, ROWS, measured, names=names, pipes=busy)
+    latency_only = fit_constants(T910B.spec, ROWS, measured, names=names)
+    assert with_pipes.constants.vector == pytest.approx(0.6, rel=0.02)
+    assert abs(latency_only.constants.vector - 0.6) > 0.05
+    # a pipe measured as 0 (or NaN) where the model says busy is ignored, not fitted to 0
+    holes = {p: np.where(np.arange(len(KERNELS)) % 3 == 0, np.nan, v) for p, v in busy.items()}
+    again = fit_constants(T910B.spec, ROWS, measured, names=names, pipes=holes)
+    assert again.constants.vector == pytest.approx(0.6, rel=0.02)
+
+
 def test_kernels_faster_than_the_spec_do_not_make_the_hardware_faster() -> None:
     """Rates are capped at the spec's peak, fixed costs at a quarter of the spec."""
     measured = 0.3 * alone(AnalyticConstants(), KERNELS)

@@ -100,6 +100,7 @@ def evaluate_models(
     *,
     params: dict[str, Any] | None = None,
     compare: Sequence[str] = (),
+    keep_rows: bool = False,
 ) -> dict[str, Any]:
     """Fit on the training side, score the held-out side with the raw analytic model, the
     calibrated analytic model and the learned model.
@@ -107,6 +108,9 @@ def evaluate_models(
     Args:
         compare: other corrector kinds (``forest``, ``ridge``) to score as ``learned_<kind>``,
             on the same calibration and features.
+        keep_rows: also return the test rows with each model's prediction (``test``: a
+            DataFrame with ``pred_analytic``, ``pred_calibrated``, ``pred_learned``), to break
+            the errors down.
 
     Returns:
         ``{"analytic": {...}, "calibrated": {...}, "learned": {...}, "rows": {...}}``.
@@ -142,4 +146,13 @@ def evaluate_models(
             "test_families": list(test_families),
         },
         "constants": learned.analytic.constants.to_json(),
+        **(
+            {
+                "test": test.assign(
+                    pred_analytic=raw, pred_calibrated=calibrated, pred_learned=corrected
+                )
+            }
+            if keep_rows
+            else {}
+        ),
     }

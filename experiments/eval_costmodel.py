@@ -6,14 +6,19 @@ random forest and ridge for comparison), one row per held-out split.
 
 Splits: the CLI default (gpt2 + resnet50 held out), then each family held out alone. The test
 side keeps only kernels whose signature never occurs in training. Writes
-experiments/results/costmodel_eval.csv. Same numbers as `autotune costmodel eval --json`.
+experiments/results/costmodel_eval.csv (same numbers as `autotune costmodel eval --json`) and,
+for the first split, the learned model's MAPE by kernel class (unit, and whether a prologue
+hands a vector-computed operand to the cube each step) to
+experiments/results/costmodel_eval_by_class.csv.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
+import numpy as np
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from costmodel.dataset import read_table
@@ -36,9 +41,11 @@ def main() -> None:
     frame = read_table(args.table)
     splits = args.splits or ["gpt2,resnet50", *sorted(set(frame["family"]))]
     rows = []
-    for split in splits:
+    for n, split in enumerate(splits):
         held = split.split(",")
-        res = evaluate_models(frame, target, held, compare=("forest", "ridge"))
+        res = evaluate_models(frame, target, held, compare=("forest", "ridge"), keep_rows=n == 0)
+        if n == 0:
+            emit(by_class(res["test"], split), Path(args.csv).with_name(BY_CLASS))
         for name in ("analytic", "calibrated", "learned", "learned_forest", "learned_ridge"):
             rows.append(
                 {
@@ -51,6 +58,43 @@ def main() -> None:
             )
         print(rows[-3], flush=True)
     emit(rows, args.csv)
+
+
+BY_CLASS = "costmodel_eval_by_class.csv"
+
+
+def _prologue(kernel_json: str) -> bool:
+    """A vector-side store each step: an operand the vector cores compute for the cube
+    (attention's per-step hand-offs are their own kind)."""
+    k = json.loads(kernel_json)
+    return k["kind"] != "attention" and any(
+        s[1] == "MTE3" and s[4] == "step" and s[5] == "vector" for s in k["streams"]
+    )
+
+
+def by_class(test, split: str) -> list[dict[str, object]]:
+    rel = np.abs(test["pred_learned"] - test["latency_us"]) / test["latency_us"]
+    cal = np.abs(test["pred_calibrated"] - test["latency_us"]) / test["latency_us"]
+    frame = test.assign(
+        rel=rel,
+        cal=cal,
+        prologue=["prologue" if _prologue(k) else "no prologue" for k in test["kernel"]],
+        all="all",
+    )
+    out = []
+    for keys in (["all"], ["prologue"], ["unit", "prologue"]):
+        for value, part in frame.groupby(keys):
+            out.append(
+                {
+                    "holdout": split,
+                    "class": "/".join(str(v) for v in value),
+                    "rows": len(part),
+                    "share_of_error": round(float(part["rel"].sum() / rel.sum()), 4),
+                    "learned_mape": round(float(part["rel"].mean()), 4),
+                    "calibrated_mape": round(float(part["cal"].mean()), 4),
+                }
+            )
+    return out
 
 
 if __name__ == "__main__":

@@ -175,6 +175,27 @@ def test_costmodel_eval_json_reports_every_metric_on_held_out_signatures(
     assert (rows["train"], rows["test"]) == (len(train), len(test))
 
 
+def test_eval_rows_carry_each_models_prediction_of_the_held_out_kernels(
+    small_table: Path,
+) -> None:
+    """The kept test rows are the held-out ones; the raw analytic prediction is the spec
+    model's on each kernel alone (cold L2, as the rows ran), and the learned MAPE is theirs."""
+    from costmodel.analytic import AnalyticModel
+    from costmodel.evaluation import evaluate_models
+
+    frame = read_table(small_table)
+    res = evaluate_models(frame, T, ["synth-b"], keep_rows=True)
+    test = res["test"]
+    assert len(test) == res["rows"]["test"] and set(test["family"]) == {"synth-b"}
+    raw = AnalyticModel(T, "raw")
+    for _, row in test.head(8).iterrows():
+        kernel = kernel_from_json(json.loads(row["kernel"]))
+        assert row["pred_analytic"] == pytest.approx(raw.predict([kernel])[0], rel=1e-9)
+    rel = np.abs(test["pred_learned"] - test["latency_us"]) / test["latency_us"]
+    assert float(rel.mean()) == pytest.approx(res["learned"]["mape"], rel=1e-12)
+    assert "test" not in evaluate_models(frame, T, ["synth-b"])
+
+
 def test_costmodel_eval_unknown_family_is_one_line(small_table: Path) -> None:
     res = runner.invoke(
         app, ["costmodel", "eval", "--table", str(small_table), "--holdout", "bert"]

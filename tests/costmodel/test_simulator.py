@@ -530,3 +530,42 @@ def test_a_malformed_kernel_is_refused_with_the_rule() -> None:
         model().evaluate([bad])
     with pytest.raises(CostModelError, match="unit must be cube, vector or mixed"):
         model().evaluate([replace(k, unit="npu")])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="sim-1 runs a prologue's vector work after the step's Mmad and issues per-step "
+    "stores once per tile, so the cube reads the hand-off operand from HBM before the vector "
+    "side wrote it (fix together with a new SIMULATOR_VERSION and regenerated tables)",
+)
+def test_a_prologue_hands_its_operand_to_the_cube_through_l2() -> None:
+    """Add -> MatMul fused: the vector side computes the operand block each step and stores
+    it; the cube reads it back from L2. HBM then only sees the external tensors, and MTE3
+    moves one operand block per step."""
+    from conftest import make, weight_inputs
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from costmodel.analytic import AnalyticModel
+    from costmodel.lower import Lowering
+    from search_space import load_graph
+    from search_space.groups import make_group
+
+    m, k, n = 2048, 1024, 1024
+    vi = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+        helper.make_node("MatMul", ["s", "w"], ["c"], name="mm"),
+    ]
+    ins = [vi("x", T.FLOAT16, [m, k]), vi("y", T.FLOAT16, [m, k]), vi("w", T.FLOAT16, [k, n])]
+    graph = load_graph(weight_inputs(make(nodes, ins, [vi("c", T.FLOAT16, [m, n])]), ["w"]))
+    target = load_target("ascend910b")
+    lowering = Lowering(graph, target)
+    group = make_group(graph, ["add", "mm"])
+    kernel = lowering.kernel(group, lowering.default(group))
+    assert any(s.tensor == "s" and s.pipe == "MTE3" and s.per == "step" for s in kernel.streams)
+    sim = SimulatorModel(target).evaluate([kernel])[0]
+    external = 2 * (2 * m * k + k * n + m * n)  # x, y, w read once, c written once (fp16)
+    assert sim.hbm_bytes <= 1.05 * external
+    per_step = AnalyticModel(target, "raw").evaluate([kernel])[0].pipes_us["MTE3"]
+    assert sim.pipes_us["MTE3"] == pytest.approx(per_step, rel=0.05)

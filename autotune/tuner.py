@@ -398,8 +398,10 @@ def tune_graph(
     regroup = [("greedy groups", baselines["greedy"].groups), ("max groups", max_plan.groups)]
     if best_trial is not None:
         regroup.append((f"trial {best_trial[2]} groups", best_trial[1].groups))
-    if multi:
-        regroup = []  # the pick from the Pareto front replaces every candidate below
+    if multi or interrupted:
+        regroup = []  # a Pareto pick replaces every candidate below; Ctrl-C wants out now
+    if policy.max_mem_usage is not None:  # never simulate a plan the limit will drop
+        regroup = [r for r in regroup if peak_live_bytes(graph, r[1]) <= policy.max_mem_usage]
     for label, groups in regroup:
         for tiles, configs in (
             ("tuned", tuple(oracle.best(g)[0] for g in groups)),

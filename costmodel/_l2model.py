@@ -135,7 +135,14 @@ def load_hit_fractions(
             reqs = reqs * ext
             inner_span = inner_span + (ext - 1.0) * stride
         first = np.asarray(res, dtype=np.float64) * (capacity > 0)
-        out.append((np.clip((hits + first) / reqs, 0.0, 1.0), np.clip(concurrent / reqs, 0, 1)))
+        # a resident block has no fill in flight: only the part of the tensor that is not in
+        # L2 yet has concurrent sharers waiting on another core's fetch
+        out.append(
+            (
+                np.clip((hits + first) / reqs, 0.0, 1.0),
+                np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0),
+            )
+        )
     return out
 
 

@@ -20,9 +20,9 @@ Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, `
         step_sb = slowest pair of adjacent step stages
                   (one slot per queue: a slot frees when its consumer finishes, so every
                   producer alternates with its consumer; latencies are exposed)
-    Loads expose their first-byte latency: a GM latency on a miss and on a concurrent hit
-    (a block another core of the wave is fetching; ``share_latency`` of it), an L2 latency on
-    a hit.
+    Loads expose their first-byte latency: a GM latency on a miss, an L2 latency on a hit, and
+    on a concurrent hit (a block another core of the wave is fetching, never one already
+    resident) the L2 latency plus ``share_latency`` of the difference.
 
 Step stages are the per-step MTE2 loads (one pipe per side of a split mixed kernel), MTE1, M,
 per-step FIX stores, V and per-step MTE3 stores. A load moves its burst-padded bytes at
@@ -76,7 +76,7 @@ class AnalyticConstants:
     many steps of a wave's working set must fit for cores of one wave to share blocks, and
     ``l2_fill_wait`` is the fraction of a block's miss time a core sharing it concurrently waits
     for the fill in flight (0: a concurrent sharer hits at the L2 rate) and ``share_latency``
-    the fraction of the GM latency such a sharer still waits before its first byte.
+    where such a sharer's first-byte latency lies between an L2 hit's (0) and a GM miss's (1).
     """
 
     hbm: float = 1.0

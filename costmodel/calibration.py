@@ -183,15 +183,17 @@ def fit_constants(
         rows: the measured kernels.
         measured: their latencies (us), positive.
         names: constants to fit (default: all).
-        prior: weight of the pull of each log-constant toward 0 (the spec as written).
+        prior: weight of the pull of each constant toward the spec as written (its default).
         start: initial constants (default: the spec as written).
         max_nfev: residual evaluations allowed to the optimiser (x number of constants).
         pipes: per pipe (:data:`costmodel.kernel.PIPES`), measured busy times (us) of the
-            busiest core, one per row; 0 or NaN where not measured. Each pipe's log error
-            over the rows where both sides are busy counts as much as the latency's.
+            busiest core, one per row; 0 or NaN where not measured. The pipes' log errors
+            over the rows where both sides are busy weigh, together, as much as the
+            latency's.
 
     Raises:
-        CostModelError: no rows, or measurements that are not positive and finite.
+        CostModelError: no rows, measurements that are not positive and finite, or busy
+            times of an unknown pipe or of another row count.
     """
     from scipy.optimize import least_squares
 
@@ -213,14 +215,23 @@ def fit_constants(
             vals[n] = float(t) if n in lin else math.exp(float(t))
         return AnalyticConstants(**vals)
 
+    unknown = sorted(set(pipes or {}) - set(PIPES))
+    if unknown:
+        raise CostModelError(f"unknown pipe(s) {unknown}; pipes are {', '.join(PIPES)}")
     busy_meas = {
-        p: np.nan_to_num(np.asarray(v, dtype=np.float64), nan=0.0)
+        p: np.nan_to_num(np.asarray(v, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
         for p, v in (pipes or {}).items()
     }
+    for p, v in busy_meas.items():
+        if v.shape != (rows.n,):
+            raise CostModelError(f"pipe {p}: {v.size} busy times for {rows.n} rows")
     start_busy = rows.scores(spec, start)[1]
     # the rows where a pipe is busy on both sides (a constant that idles a pipe is never
     # fitted to a pipe's absence)
     busy_rows = {p: (v > 1e-6) & (start_busy[p] > 1e-6) for p, v in busy_meas.items()}
+
+    # the pipes together weigh as much as the latency (each pipe's rows share its part)
+    pipe_weight = 1.0 / math.sqrt(max(1, sum(k.any() for k in busy_rows.values())))
 
     def residual(theta: np.ndarray) -> np.ndarray:
         pred, busy = rows.scores(spec, constants(theta))
@@ -228,9 +239,13 @@ def fit_constants(
         for p, keep in busy_rows.items():
             if keep.any():
                 err = np.log(np.maximum(busy[p][keep], 1e-12)) - np.log(busy_meas[p][keep])
-                parts.append(err / math.sqrt(keep.sum()))
-        return np.concatenate([*parts, prior * theta])
+                parts.append(err * pipe_weight / math.sqrt(keep.sum()))
+        return np.concatenate([*parts, prior * (theta - theta_spec)])
 
+    spec_values = AnalyticConstants().to_json()  # the prior pulls toward the spec as written
+    theta_spec = np.array(
+        [spec_values[n] if n in lin else math.log(spec_values[n]) for n in names]
+    )
     lo, hi = [], []
     for n in names:
         a, b = _BOUNDS.get(n, _DEFAULT_BOUNDS)

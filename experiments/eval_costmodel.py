@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from costmodel.dataset import read_table
+from costmodel.dataset import kernel_from_json, read_table
 from costmodel.evaluation import METRICS, evaluate_models
 from costmodel.spec import load_target
 
@@ -66,9 +66,9 @@ BY_CLASS = "costmodel_eval_by_class.csv"
 def _prologue(kernel_json: str) -> bool:
     """A vector-side store each step: an operand the vector cores compute for the cube
     (attention's per-step hand-offs are their own kind)."""
-    k = json.loads(kernel_json)
-    return k["kind"] != "attention" and any(
-        s[1] == "MTE3" and s[4] == "step" and s[5] == "vector" for s in k["streams"]
+    k = kernel_from_json(json.loads(kernel_json))
+    return k.kind != "attention" and any(
+        s.pipe == "MTE3" and s.per == "step" and s.side == "vector" for s in k.streams
     )
 
 

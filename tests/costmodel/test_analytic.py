@@ -178,6 +178,25 @@ def test_small_tiles_are_bound_by_latency_over_the_slots_as_the_simulator_says(
     assert per_tile > spec.gm_latency_cycles / (2 if double_buffer else 1)
 
 
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_a_consumer_of_resident_tensors_waits_for_no_fill(double_buffer: bool) -> None:
+    """A matmul right after the kernels that wrote both operands finds them in L2: cores
+    sharing a panel hit it, nobody fetches it, so nobody waits a GM latency for a fill."""
+    from costmodel.simulator import SimulatorModel
+
+    target = load_target("ascend910b")
+    plan = [
+        add(1 << 20, out="a"),
+        add(1 << 20, out="b"),
+        matmul(1024, (64, 64, 64), (64, 64, 64), double_buffer=double_buffer),
+    ]
+    sim = SimulatorModel(target).evaluate(plan)[2].latency_us
+    warm = model().evaluate(plan)[2]
+    assert warm.l2_hit_rate == pytest.approx(1.0)
+    assert warm.latency_us == pytest.approx(sim, rel=0.15)
+    assert warm.latency_us < cost(plan[2]).latency_us  # cheaper than cold
+
+
 def test_an_overflowing_config_is_infeasible_never_cheap() -> None:
     big = matmul(1024, (512, 256, 256))  # L1 needs 768 KB with double buffering
     with pytest.raises(InfeasibleConfig, match="L1 overflow"):

@@ -116,7 +116,15 @@ class CostModel(abc.ABC):
         Raises:
             CostModelError: unreadable file, or a file saved by another kind of model.
         """
-        doc = read_model_doc(path)
+        return cls.from_doc(read_model_doc(path), path)
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], path: str | Path = "") -> CostModel:
+        """Rebuild a model from the document :meth:`save` wrote (``path`` names it in errors).
+
+        Raises:
+            CostModelError: a malformed document, or one saved by another kind of model.
+        """
         try:
             spec = HardwareSpec(**doc["target"])
             kind = doc["kind"]

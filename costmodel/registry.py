@@ -56,8 +56,7 @@ def load_cost_model(path: str | Path) -> CostModel:
     Raises:
         CostModelError: unreadable file or unknown kind.
     """
-    try:
-        kind = read_model_doc(path)["kind"]
-    except KeyError as err:
-        raise CostModelError(f"cannot read cost model file '{path}': no {err}") from None
-    return _model_class(str(kind)).load(path)
+    doc = read_model_doc(path)  # read once: the kind picks the class that rebuilds it
+    if "kind" not in doc:
+        raise CostModelError(f"cannot read cost model file '{path}': no 'kind'")
+    return _model_class(str(doc["kind"])).from_doc(doc, path)

@@ -4,8 +4,9 @@ Three templates cover every group kind: cube (single MatMul/Gemm/Conv, ``cube_ep
 ``horizontal_cube``), vector (single vector ops, ``vector_chain``, ``row_reduce``; depthwise
 convolutions run here too) and attention. Each template analyses the group once, enumerates a
 pruned grid of feasible configs, and lowers many configs at once (numpy over configs) for the
-vectorised analytic model. :class:`Lowering` caches all of it per group signature, so the
-twelve identical layers of a BERT are analysed once.
+vectorised analytic model. :class:`Lowering` caches each group's analysis (which names the
+group's own tensors, so L2 carry-over between kernels matches the right ones) and each
+signature's grid, so the twelve identical layers of a BERT share one grid.
 """
 
 from __future__ import annotations
@@ -41,12 +42,18 @@ def template_of(graph: Graph, group: FusionGroup) -> str:
 
 
 class Lowering:
-    """Lowers groups of one graph for one target, caching analysis and grids by signature."""
+    """Lowers groups of one graph for one target.
+
+    The analysis is cached per group, not per signature: it holds tensor names (operands,
+    prologue sources, outputs), and two layers with one signature read different tensors. A
+    kernel's lowering must not depend on which same-signature group was lowered first. Grids
+    depend only on structure and are cached per signature.
+    """
 
     def __init__(self, graph: Graph, target: Target) -> None:
         self.graph = graph
         self.target = target
-        self._work: dict[str, tuple[str, Any]] = {}
+        self._work: dict[FusionGroup, tuple[str, Any]] = {}
         self._grid: dict[str, list[KernelConfig]] = {}
         self._sigs: dict[FusionGroup, str] = {}
 
@@ -59,13 +66,13 @@ class Lowering:
 
     def _analysed(self, group: FusionGroup) -> tuple[str, Any, str]:
         sig = self.signature(group)
-        if sig not in self._work:
+        if group not in self._work:
             kind = template_of(self.graph, group)
             fn = {"cube": analyse_cube, "vector": analyse_vector, "attention": analyse_attention}[
                 kind
             ]
-            self._work[sig] = (kind, fn(self.graph, group, self.target))
-        kind, work = self._work[sig]
+            self._work[group] = (kind, fn(self.graph, group, self.target))
+        kind, work = self._work[group]
         return kind, work, sig
 
     def grid(self, group: FusionGroup) -> list[KernelConfig]:

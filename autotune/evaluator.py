@@ -16,7 +16,7 @@ from typing import Any
 
 from costmodel.analytic import AnalyticModel
 from costmodel.base import CostModel
-from costmodel.dataset import measurement_rows, read_table, write_table
+from costmodel.dataset import SIMULATOR_VERSION, measurement_rows, read_table, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
 from costmodel.learned import LearnedModel
@@ -187,6 +187,7 @@ class Evaluator:
             (frame["source"] == f"tune:{self.study}")
             & (frame["spec_digest"] == self.target.spec.digest())
             & (frame["precision"] == self.target.precision)
+            & (frame["simulator_version"] == SIMULATOR_VERSION)  # another simulator's rows mislead
         ]
         self.add_rows(mine.to_dict("records"))
         return len(mine)

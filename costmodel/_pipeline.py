@@ -52,6 +52,7 @@ class _Transfers:
     hit_bytes: np.ndarray
     raw_bytes: np.ndarray
     writeback: np.ndarray
+    lat_side: dict[str, np.ndarray]  # per-step load latency of the cube / vector side
     store_latency: float = 0.0
 
     @classmethod
@@ -61,6 +62,7 @@ class _Transfers:
         return cls(
             {p: z.copy() for p in pipes}, {p: z.copy() for p in pipes}, z.copy(), z.copy(),
             z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
+            {"cube": z.copy(), "vector": z.copy()},
         )  # fmt: skip
 
 
@@ -87,7 +89,12 @@ def score(
     cube = batch.cube_cycles / c.cube
     v_step = batch.vector_cycles_step / c.vector
     v_tile = batch.vector_cycles_tile / c.vector
-    sync = batch.cross_core_syncs * spec.cross_core_sync_cycles * c.sync
+    sync_cycles = spec.cross_core_sync_cycles * c.sync
+    feeds = feeds_cube(batch)
+    # a prologue syncs once per step inside its loop; what is left is per tile
+    step_syncs = np.minimum(batch.steps, batch.cross_core_syncs) if feeds else 0
+    sync = (batch.cross_core_syncs - step_syncs) * sync_cycles
+    sync_step = np.where(np.asarray(step_syncs) > 0, sync_cycles, 0.0)
     hbm = np.maximum((t.miss_bytes + t.writeback) / hbm_share, t.miss_bytes / read_cap)
 
     ld_c, ld_v, fix_s, mte3_s = (t.step[p] for p in ("MTE2c", "MTE2v", "FIX", "MTE3"))
@@ -108,10 +115,22 @@ def score(
     # queue (producer with its latency, then consumer) is spread over S items, so the period
     # is at least the slowest adjacent pair over S (S = 1: the pair itself; loads expose
     # their first-byte latency, stores theirs)
-    lat_c = np.where(ld_c > 0, t.lat_step, 0.0)
-    lat_v = np.where((ld_c == 0) & (ld_v > 0), t.lat_step, 0.0)
-    step_sb = _pairs(
-        [
+    if feeds:
+        # a prologue: the vector side loads its sources, computes the operand block, stores
+        # it and syncs; the cube reads it back, then MTE1 and Mmad
+        chain = [
+            ld_v + np.where(ld_v > 0, t.lat_side["vector"], 0.0),
+            v_step,
+            _plus(mte3_s, lat3 + sync_step),
+            ld_c + np.where(ld_c > 0, t.lat_side["cube"], 0.0),
+            mte1,
+            cube,
+            _plus(fix_s, lat3),
+        ]
+    else:
+        lat_c = np.where(ld_c > 0, t.lat_step, 0.0)
+        lat_v = np.where((ld_c == 0) & (ld_v > 0), t.lat_step, 0.0)
+        chain = [
             ld_c + lat_c,
             mte1,
             cube,
@@ -120,7 +139,7 @@ def score(
             v_step,
             _plus(mte3_s, lat3),
         ]
-    )
+    step_sb = _pairs(chain)
     pre_lat_c = np.where(t.tile["MTE2c"] > 0, t.lat_pre, 0.0)
     pre_lat_v = np.where(pre_lat_c > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
 
@@ -143,11 +162,19 @@ def score(
     tile_db = np.maximum(steady, tile_pairs(step_db) / 2.0) + sync
     first = np.maximum(t.lat_pre, t.lat_step)
     chain_db = first + pre + step_sum + (steps - 1) * step_db + epilogue
-    body_db = waves * tile_db + np.maximum(chain_db - tile_db, 0.0)
     # single buffered: a slot frees when its consumer finishes, so a queue's producer and
     # consumer alternate: the period is the slowest pair of adjacent stages
     tile_sb = np.maximum(tile_pairs(step_sb), steady) + sync
+    if feeds and bool(np.any(v_tile > 0)):
+        # prologue and epilogue share the vector cores in program order: the next tile's
+        # prologue waits for this tile's epilogue, which waits for this tile's last Mmad
+        step_chain = np.add.reduce(chain[:-1])
+        epi = _plus(t.tile["FIX"], lat3) + sync + t.tile["MTE2v"] + t.lat_pre + v_tile
+        serial = np.where(v_tile > 0, step_chain + epi, 0.0)
+        tile_db = np.maximum(tile_db, serial + (steps - 1) * step_db)
+        tile_sb = np.maximum(tile_sb, serial + (steps - 1) * step_sb)
     chain_sb = chain_db + (steps - 1) * (step_sb - step_db)
+    body_db = waves * tile_db + np.maximum(chain_db - tile_db, 0.0)
     body_sb = waves * tile_sb + np.maximum(chain_sb - tile_sb, 0.0)
     body = np.where(batch.double_buffer, body_db, body_sb)
 
@@ -216,6 +243,8 @@ def _transfers(
         (t.step if s.per == "step" else t.tile)[pipe] += tm + th
         if s.per == "step":
             t.lat_step = np.maximum(t.lat_step, lat)
+            side = "vector" if s.side == "vector" else "cube"
+            t.lat_side[side] = np.maximum(t.lat_side[side], lat)
         else:
             t.lat_pre = np.maximum(t.lat_pre, lat)
         t.miss_time += tm * reps
@@ -240,6 +269,21 @@ def _transfers(
     return t
 
 
+def feeds_cube(batch: KernelBatch) -> bool:
+    """Whether the vector side computes a cube operand every step (a prologue): it stores a
+    tensor the cube side loads back each step, and does not itself wait on a cube result
+    each step (attention's vector side does both; one Mmad per step covers its matmuls)."""
+    fix = {s.tensor for s in batch.streams if s.pipe == "FIX"}
+    vec_step = [s for s in batch.streams if s.side == "vector" and s.per == "step"]
+    if any(s.pipe == "MTE2" and s.tensor in fix for s in vec_step):
+        return False
+    made = {s.tensor for s in vec_step if s.pipe == "MTE3"}
+    return any(
+        s.pipe == "MTE2" and s.side != "vector" and s.per == "step" and s.tensor in made
+        for s in batch.streams
+    )
+
+
 def _padded(spec: HardwareSpec, s: StreamBatch) -> np.ndarray:
     """Bytes a block really moves: short or misaligned runs cost whole bursts."""
     run = s.row_bytes.astype(np.float64)
@@ -249,7 +293,7 @@ def _padded(spec: HardwareSpec, s: StreamBatch) -> np.ndarray:
     return np.where(bad, np.ceil(runs) * np.ceil(run / burst) * burst, s.bytes)
 
 
-def _plus(stage: np.ndarray, latency: float) -> np.ndarray:
+def _plus(stage: np.ndarray, latency: float | np.ndarray) -> np.ndarray:
     """A store stage with its latency, where the store exists."""
     return np.where(stage > 0, stage + latency, 0.0)
 

@@ -10,8 +10,17 @@ which the analytic model and the simulator both implement:
   and ``mte1_l0b_bytes`` (at ``l1_to_l0b_bytes_per_cycle``) L1 -> L0; the cube (pipe ``M``)
   runs ``cube_cycles``; the vector unit (pipe ``V``) runs ``vector_cycles_step``. A step's
   MTE1 waits for its MTE2 loads, its M for its MTE1, its V for its M (when both exist).
-* store streams may also be ``per="step"`` (attention's score/probability hand-offs): FIX
-  after that step's M, MTE3 after that step's V.
+* store streams may also be ``per="step"`` (attention's score/probability hand-offs, a
+  prologue's operand): FIX after that step's M, MTE3 after that step's V, each step's block
+  at its own ``k``.
+* a prologue (a mixed kernel whose vector side stores, each step, a tensor the cube side loads
+  that step) runs vector side first: the cube's step ``k`` loads wait for the vector side's
+  step ``k`` store plus a cross-core sync; the vector side's step ``k`` store waits until the
+  cube has read step ``k - slots`` back (a workspace of ``slots`` blocks). A vector side with
+  both a prologue and an epilogue runs them in program order: a tile's steps, then its
+  epilogue (whose hand-off loads come after the steps), then the next tile's steps.
+* a store of a tensor the kernel also loads is a hand-off: it lives in L2 and is never
+  written back to HBM.
 * after the last step: ``FIX`` stores the per-tile FIX streams (L0C -> GM); ``V`` runs
   ``vector_cycles_tile`` (the epilogue); ``MTE3`` stores the per-tile MTE3 streams (UB -> GM).
   L0C holds the tile's whole ``base_m x base_n`` fp32 accumulator in a single slot, so the next
@@ -36,11 +45,11 @@ which the analytic model and the simulator both implement:
   product of those extents. So every core working on row ``i`` reads the same A-panel block
   (L2 panel sharing), and a tensor the previous kernel wrote (any tiling) is found resident.
 * bandwidth: HBM (``hbm_bytes_per_s``) is shared by all active transfers (reads that miss L2
-  and write-backs of stores), a core's reads capped at ``core_gm_bytes_per_cycle``; an L2 hit
-  moves at ``l2_read_bytes_per_cycle`` per core; stores at ``l2_write_bytes_per_cycle`` (FIX at
-  ``fixpipe_bytes_per_cycle``); an ``nd2nz`` load runs at ``nd2nz_rate`` x its rate; a
-  contiguous run (``row_bytes``) shorter than ``gm_burst_bytes`` or not
-  ``ub_align_bytes``-aligned costs whole bursts.
+  and write-backs of stores other than hand-offs), a core's reads capped at
+  ``core_gm_bytes_per_cycle``; an L2 hit moves at ``l2_read_bytes_per_cycle`` per core;
+  stores at ``l2_write_bytes_per_cycle`` (FIX at ``fixpipe_bytes_per_cycle``); an ``nd2nz``
+  load runs at ``nd2nz_rate`` x its rate; a contiguous run (``row_bytes``) shorter than
+  ``gm_burst_bytes`` or not ``ub_align_bytes``-aligned costs whole bursts.
 """
 
 from __future__ import annotations

@@ -83,7 +83,9 @@ class CubeWork:
 
     @property
     def mixed(self) -> bool:
-        return bool(self.vec_ops)
+        """Whether the vector cores take part: an epilogue, or a prologue computing an
+        operand (on a split chip only the AIVs can run vector code)."""
+        return bool(self.vec_ops or self.sources)
 
 
 def _dims(graph: Graph, anchor: Op) -> tuple[int, int, int, int, float, int]:
@@ -326,10 +328,13 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
             for bn in bns:
                 if bm * bn * 4 > spec.l0c_bytes:
                     continue
-                if work.mixed and _ub_need(work, bm, bn, db, spec.ub_bytes) > spec.ub_bytes:
-                    continue
                 for bk in bks:
                     if (bm * bk + bk * bn) * ci * f + bn * 4 > spec.l1_bytes:
+                        continue
+                    if (
+                        work.mixed
+                        and _ub_need(work, bm, bn, bk, db, spec.ub_bytes) > spec.ub_bytes
+                    ):
                         continue
                     m, n, k = _l0_tile(bm, bn, bk, ci, db, target)
                     configs += [
@@ -348,19 +353,37 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
     return configs
 
 
-def _ub_need(work: CubeWork, bm: int, bn: int, db: bool, ub_bytes: int) -> int:
+def _ub_need(work: CubeWork, bm: int, bn: int, bk: int, db: bool, ub_bytes: int) -> int:
     """UB bytes on each of the two vector cores sharing a mixed tile.
 
     The vector side works through its half of the tile in row chunks, so only one chunk must
     fit; a row reduction (LayerNorm) needs whole rows, which it assembles from the L2 hand-off
-    of every tile of the row block.
+    of every tile of the row block. A prologue works through its half of an operand block
+    (its sources in, the operand out) the same way, before the epilogue.
     """
+    f = 2 if db else 1
+    pro = 0
+    for of in dict.fromkeys(of for _, _, _, of in work.sources):
+        item = work.a_item if of == work.a else work.b_item
+        io = item + sum(it * min(1.0, r) for _, it, r, o in work.sources if o == of)
+        width = bk if of == work.a else bn
+        pro = max(
+            pro,
+            int(
+                min(
+                    (bm if of == work.a else bk) / 2 * width * io * f,
+                    max(width * io * f, ub_bytes),
+                )
+            ),
+        )
+    if not work.vec_ops:
+        return pro
     io = 4 + sum(it * min(1.0, r) for _, it, r, _ in work.vec_inputs)
     io += sum(it * min(1.0, r) for _, it, r, side in work.outputs if side == "vector")
     width = work.N if work.full_row else bn
-    row = width * io * (2 if db else 1) + width * 4
+    row = width * io * f + width * 4
     rows = bm / 2 if not work.full_row else max(1.0, bm * bn / (2 * work.N))
-    return int(min(rows * row, max(row, ub_bytes)))
+    return max(pro, int(min(rows * row, max(row, ub_bytes))))
 
 
 def lower_cube(
@@ -476,7 +499,7 @@ def lower_cube(
         )
     vec_cycles = np.zeros(n)
     syncs = (steps if fed else np.zeros(n)).astype(np.int64)  # a prologue hand-off per step
-    if work.mixed:
+    if work.vec_ops:
         hand = (out_tile * work.out_item).astype(np.int64)
         if split:
             streams.append(
@@ -538,8 +561,8 @@ def lower_cube(
     if work.mixed:
         foot["ub"] = np.array(
             [
-                _ub_need(work, int(a), int(b), bool(d), spec.ub_bytes)
-                for a, b, d in zip(arr["base_m"], arr["base_n"], db, strict=True)
+                _ub_need(work, int(a), int(b), int(k), bool(d), spec.ub_bytes)
+                for a, b, k, d in zip(arr["base_m"], arr["base_n"], arr["base_k"], db, strict=True)
             ]
         )
     return KernelBatch(

@@ -46,6 +46,7 @@ class Xfer:
         "rem",
         "s",
         "start",
+        "step",
         "unit",
         "vf",
         "waiters",
@@ -58,7 +59,7 @@ class Xfer:
         self.chan = chan
         self.issue = issue
         self.group = -1  # step (loads) or tile (stores) index when last of its group
-        self.done = self.ready = self.fill = False
+        self.done = self.ready = self.fill = self.step = False
         self.waits: list[Any] = []
         self.waiters: list[Xfer] = []
         self.hit_t = self.rem = self.start = self.nbytes = 0.0
@@ -91,14 +92,19 @@ class DmaPorts:
     copies: float
     base: int
     steps: int
+    G: int
+    late: bool
     loads0: tuple[SStream, ...]
     loads_k: tuple[SStream, ...]
+    loads_late: tuple[SStream, ...]
     busy: list[float]
     tile_sig: list[int]
     sig: int
     wb: WriteBack
     m_time: list[float]
     fix_time: list[float]
+    fs_time: list[float]
+    ms_time: list[float]
     tile_time: list[float]
 
     def _init_ports(self) -> None:
@@ -107,17 +113,23 @@ class DmaPorts:
         self.chan_pend: list[deque[Xfer]] = [deque(), deque(), deque()]
         self.recent: deque[Xfer] = deque(maxlen=8 * RING)  # started transfers, for macro steps
 
-    def _group_done(self, chan: int, idx: int, now: float) -> None:
+    def _group_done(self, chan: int, idx: int, now: float, step: bool = False) -> None:
         raise NotImplementedError
 
     def _settle(self, now: float) -> None:
         raise NotImplementedError
 
     def _issue_loads(self, n: int, now: float) -> None:
+        """Issue load group ``n`` (step ``k`` of tile ``t``; a late group carries tile loads
+        and is labelled with the tile's last step)."""
         steps = self.steps
-        t = n // steps
-        k = n - t * steps
-        streams = self.loads_k if k else self.loads0
+        t = n // self.G
+        k = n - t * self.G
+        if k == steps:
+            streams = self.loads_late
+            k = steps - 1
+        else:
+            streams = self.loads_k if k else self.loads0
         if not streams:
             self._group_done(LOAD, n, now)
             return
@@ -135,18 +147,24 @@ class DmaPorts:
         if self.chan_act[0] is None:
             self._start(0, now)
 
-    def _issue_stores(self, streams: tuple[SStream, ...], chan: int, t: int, now: float) -> None:
+    def _issue_stores(
+        self, streams: tuple[SStream, ...], chan: int, t: int, now: float, step: bool = False
+    ) -> None:
+        """Issue the stores of tile ``t`` (or, ``step``: of step ``t`` over all tiles)."""
         if not streams:
-            self._group_done(chan, t, now)
+            self._group_done(chan, t, now, step)
             return
         c = 1 if chan == STORE_FIX else 2
-        wave = t + self.base
+        tile, k = divmod(t, self.steps) if step else (t, 0)
+        wave = tile + self.base
         q = self.chan_q[c]
         x: Xfer | None = None
         for s in streams:
             x = Xfer(self, chan, now)
             x.s = s
             x.wave = wave
+            x.k = k
+            x.step = step
             q.append(x)
         assert x is not None
         x.group = t
@@ -190,7 +208,9 @@ class DmaPorts:
             eng.hbm_b += x.rem * x.hweight
             sig = int(hit * 1e6) * 2 + (1 if x.waits else 0)
             self.sig = (
-                sig if k == 0 and s is self.loads0[0] else (self.sig * 1000003 + sig) & _SIGMASK
+                sig
+                if k == 0 and self.loads0 and s is self.loads0[0]
+                else (self.sig * 1000003 + sig) & _SIGMASK
             )
             if x.group >= 0 and k == self.steps - 1:
                 self.tile_sig[(x.wave - self.base) & RING_MASK] = self.sig
@@ -257,11 +277,11 @@ class DmaPorts:
         while pend and pend[0].ready:
             x = pend.popleft()
             progressed = True
-            if c != LOAD and self.eng.l2.enabled:
+            if c != LOAD and self.eng.l2.enabled and not x.s.scratch:
                 self.eng.hbm_b += x.nbytes * self.weight
                 self.eng.fluid.grow(now, self.wb, x.nbytes)
             if x.group >= 0:
-                self._group_done(c, x.group, now)
+                self._group_done(c, x.group, now, x.step)
         if progressed:
             self._settle(now)
 
@@ -291,6 +311,8 @@ class DmaPorts:
         self.recent.clear()
         self.m_time = [v + dt for v in self.m_time]
         self.fix_time = [v + dt for v in self.fix_time]
+        self.fs_time = [v + dt for v in self.fs_time]
+        self.ms_time = [v + dt for v in self.ms_time]
         self.tile_time = [v + dt for v in self.tile_time]
         for q in self.chan_q:
             for x in q:

@@ -71,13 +71,13 @@ def can_represent(prog: Program, l2: L2Cache) -> bool:
         for s in loads:
             if s.sharing == "shared":
                 return False
-            f = 1.0 if s.handoff else l2.resident_fraction(s.tid, sizes[s.tid])
+            f = 1.0 if s.handoff or s.readback else l2.resident_fraction(s.tid, sizes[s.tid])
             if s.sharing == "broadcast":
                 if f < 1.0 and 16 * s.nbytes * (side.steps if s.per_step else 1) > per_tile:
                     return False
             elif 0.0 < f < 1.0:
                 return False
-            elif not s.handoff:
+            elif not (s.handoff or s.readback):
                 resident = resident or f == 1.0
     return not resident or sum(prog.own_bytes) <= l2.capacity * l2.chunk
 
@@ -86,7 +86,10 @@ def _uniform_residency(prog: Program, l2: L2Cache) -> bool:
     sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
     for side in prog.sides:
         for s in side.loads_tile + side.loads_step:
-            if not s.handoff and 0.0 < l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0:
+            if (
+                not (s.handoff or s.readback)
+                and 0.0 < l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0
+            ):
                 return False
     return True
 
@@ -279,7 +282,7 @@ class Sim:
         self.jump = None
         units = self.units
         base = units[0].base
-        ahead = max(u.n_ld // u.steps for u in units)
+        ahead = max(u.n_ld // u.G for u in units)
         left = min(u.ntiles - u.base for u in units)
         most = (left - 2 - ahead) // p
         if most < 1:
@@ -337,7 +340,8 @@ class Sim:
         for u in self.units:
             side = u.side
             each = sum(s.region for s in side.loads_tile + side.fix + side.mte3)
-            each += u.steps * sum(s.region for s in side.loads_step)
+            step = side.loads_step + side.fix_step + side.mte3_step
+            each += u.steps * sum(s.region for s in step)
             per_wave += each * (1 + len(u.shadows))
         if per_wave > 0:
             lo = max(lo, hi - int(2 * l2.capacity * l2.chunk / per_wave) - 2)
@@ -347,7 +351,11 @@ class Sim:
                 for core in [u.core, *u.shadows]:
                     b, i, j = self.coords(core + self.cores * wave)
                     for k in range(u.steps):
-                        for s in side.loads_tile + side.loads_step if k == 0 else side.loads_step:
+                        for s in (
+                            (side.loads_tile + side.loads_step if k == 0 else side.loads_step)
+                            + side.fix_step
+                            + side.mte3_step
+                        ):
                             x = (s.cb * b + s.ci * i + s.cj * j + s.ck * k) * s.region
                             l2.store(s.tid, x, x + s.region)
                     for s in side.fix + side.mte3:

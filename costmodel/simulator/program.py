@@ -43,18 +43,30 @@ class SStream:
     cap: float  # HBM path cap, bytes/cycle per copy
     sharing: str  # "private" | "broadcast" | "shared"
     handoff: bool  # vector-side load of what the cube side stores in this kernel
+    readback: bool  # cube-side per-step load of what the vector side stores that step
+    scratch: bool  # a store of what this kernel loads back: an L2 hand-off, never written back
 
 
 @dataclass(frozen=True, slots=True)
 class Side:
-    """What one core of a kernel runs (a mixed kernel has a cube side and a vector side)."""
+    """What one core of a kernel runs (a mixed kernel has a cube side and a vector side).
+
+    Stores are per tile (after the tile's last step) or per step (after that step's producer:
+    M for FixPipe, V for MTE3). A *feeding* vector side computes a cube operand each step (a
+    prologue) and stores it for the cube side to read back; its tile loads (an epilogue's
+    hand-off and inputs) are issued after the tile's steps, since the hand-off needs the cube
+    to have finished the tile.
+    """
 
     kind: str  # "core" (cube or vector kernel), "cube", "vector"
     steps: int
     loads_tile: tuple[SStream, ...]
     loads_step: tuple[SStream, ...]
-    fix: tuple[SStream, ...]
-    mte3: tuple[SStream, ...]
+    fix: tuple[SStream, ...]  # per tile
+    mte3: tuple[SStream, ...]  # per tile
+    fix_step: tuple[SStream, ...]
+    mte3_step: tuple[SStream, ...]
+    feeds: bool
     c_m1: float
     c_m: float
     c_v: float
@@ -122,6 +134,23 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
     cores = max(1, min(kernel.cores, physical))
     aiv = max(1, spec.vector_cores // max(1, spec.cube_cores)) if mixed and spec.is_split else 1
     fix_tensors = {s.tensor for s in kernel.streams if s.pipe == "FIX" and s.side == "cube"}
+    loaded = {s.tensor for s in kernel.streams if s.pipe == "MTE2"}
+    # a vector side that consumes a cube result every step (attention's scores) cannot also
+    # make the cube wait for what it stores that step (one M op per step covers both
+    # matmuls); only a vector side that feeds the cube (a prologue) is waited on per step
+    per_step_handoff = any(
+        s.side == "vector" and s.pipe == "MTE2" and s.per == "step" and s.tensor in fix_tensors
+        for s in kernel.streams
+    )
+    fed_tensors = (
+        set()
+        if not mixed or per_step_handoff
+        else {
+            s.tensor
+            for s in kernel.streams
+            if s.side == "vector" and s.pipe == "MTE3" and s.per == "step"
+        }
+    )
     own: dict[str, int] = {}
     own_bytes: dict[str, float] = {}
 
@@ -167,6 +196,11 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             cap=cap,
             sharing=_sharing(s.key, grid, cores),
             handoff=mixed and s.side == "vector" and chan == LOAD and s.tensor in fix_tensors,
+            readback=s.side != "vector"
+            and chan == LOAD
+            and s.per == "step"
+            and s.tensor in fed_tensors,
+            scratch=chan != LOAD and s.tensor in loaded,
         )
 
     def side(kind: str, streams: list[Stream], copies: int) -> Side:
@@ -183,16 +217,18 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             c_v = kernel.vector_cycles_step
             c_ve = kernel.vector_cycles_tile
         rs = [resolve(s, copies) for s in streams]
-        per_step_work = (
-            c_m1 > 0 or c_m > 0 or c_v > 0 or any(s.chan == LOAD and s.per_step for s in rs)
-        )
+        fed_ids = {l2.tid(t) for t in fed_tensors}
+        per_step_work = c_m1 > 0 or c_m > 0 or c_v > 0 or any(s.per_step for s in rs)
         return Side(
             kind=kind,
             steps=steps if per_step_work else 1,
             loads_tile=tuple(s for s in rs if s.chan == LOAD and not s.per_step),
             loads_step=tuple(s for s in rs if s.chan == LOAD and s.per_step),
-            fix=tuple(s for s in rs if s.chan == STORE_FIX),
-            mte3=tuple(s for s in rs if s.chan == STORE_MTE3),
+            fix=tuple(s for s in rs if s.chan == STORE_FIX and not s.per_step),
+            mte3=tuple(s for s in rs if s.chan == STORE_MTE3 and not s.per_step),
+            fix_step=tuple(s for s in rs if s.chan == STORE_FIX and s.per_step),
+            mte3_step=tuple(s for s in rs if s.chan == STORE_MTE3 and s.per_step),
+            feeds=kind == "vector" and any(s.tid in fed_ids for s in rs),
             c_m1=c_m1,
             c_m=c_m,
             c_v=c_v,
@@ -200,14 +236,15 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             copies=copies,
         )
 
-    sync = kernel.cross_core_syncs * spec.cross_core_sync_cycles
     if mixed:
         cube = side("cube", [s for s in kernel.streams if s.side != "vector"], 1)
         vec = side("vector", [s for s in kernel.streams if s.side == "vector"], aiv)
         sides: tuple[Side, ...] = (cube, vec)
-        per_step = vec.c_v > 0 and cube.c_m > 0
-        tile_delay = 0.0 if per_step else sync
-        step_delay = sync / steps if per_step else 0.0
+        # one sync for a tile hand-off (cube -> vector after the tile), the rest per step
+        syncs = max(0, kernel.cross_core_syncs)
+        tile_syncs = min(syncs, 1) if any(s.handoff for s in vec.loads_tile) else 0
+        tile_delay = tile_syncs * spec.cross_core_sync_cycles
+        step_delay = (syncs - tile_syncs) * spec.cross_core_sync_cycles / steps
     else:
         kind = "core"
         sides = (side(kind, list(kernel.streams), 1),)

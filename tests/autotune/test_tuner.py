@@ -293,3 +293,29 @@ def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, 
     for baseline in ("max", "greedy"):
         ref = estimate_graph(graph, model_name="m", plan=baseline, cost="simulator")
         assert result.best_latency_us <= ref["latency_us"] * (1 + 1e-9), baseline
+
+
+def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path) -> None:
+    """Rows measured by another simulator version (an upgrade between runs) describe other
+    physics: resuming ignores them and keeps the ones this simulator measured."""
+    from autotune.evaluator import Evaluator
+    from costmodel.dataset import SIMULATOR_VERSION, read_table, write_table
+    from costmodel.registry import make_cost_model
+    from costmodel.spec import load_target
+
+    cfg = _cfg(tmp_path, study="sims", trials=6, measure_every=3)
+    result = tune_graph(graph, cfg, name="bert")
+    path = result.plan.meta["measurements"]["file"]
+    rows = read_table(path).to_dict("records")
+    assert rows and {r["simulator_version"] for r in rows} == {SIMULATOR_VERSION}
+    target = load_target("ascend910b")
+
+    def loaded() -> int:
+        ev = Evaluator(graph, target, make_cost_model("learned", target), study="sims")
+        return ev.load_rows(Path(path))
+
+    assert loaded() == len(rows)
+    half = len(rows) // 2
+    stale = [{**r, "simulator_version": "sim-0"} if i < half else r for i, r in enumerate(rows)]
+    write_table(stale, path)
+    assert loaded() == len(rows) - half

@@ -78,10 +78,10 @@ class Unit(DmaPorts):
             return C_M
         if self.c_v:
             return C_V
+        if self.side.feeds or (self.side.mte3_step and not self.c_ve):
+            return C_MS  # a prologue's sources go straight to its per-step store
         if self.c_ve:
             return C_VE
-        if self.side.mte3_step:
-            return C_MS
         if self.side.mte3:
             return C_MTE3
         return C_FIX if self.side.fix else C_SELF

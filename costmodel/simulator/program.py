@@ -142,6 +142,11 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
         s.side == "vector" and s.pipe == "MTE2" and s.per == "step" and s.tensor in fix_tensors
         for s in kernel.streams
     )
+    read_back = {
+        s.tensor
+        for s in kernel.streams
+        if s.side != "vector" and s.pipe == "MTE2" and s.per == "step"
+    }
     fed_tensors = (
         set()
         if not mixed or per_step_handoff
@@ -150,6 +155,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             for s in kernel.streams
             if s.side == "vector" and s.pipe == "MTE3" and s.per == "step"
         }
+        & read_back  # only what the cube reads back each step (not an extra output)
     )
     own: dict[str, int] = {}
     own_bytes: dict[str, float] = {}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._l2model import GridView, load_hit_fractions
-from .kernel import KernelBatch, StreamBatch
+from .kernel import KernelBatch, StreamBatch, prologue_handoffs
 from .spec import HardwareSpec
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def score(
     v_step = batch.vector_cycles_step / c.vector
     v_tile = batch.vector_cycles_tile / c.vector
     sync_cycles = spec.cross_core_sync_cycles * c.sync
-    feeds = feeds_cube(batch)
+    feeds = bool(prologue_handoffs(batch.streams))
     # a prologue syncs once per step inside its loop; what is left is per tile
     step_syncs = np.minimum(batch.steps, batch.cross_core_syncs) if feeds else 0
     sync = (batch.cross_core_syncs - step_syncs) * sync_cycles
@@ -267,21 +267,6 @@ def _transfers(
             t.writeback += padded * (steps if s.per == "step" else 1.0)
         t.store_latency = spec.mte3_latency_cycles * c.store_latency
     return t
-
-
-def feeds_cube(batch: KernelBatch) -> bool:
-    """Whether the vector side computes a cube operand every step (a prologue): it stores a
-    tensor the cube side loads back each step, and does not itself wait on a cube result
-    each step (attention's vector side does both; one Mmad per step covers its matmuls)."""
-    fix = {s.tensor for s in batch.streams if s.pipe == "FIX"}
-    vec_step = [s for s in batch.streams if s.side == "vector" and s.per == "step"]
-    if any(s.pipe == "MTE2" and s.tensor in fix for s in vec_step):
-        return False
-    made = {s.tensor for s in vec_step if s.pipe == "MTE3"}
-    return any(
-        s.pipe == "MTE2" and s.side != "vector" and s.per == "step" and s.tensor in made
-        for s in batch.streams
-    )
 
 
 def _padded(spec: HardwareSpec, s: StreamBatch) -> np.ndarray:

@@ -55,7 +55,7 @@ which the analytic model and the simulator both implement:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,7 +64,16 @@ from search_space.config import KernelConfig
 
 from .spec import HardwareSpec
 
-__all__ = ["BUFFERS", "PIPES", "Kernel", "KernelBatch", "KernelConfig", "Stream", "StreamBatch"]
+__all__ = [
+    "BUFFERS",
+    "PIPES",
+    "Kernel",
+    "KernelBatch",
+    "KernelConfig",
+    "Stream",
+    "StreamBatch",
+    "prologue_handoffs",
+]
 
 PIPES = ("MTE2", "MTE1", "M", "FIX", "V", "MTE3")
 BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
@@ -273,3 +282,20 @@ class KernelBatch:
             compulsory_bytes=self.compulsory_bytes,
             signature=self.signature,
         )
+
+
+def prologue_handoffs(streams: Sequence[Stream] | Sequence[StreamBatch]) -> set[str]:
+    """Tensors a vector side stores each step for the cube side to load back that step (a
+    prologue's operands); none when the vector side itself loads a FixPipe result each step
+    (attention: one Mmad per step covers both matmuls, so neither side waits on the other's
+    step). The simulator and the analytic model both read a kernel's prologue from this."""
+    fix = {s.tensor for s in streams if s.pipe == "FIX"}
+    vec_step = [s for s in streams if s.side == "vector" and s.per == "step"]
+    if any(s.pipe == "MTE2" and s.tensor in fix for s in vec_step):
+        return set()
+    made = {s.tensor for s in vec_step if s.pipe == "MTE3"}
+    return {
+        s.tensor
+        for s in streams
+        if s.pipe == "MTE2" and s.side != "vector" and s.per == "step" and s.tensor in made
+    }

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ..exceptions import CostModelError
-from ..kernel import Kernel, Stream
+from ..kernel import Kernel, Stream, prologue_handoffs
 from ..spec import HardwareSpec
 from .l2 import L2Cache
 
@@ -135,28 +135,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
     aiv = max(1, spec.vector_cores // max(1, spec.cube_cores)) if mixed and spec.is_split else 1
     fix_tensors = {s.tensor for s in kernel.streams if s.pipe == "FIX" and s.side == "cube"}
     loaded = {s.tensor for s in kernel.streams if s.pipe == "MTE2"}
-    # a vector side that consumes a cube result every step (attention's scores) cannot also
-    # make the cube wait for what it stores that step (one M op per step covers both
-    # matmuls); only a vector side that feeds the cube (a prologue) is waited on per step
-    per_step_handoff = any(
-        s.side == "vector" and s.pipe == "MTE2" and s.per == "step" and s.tensor in fix_tensors
-        for s in kernel.streams
-    )
-    read_back = {
-        s.tensor
-        for s in kernel.streams
-        if s.side != "vector" and s.pipe == "MTE2" and s.per == "step"
-    }
-    fed_tensors = (
-        set()
-        if not mixed or per_step_handoff
-        else {
-            s.tensor
-            for s in kernel.streams
-            if s.side == "vector" and s.pipe == "MTE3" and s.per == "step"
-        }
-        & read_back  # only what the cube reads back each step (not an extra output)
-    )
+    fed_tensors = prologue_handoffs(kernel.streams) if mixed else set()
     own: dict[str, int] = {}
     own_bytes: dict[str, float] = {}
 

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from hypothesis import settings
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 EXPORTS = Path(__file__).parent / "fixtures" / "exports"
+
+# CI draws the same examples on every run (a red build is reproducible and never depends on
+# luck); local runs keep drawing new ones. `.ci/run` sets HYPOTHESIS_PROFILE=ci.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def i64(name: str, values: list[int] | int) -> onnx.TensorProto:

@@ -170,10 +170,19 @@ def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
     return trial.user_attrs.get("constraint", [0.0])
 
 
-def enqueue_neighbours(study: optuna.Study, limit: int = 3, stall: int = 10) -> int:
+def enqueue_neighbours(
+    study: optuna.Study,
+    limit: int = 3,
+    stall: int = 10,
+    blocks: Sequence[Sequence[str]] = (),
+    seed: int = 0,
+) -> int:
     """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
-    it with one fusion decision flipped, for up to ``limit`` decisions not tried yet (chosen by
-    a seeded shuffle; TVM-style mutation of the best).
+    up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
+    come first: each switches on every fusion class of one block (``blocks``, class names in the
+    order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly unfused: a
+    pattern such as attention pays off only whole, which one flip at a time never shows. Then
+    single flips of one fusion decision, in a shuffle seeded by ``seed`` and the trial count.
 
     Returns:
         How many trials were enqueued.
@@ -185,16 +194,26 @@ def enqueue_neighbours(study: optuna.Study, limit: int = 3, stall: int = 10) -> 
     if complete[-1].number - best.number < stall:
         return 0  # the sampler is still improving: leave it the budget
     seen = {tuple(sorted(t.params.items())) for t in study.trials}
-    added = 0
     names = sorted(n for n in best.params if n.startswith("fuse/"))
-    order = np.random.default_rng(len(study.trials)).permutation(len(names))
+
+    def on(name: str) -> Any:  # the parameter's "fused" value, bool or 0/1 (numeric samplers)
+        return True if isinstance(best.params[name], bool) else 1
+
+    moves = []
+    for block in blocks:
+        keys = [f"fuse/{c}" for c in block if f"fuse/{c}" in best.params]
+        if keys and not all(best.params[k] for k in keys):
+            moves.append({**best.params, **{k: on(k) for k in keys}})
+    order = np.random.default_rng([seed, len(study.trials)]).permutation(len(names))
     for name in (names[i] for i in order):
         value = best.params[name]
-        flipped = {**best.params, name: (not value) if isinstance(value, bool) else 1 - value}
-        key = tuple(sorted(flipped.items()))
+        moves.append({**best.params, name: (not value) if isinstance(value, bool) else 1 - value})
+    added = 0
+    for params in moves:
+        key = tuple(sorted(params.items()))
         if key in seen:
             continue
-        study.enqueue_trial(flipped, skip_if_exists=True)
+        study.enqueue_trial(params, skip_if_exists=True)
         seen.add(key)
         added += 1
         if added >= limit:
@@ -359,6 +378,7 @@ def tune_graph(
             oracle.refresh()  # bilevel configs follow the refitted model
 
     state: dict[str, float] = {"n": 0, "best": math.inf}
+    blocks = space.block_moves()
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1
@@ -367,7 +387,7 @@ def tune_graph(
         if int(state["n"]) % config.measure_every == 0:
             measure_best()
         if int(state["n"]) % 10 == 0 and not multi:
-            enqueue_neighbours(study)
+            enqueue_neighbours(study, blocks=blocks, seed=config.seed)
         if progress is not None:
             progress(int(state["n"]), state["best"])
 

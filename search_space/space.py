@@ -90,6 +90,8 @@ class SearchSpace:
         strategy: ``joint`` (configs in the trial) or ``bilevel`` (best config per group).
         numeric: integer parameters (0/1 and config rank) for samplers that need numbers
             (CMA-ES, GP); categorical otherwise.
+        blocks: op sets that make sense fused whole (rule matches): the local search's block
+            moves (:meth:`block_moves`) switch all of a block's classes on at once.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class SearchSpace:
         share: bool = True,
         strategy: str = "joint",
         numeric: bool = False,
+        blocks: Iterable[Iterable[str]] = (),
     ) -> None:
         if strategy not in STRATEGIES:
             from .exceptions import AutofusionError
@@ -137,11 +140,38 @@ class SearchSpace:
             self.classes.setdefault(name, []).append(e)
             self.class_of[e] = name
         self._feasible = oracle.feasible
+        # block (its open classes) -> (one occurrence's ops, occurrences); a block with one
+        # class is a single flip already
+        self._blocks: dict[tuple[str, ...], tuple[frozenset[str], int]] = {}
+        for ops in blocks:
+            members = frozenset(ops)
+            names = tuple(
+                sorted(
+                    {self.class_of[e] for e in self.open if e.src in members and e.dst in members}
+                )
+            )
+            if len(names) > 1:
+                first, count = self._blocks.get(names, (members, 0))
+                self._blocks[names] = (first, count + 1)
 
     @property
     def decision_vars(self) -> int:
         """Number of fusion booleans in the space."""
         return len(self.classes)
+
+    def block_moves(self) -> list[tuple[str, ...]]:
+        """The blocks' class names, largest expected saving first: occurrences x (the block's
+        ops as separate kernels - the block as one kernel), each at its best config under the
+        oracle's model. Blocks that cannot be one kernel are left out."""
+        ranked = []
+        for names, (ops, count) in self._blocks.items():
+            if not self.ctx.check(ops).ok or not self._feasible(ops):
+                continue
+            alone = sum(self.oracle.best(self.ctx.group([n]))[1] for n in ops)
+            fused = self.oracle.best(self.ctx.group(ops))[1]
+            ranked.append((count * (alone - fused), names))
+        ranked.sort(key=lambda r: (-r[0], r[1]))
+        return [names for _, names in ranked]
 
     # -- one trial ---------------------------------------------------------------------------
     def _groups(self, chosen: Iterable[Edge]) -> tuple[FusionGroup, ...]:
@@ -291,6 +321,7 @@ def build_space(
         share=share,
         strategy=strategy,
         numeric=numeric,
+        blocks=[m.ops for m in matches if policy.mode(m.rule) != "never"],
     )
 
 

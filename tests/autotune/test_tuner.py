@@ -319,3 +319,66 @@ def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path
     stale = [{**r, "simulator_version": "sim-0"} if i < half else r for i, r in enumerate(rows)]
     write_table(stale, path)
     assert loaded() == len(rows) - half
+
+
+def _stalled_study(params: list[dict], values: list[float]) -> optuna.Study:
+    """A study holding ``params`` as finished trials with ``values``."""
+    study = optuna.create_study()
+    for p, v in zip(params, values, strict=True):
+        dists = {
+            k: optuna.distributions.IntDistribution(0, 1)
+            if isinstance(x, int) and not isinstance(x, bool)
+            else optuna.distributions.CategoricalDistribution([False, True])
+            for k, x in p.items()
+        }
+        study.add_trial(optuna.trial.create_trial(params=p, distributions=dists, value=v))
+    return study
+
+
+def _queued(study: optuna.Study) -> list[dict]:
+    waiting = optuna.trial.TrialState.WAITING
+    return [t.system_attrs["fixed_params"] for t in study.trials if t.state == waiting]
+
+
+@pytest.mark.parametrize("numeric", [False, True])
+def test_local_search_switches_a_whole_block_on_before_single_flips(numeric: bool) -> None:
+    """Once the incumbent is stale, the first mutation fuses every class of the first block
+    it leaves partly unfused (a pattern pays off only whole), then single flips follow; no
+    mutation repeats a trial and the values keep the parameter's type (bool or 0/1)."""
+    from autotune.tuner import enqueue_neighbours
+
+    on, off = (1, 0) if numeric else (True, False)
+    names = [f"c{i}" for i in range(8)]
+    best = {f"fuse/{n}": off for n in names} | {"fuse/c0": on}
+    others = [{**best, f"fuse/{n}": on} for n in names[1:6]] + [{**best, "fuse/c0": off}]
+    study = _stalled_study([best, *others], [1.0] + [2.0] * len(others))
+    blocks = [("c0",), ("c0", "c1", "c2"), ("c3", "c4")]  # the first is already on
+    assert enqueue_neighbours(study, limit=4, stall=5, blocks=blocks) == 4
+    queued = _queued(study)
+    tried = [t.params for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert queued[0] == {**best, "fuse/c1": on, "fuse/c2": on}
+    assert queued[1] == {**best, "fuse/c3": on, "fuse/c4": on}
+    # then the single flips not tried yet: c6 and c7
+    assert sorted(next(k for k in best if p[k] != best[k]) for p in queued[2:]) == [
+        "fuse/c6",
+        "fuse/c7",
+    ]
+    assert all(sum(p[k] != best[k] for k in best) == 1 for p in queued[2:])
+    assert all(p not in tried for p in queued)
+    assert len({tuple(sorted(p.items())) for p in queued}) == len(queued)
+    assert all(type(v) is type(on) for p in queued for v in p.values())
+
+
+def test_local_search_waits_while_the_sampler_improves_and_its_flips_follow_the_seed() -> None:
+    from autotune.tuner import enqueue_neighbours
+
+    names = [f"c{i:02d}" for i in range(40)]
+    best = {f"fuse/{n}": False for n in names}
+    fresh = _stalled_study([best] * 3, [3.0, 2.0, 1.0])  # the best is the newest trial
+    assert enqueue_neighbours(fresh, stall=2) == 0
+    picks = []
+    for seed in (0, 0, 1):
+        study = _stalled_study([best] * 4, [1.0, 2.0, 2.0, 2.0])
+        enqueue_neighbours(study, limit=3, stall=3, seed=seed)
+        picks.append([next(k for k, v in p.items() if v) for p in _queued(study)])
+    assert picks[0] == picks[1] != picks[2]

@@ -217,3 +217,30 @@ def test_argmax_defaults_to_axis_0_so_it_is_not_a_row_reduction() -> None:
     ctx = FusionContext(load_graph(model))
     assert not ctx.check({"relu", "argmax"}).ok
     assert ctx.check({"relu", "argmax_last"}).ok
+
+
+def test_block_moves_fuse_whole_patterns_and_the_first_saves_time() -> None:
+    """The local search's block moves: switching one block's classes on (nothing else) repairs
+    into a plan that fuses that pattern's every occurrence whole, and the top-ranked block,
+    applied to the unfused plan, makes it cheaper under the ranking model."""
+    from search_space.baselines import plan_cost, policy_rules
+    from search_space.policy import Policy
+    from search_space.rules import match
+    from search_space.space import build_space
+
+    graph = load_graph(build("llama3-8b", weights="inputs", layers=2, scale=0.25))
+    ctx = FusionContext(graph)
+    oracle = CostOracle(graph, load_target(), ctx=ctx)
+    space = build_space(ctx, oracle, Policy())
+    moves = space.block_moves()
+    assert moves and all(len(b) > 1 and set(b) <= set(space.classes) for b in moves)
+    assert len(set(moves)) == len(moves)
+    matches = match(ctx, policy_rules(Policy()))
+    for block in moves:
+        plan = space.plan([e for c in block for e in space.classes[c]])
+        where = {n: g.ops for g in plan.groups for n in g.ops}
+        whole = [m for m in matches if all(where[n] == where[next(iter(m.ops))] for n in m.ops)]
+        assert whole, block  # some rule occurrence ends up in one kernel
+    none = space.plan([])
+    top = space.plan([e for c in moves[0] for e in space.classes[c]])
+    assert plan_cost(top, oracle) < plan_cost(none, oracle)

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
 OBJECTIVES = ("latency", "latency,memory")
 DEFAULT_STORAGE = "autotune.journal"
+RESCORE = 15  # after a refit, the best trials by stored value re-ranked by the model as it is
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ def enqueue_neighbours(
     stall: int = 10,
     blocks: Sequence[Sequence[str]] = (),
     seed: int = 0,
+    incumbent: optuna.trial.FrozenTrial | None = None,
 ) -> int:
     """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
     up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
@@ -183,6 +185,8 @@ def enqueue_neighbours(
     order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly unfused: a
     pattern such as attention pays off only whole, which one flip at a time never shows. Then
     single flips of one fusion decision, in a shuffle seeded by ``seed`` and the trial count.
+    ``incumbent`` overrides the best trial by stored value (a refitted model may rank the
+    trials otherwise).
 
     Returns:
         How many trials were enqueued.
@@ -190,7 +194,7 @@ def enqueue_neighbours(
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete or len(study.directions) != 1:
         return 0
-    best = min(complete, key=lambda t: t.values[0])
+    best = incumbent or min(complete, key=lambda t: t.values[0])
     if complete[-1].number - best.number < stall:
         return 0  # the sampler is still improving: leave it the budget
     seen = {tuple(sorted(t.params.items())) for t in study.trials}
@@ -355,10 +359,21 @@ def tune_graph(
     def replay(t: optuna.trial.FrozenTrial) -> SpacePlan:
         return space.suggest(optuna.trial.FixedTrial(t.params))
 
+    def now(t: optuna.trial.FrozenTrial) -> float:
+        """A trial's score under the study's model as it is now: a value stored before the
+        last refit came from another model (cached by plan and model version)."""
+        if t.user_attrs.get("cost_model") == ev.model.version or "plan_key" not in t.user_attrs:
+            return float(t.values[0])
+        return ev.score(replay(t))
+
+    def current_order(trials: Sequence[optuna.trial.FrozenTrial]) -> list:
+        """The ``RESCORE`` best trials by stored value, ordered by their score now."""
+        return sorted(sorted(trials, key=lambda t: t.values[0])[:RESCORE], key=now)
+
     def measure_best() -> None:
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         ranked = (
-            sorted(complete, key=lambda t: t.values[0])
+            current_order(complete)
             if not multi
             else sorted(study.best_trials, key=lambda t: t.values[0])
         )
@@ -387,7 +402,9 @@ def tune_graph(
         if int(state["n"]) % config.measure_every == 0:
             measure_best()
         if int(state["n"]) % 10 == 0 and not multi:
-            enqueue_neighbours(study, blocks=blocks, seed=config.seed)
+            complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+            best = current_order(complete)[0] if complete else None
+            enqueue_neighbours(study, blocks=blocks, seed=config.seed, incumbent=best)
         if progress is not None:
             progress(int(state["n"]), state["best"])
 

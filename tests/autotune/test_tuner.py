@@ -382,3 +382,18 @@ def test_local_search_waits_while_the_sampler_improves_and_its_flips_follow_the_
         enqueue_neighbours(study, limit=3, stall=3, seed=seed)
         picks.append([next(k for k, v in p.items() if v) for p in _queued(study)])
     assert picks[0] == picks[1] != picks[2]
+
+
+def test_local_search_mutates_the_incumbent_it_is_given() -> None:
+    """The tuner passes the best trial under the model as it is now (a refit may reorder the
+    trials): the mutations are of that trial, and its age decides whether the study stalled."""
+    from autotune.tuner import enqueue_neighbours
+
+    names = [f"c{i}" for i in range(6)]
+    a = {f"fuse/{n}": False for n in names}
+    b = {**a, "fuse/c5": True}
+    study = _stalled_study([a, b, *([{**a, "fuse/c4": True}] * 4)], [1.0, 3.0] + [4.0] * 4)
+    assert enqueue_neighbours(study, limit=2, stall=10, incumbent=study.trials[1]) == 0
+    assert enqueue_neighbours(study, limit=2, stall=4, incumbent=study.trials[1]) == 2
+    for p in _queued(study):
+        assert sum(p[k] != b[k] for k in b) == 1  # one flip away from b, not from a

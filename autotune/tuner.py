@@ -367,8 +367,9 @@ def tune_graph(
         return ev.score(replay(t))
 
     def current_order(trials: Sequence[optuna.trial.FrozenTrial]) -> list:
-        """The ``RESCORE`` best trials by stored value, ordered by their score now."""
-        return sorted(sorted(trials, key=lambda t: t.values[0])[:RESCORE], key=now)
+        """Trials by stored value, the ``RESCORE`` best of them re-ordered by their score now."""
+        by_value = sorted(trials, key=lambda t: t.values[0])
+        return sorted(by_value[:RESCORE], key=now) + by_value[RESCORE:]
 
     def measure_best() -> None:
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Unit"]
 
+HAIR = 1e-9  # relative slack (cycles per cycle of clock) when a wait compares float times
+
 # what frees a load slot / what finishes a tile
 C_M1, C_M, C_V, C_VE, C_MTE3, C_FIX, C_SELF, C_MS, C_FS = range(9)
 
@@ -140,6 +142,9 @@ class Unit(DmaPorts):
         tile hand-off, a per-step hand-off, or a prologue's per-step operand)."""
         eng = self.eng
         t, k = divmod(g, self.G)
+        # the hand-off landed a sync delay after it was done; the hair absorbs float dust (a
+        # macro step shifts ring times as (a + dt) + d but the wake as (a + d) + dt)
+        now = now + HAIR * (1.0 + now)
         if (
             self.handoff
             and k == (self.steps if self.late else 0)
@@ -282,7 +287,8 @@ class Unit(DmaPorts):
                 ok = self.cnt_m > n
             elif partner is not None and partner.c_m and not self.side.feeds:
                 ok = partner.cnt_m > n
-                ok = ok and partner.m_time[n & RING_MASK] + self.eng.step_delay <= now
+                landed = partner.m_time[n & RING_MASK] + self.eng.step_delay
+                ok = ok and landed <= now + HAIR * (1.0 + now)  # (see _inputs_ready)
                 ok = ok and (not self.loads_k or self.cnt_ld > n)
             else:
                 ok = self.cnt_ld > t * self.G + r

@@ -704,3 +704,44 @@ def test_a_prologue_without_vector_cycles_still_runs(
         [replace(free, vector_cycles_step=base.vector_cycles_step)]
     )[0]
     assert 0 < cost.latency_us <= paid.latency_us
+
+
+def _shifted_triples(count: int) -> list[tuple[float, float, float]]:
+    """(a, d, dt) where a macro step's shift rounds the wrong way: the ring time plus the
+    sync delay, (a + dt) + d, lands after the wake the engine pushed, (a + d) + dt."""
+    rng = np.random.default_rng(0)
+    out = []
+    while len(out) < count:
+        a, d, dt = rng.uniform(1e3, 1e6), rng.uniform(1.0, 300.0), rng.uniform(1e4, 1e7)
+        if (a + dt) + d > (a + d) + dt:
+            out.append((a, d, dt))
+    return out
+
+
+@pytest.mark.parametrize("wait", ["tile", "step", "readback"])
+def test_a_hand_off_due_at_the_wake_is_ready_despite_float_dust(wait: str) -> None:
+    """A cross-core wait compares a partner's done time plus a sync delay with the clock.
+    After a macro step the two sides of that comparison are rounded differently; a hand-off
+    due exactly at the wake must still count as landed (else the unit sleeps through its only
+    wake-up)."""
+    from types import SimpleNamespace
+
+    from costmodel.simulator.core import Unit
+
+    for a, d, dt in _shifted_triples(5):
+        ring, wake = a + dt, (a + d) + dt
+        eng = SimpleNamespace(tile_delay=d, step_delay=d)
+        partner = SimpleNamespace(
+            cnt_fix=1, fix_time=[ring], cnt_fs=1, fs_time=[ring], cnt_ms=1, ms_time=[ring]
+        )
+        me = SimpleNamespace(
+            eng=eng,
+            G=2,
+            steps=1,
+            late=False,
+            handoff=wait == "tile",
+            handoff_step=wait == "step",
+            readback=wait == "readback",
+        )
+        assert Unit._inputs_ready(me, 0, partner, wake)  # type: ignore[arg-type]
+        assert not Unit._inputs_ready(me, 0, partner, wake - 1e-3 * d)  # type: ignore[arg-type]

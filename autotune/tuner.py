@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 
 from costmodel.analytic import AnalyticModel
@@ -32,13 +30,12 @@ from search_space.space import SpacePlan, build_space, peak_live_bytes
 
 from .evaluator import COSTS, Evaluator, make_study_model
 from .exceptions import AutotuneError
+from .study import SAMPLERS, enqueue_neighbours, knee, make_sampler, open_storage, picked
 
 __all__ = ["SAMPLERS", "TuneConfig", "TuneResult", "open_storage", "tune_graph"]
 
 log = logging.getLogger(__name__)
-SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
 OBJECTIVES = ("latency", "latency,memory")
-DEFAULT_STORAGE = "autotune.journal"
 RESCORE = 15  # after a refit, the best trials by stored value re-ranked by the model as it is
 
 
@@ -100,129 +97,9 @@ class TuneResult:
         }
 
 
-def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, str]:
-    """The study storage and how to name it. Default: ``./autotune.journal`` (journal file).
-
-    Raises:
-        AutotuneError: a storage that cannot be opened.
-    """
-    if url is None or url.endswith(".journal") or url.startswith("journal:"):
-        path = Path(url.removeprefix("journal:") if url else DEFAULT_STORAGE)
-        if not path.parent.exists():
-            raise AutotuneError(f"storage folder '{path.parent}' does not exist; create it first")
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
-        return JournalStorage(JournalFileBackend(str(path))), str(path)
-    if "://" not in url:
-        raise AutotuneError(
-            f"storage '{url}' is neither a .journal file nor an Optuna URL "
-            "(e.g. sqlite:///autotune.db, postgresql://user@host/db)"
-        )
-    return url, url
-
-
-def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.samplers.BaseSampler:
-    """A sampler by name; ``offset`` (trials already run) moves the seed on when resuming.
-
-    Raises:
-        AutotuneError: unknown sampler, or one whose optional dependency is missing.
-    """
-    s = seed + offset
-    if name == "tpe":
-        with warnings.catch_warnings():  # `group` is marked experimental; it is what we need
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(
-                seed=s,
-                multivariate=True,
-                group=True,
-                n_startup_trials=10,
-            )
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=s)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=s, population_size=20)
-    if name == "cmaes":
-        if multi:
-            raise AutotuneError("cmaes is single-objective; use nsga2 or tpe for latency,memory")
-        try:
-            import cmaes  # noqa: F401
-        except ImportError:
-            raise AutotuneError(
-                "the cmaes sampler needs the cmaes package: pip install cmaes"
-            ) from None
-        return optuna.samplers.CmaEsSampler(
-            seed=s, warn_independent_sampling=False, n_startup_trials=3
-        )
-    if name == "gp":
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            raise AutotuneError(
-                "the gp sampler needs torch (an optional extra): pip install torch==2.13.0, "
-                "or pick --sampler tpe"
-            ) from None
-        return optuna.samplers.GPSampler(seed=s)
-    raise AutotuneError(f"unknown sampler '{name}'; available: {', '.join(SAMPLERS)}")
-
-
 def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
     """Peak live bytes over the policy's max_mem_usage (<= 0 is feasible)."""
     return trial.user_attrs.get("constraint", [0.0])
-
-
-def enqueue_neighbours(
-    study: optuna.Study,
-    limit: int = 3,
-    stall: int = 10,
-    blocks: Sequence[Sequence[str]] = (),
-    seed: int = 0,
-    incumbent: optuna.trial.FrozenTrial | None = None,
-) -> int:
-    """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
-    up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
-    come first: each switches on every fusion class of one block (``blocks``, class names in the
-    order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly unfused: a
-    pattern such as attention pays off only whole, which one flip at a time never shows. Then
-    single flips of one fusion decision, in a shuffle seeded by ``seed`` and the trial count.
-    ``incumbent`` overrides the best trial by stored value (a refitted model may rank the
-    trials otherwise).
-
-    Returns:
-        How many trials were enqueued.
-    """
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if not complete or len(study.directions) != 1:
-        return 0
-    best = incumbent or min(complete, key=lambda t: t.values[0])
-    if complete[-1].number - best.number < stall:
-        return 0  # the sampler is still improving: leave it the budget
-    seen = {tuple(sorted(t.params.items())) for t in study.trials}
-    names = sorted(n for n in best.params if n.startswith("fuse/"))
-
-    def on(name: str) -> Any:  # the parameter's "fused" value, bool or 0/1 (numeric samplers)
-        return True if isinstance(best.params[name], bool) else 1
-
-    moves = []
-    for block in blocks:
-        keys = [f"fuse/{c}" for c in block if f"fuse/{c}" in best.params]
-        if keys and not all(best.params[k] for k in keys):
-            moves.append({**best.params, **{k: on(k) for k in keys}})
-    order = np.random.default_rng([seed, len(study.trials)]).permutation(len(names))
-    for name in (names[i] for i in order):
-        value = best.params[name]
-        moves.append({**best.params, name: (not value) if isinstance(value, bool) else 1 - value})
-    added = 0
-    for params in moves:
-        key = tuple(sorted(params.items()))
-        if key in seen:
-            continue
-        study.enqueue_trial(params, skip_if_exists=True)
-        seen.add(key)
-        added += 1
-        if added >= limit:
-            break
-    return added
 
 
 def _plan_record(
@@ -454,7 +331,7 @@ def tune_graph(
             {"trial": t.number, "latency_us": t.values[0], "memory_mb": t.values[1]} for t in front
         ]
         if front:
-            pick = _knee(front) if config.pick is None else _picked(front, config.pick)
+            pick = knee(front) if config.pick is None else picked(front, config.pick)
             plan = replay(pick)
             candidates = [(ev.measure(plan), plan, f"trial {pick.number}")]
     if policy.max_mem_usage is not None:  # plans over the memory limit are not candidates
@@ -559,31 +436,3 @@ def _census(graph: Graph, target: Target, policy: Policy) -> dict[str, int]:
         "skipped_low_benefit": verdicts.count("skip: below benefit_threshold"),
         "skipped_buffer_overflow": verdicts.count("skip: buffer overflow"),
     }
-
-
-def _knee(front: Sequence[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial:
-    """The Pareto point farthest from the line between the two extremes (normalised)."""
-    if len(front) <= 2:
-        return front[0]
-    xs = [t.values[0] for t in front]
-    ys = [t.values[1] for t in front]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    sx, sy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-    a = ((xs[0] - x0) / sx, (ys[0] - y0) / sy)
-    b = ((xs[-1] - x0) / sx, (ys[-1] - y0) / sy)
-
-    def dist(t: optuna.trial.FrozenTrial) -> float:
-        p = ((t.values[0] - x0) / sx, (t.values[1] - y0) / sy)
-        return abs((b[0] - a[0]) * (a[1] - p[1]) - (a[0] - p[0]) * (b[1] - a[1]))
-
-    return max(front, key=dist)
-
-
-def _picked(front: Sequence[optuna.trial.FrozenTrial], number: int) -> optuna.trial.FrozenTrial:
-    for t in front:
-        if t.number == number:
-            return t
-    raise AutotuneError(
-        f"--pick {number} is not on the Pareto front; front trials: "
-        f"{', '.join(str(t.number) for t in front)}"
-    )

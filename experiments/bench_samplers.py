@@ -18,7 +18,7 @@ import math
 import optuna
 from _table import RESULTS, emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.tuner import enqueue_neighbours, make_sampler
+from autotune.study import enqueue_neighbours, make_sampler
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target

@@ -345,7 +345,7 @@ def test_local_search_switches_a_whole_block_on_before_single_flips(numeric: boo
     """Once the incumbent is stale, the first mutation fuses every class of the first block
     it leaves partly unfused (a pattern pays off only whole), then single flips follow; no
     mutation repeats a trial and the values keep the parameter's type (bool or 0/1)."""
-    from autotune.tuner import enqueue_neighbours
+    from autotune.study import enqueue_neighbours
 
     on, off = (1, 0) if numeric else (True, False)
     names = [f"c{i}" for i in range(8)]
@@ -370,7 +370,7 @@ def test_local_search_switches_a_whole_block_on_before_single_flips(numeric: boo
 
 
 def test_local_search_waits_while_the_sampler_improves_and_its_flips_follow_the_seed() -> None:
-    from autotune.tuner import enqueue_neighbours
+    from autotune.study import enqueue_neighbours
 
     names = [f"c{i:02d}" for i in range(40)]
     best = {f"fuse/{n}": False for n in names}
@@ -387,7 +387,7 @@ def test_local_search_waits_while_the_sampler_improves_and_its_flips_follow_the_
 def test_local_search_mutates_the_incumbent_it_is_given() -> None:
     """The tuner passes the best trial under the model as it is now (a refit may reorder the
     trials): the mutations are of that trial, and its age decides whether the study stalled."""
-    from autotune.tuner import enqueue_neighbours
+    from autotune.study import enqueue_neighbours
 
     names = [f"c{i}" for i in range(6)]
     a = {f"fuse/{n}": False for n in names}

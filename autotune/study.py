@@ -4,7 +4,7 @@ incumbent, and picks on a Pareto front (the loop itself is :mod:`autotune.tuner`
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,7 @@ def enqueue_neighbours(
     blocks: Sequence[Sequence[str]] = (),
     seed: int = 0,
     incumbent: optuna.trial.FrozenTrial | None = None,
+    score: Callable[[dict[str, Any]], float] | None = None,
 ) -> int:
     """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
     up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
@@ -108,7 +109,10 @@ def enqueue_neighbours(
     pattern such as attention pays off only whole, which one flip at a time never shows. Then
     single flips of one fusion decision, in a shuffle seeded by ``seed`` and the trial count.
     ``incumbent`` overrides the best trial by stored value (a refitted model may rank the
-    trials otherwise).
+    trials otherwise). With ``score`` (a cost of a trial's parameters, e.g. the study's model
+    on the repaired plan), every untried mutation is scored and the ``limit`` cheapest are
+    enqueued (steepest descent; the order above breaks ties): the budget goes to the moves the
+    model believes in, not to the first ones drawn.
 
     Returns:
         How many trials were enqueued.
@@ -134,17 +138,18 @@ def enqueue_neighbours(
     for name in (names[i] for i in order):
         value = best.params[name]
         moves.append({**best.params, name: (not value) if isinstance(value, bool) else 1 - value})
-    added = 0
+    fresh = []
     for params in moves:
         key = tuple(sorted(params.items()))
-        if key in seen:
-            continue
+        if key not in seen:
+            seen.add(key)
+            fresh.append(params)
+    if score is not None:
+        costs = [score(p) for p in fresh]
+        fresh = [fresh[i] for i in sorted(range(len(fresh)), key=lambda i: (costs[i], i))]
+    for params in fresh[:limit]:
         study.enqueue_trial(params, skip_if_exists=True)
-        seen.add(key)
-        added += 1
-        if added >= limit:
-            break
-    return added
+    return min(limit, len(fresh))
 
 
 def knee(front: Sequence[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial:

@@ -273,6 +273,12 @@ def tune_graph(
     state: dict[str, float] = {"n": 0, "best": math.inf}
     blocks = space.block_moves()
 
+    def mutant_cost(params: dict[str, Any]) -> float:
+        """The study model's cost of a local-search mutation (fusion decisions only; each
+        group at its best or default config, as :meth:`SearchSpace.plan` picks)."""
+        chosen = [e for c, edges in space.classes.items() if params[f"fuse/{c}"] for e in edges]
+        return ev.score(space.plan(chosen))
+
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1
         if trial.state == optuna.trial.TrialState.COMPLETE and trial.values:
@@ -282,7 +288,9 @@ def tune_graph(
         if int(state["n"]) % 10 == 0 and not multi:
             complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
             best = current_order(complete)[0] if complete else None
-            enqueue_neighbours(study, blocks=blocks, seed=config.seed, incumbent=best)
+            enqueue_neighbours(
+                study, blocks=blocks, seed=config.seed, incumbent=best, score=mutant_cost
+            )
         if progress is not None:
             progress(int(state["n"]), state["best"])
 

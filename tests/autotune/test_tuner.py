@@ -397,3 +397,29 @@ def test_local_search_mutates_the_incumbent_it_is_given() -> None:
     assert enqueue_neighbours(study, limit=2, stall=4, incumbent=study.trials[1]) == 2
     for p in _queued(study):
         assert sum(p[k] != b[k] for k in b) == 1  # one flip away from b, not from a
+
+
+def test_local_search_with_a_score_enqueues_the_cheapest_mutations() -> None:
+    """Given the study model's cost of a mutation, the local search spends its trials on the
+    cheapest untried ones, whatever the default order (blocks first) says."""
+    from autotune.study import enqueue_neighbours
+
+    names = [f"c{i}" for i in range(8)]
+    best = {f"fuse/{n}": False for n in names}
+    study = _stalled_study([best, *([{**best, "fuse/c0": True}] * 5)], [1.0] + [2.0] * 5)
+    blocks = [("c1", "c2"), ("c3", "c4")]
+    scored: list[dict] = []
+
+    def cost(p: dict) -> float:
+        scored.append(p)
+        return 0.0 if p["fuse/c7"] else 5.0 - sum(p.values())  # c7 best, then bigger moves
+
+    assert enqueue_neighbours(study, limit=3, stall=3, blocks=blocks, score=cost) == 3
+    queued = _queued(study)
+    assert queued[0] == {**best, "fuse/c7": True}
+    assert {tuple(sorted(k for k, v in p.items() if v)) for p in queued[1:]} == {
+        ("fuse/c1", "fuse/c2"),
+        ("fuse/c3", "fuse/c4"),
+    }
+    assert {"fuse/c0": True} not in [{k: v for k, v in p.items() if v} for p in scored]
+    assert len(scored) == 2 + 7  # both blocks and every untried flip, each scored once

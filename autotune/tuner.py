@@ -276,8 +276,7 @@ def tune_graph(
     def mutant_cost(params: dict[str, Any]) -> float:
         """The study model's cost of a local-search mutation (fusion decisions only; each
         group at its best or default config, as :meth:`SearchSpace.plan` picks)."""
-        chosen = [e for c, edges in space.classes.items() if params[f"fuse/{c}"] for e in edges]
-        return ev.score(space.plan(chosen))
+        return ev.score(space.plan(space.chosen(params)))
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1

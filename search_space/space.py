@@ -12,7 +12,7 @@ the same code with ``optuna.trial.FixedTrial``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,6 +20,7 @@ from .config import KernelConfig
 from .fusion import Edge, FusionContext
 from .graph import Graph
 from .groups import FusionGroup, alias_root
+from .rules import edges_of
 
 __all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "peak_live_bytes"]
 
@@ -145,11 +146,8 @@ class SearchSpace:
         self._blocks: dict[tuple[str, ...], tuple[frozenset[str], int]] = {}
         for ops in blocks:
             members = frozenset(ops)
-            names = tuple(
-                sorted(
-                    {self.class_of[e] for e in self.open if e.src in members and e.dst in members}
-                )
-            )
+            open_edges = (e for e in edges_of(ctx, members) if e in self.class_of)
+            names = tuple(sorted({self.class_of[e] for e in open_edges}))
             if len(names) > 1:
                 first, count = self._blocks.get(names, (members, 0))
                 self._blocks[names] = (first, count + 1)
@@ -189,6 +187,10 @@ class SearchSpace:
         )
         return SpacePlan(groups, tuple(pick(g) for g in groups))
 
+    def chosen(self, params: Mapping[str, Any]) -> list[Edge]:
+        """The open edges a trial's fusion parameters (``fuse/<class>``) switch on."""
+        return [e for name, edges in self.classes.items() if params[f"fuse/{name}"] for e in edges]
+
     def _fuse(self, trial: TrialLike, name: str) -> bool:
         if self.numeric:
             return bool(trial.suggest_int(f"fuse/{name}", 0, 1))
@@ -226,10 +228,7 @@ class SearchSpace:
             fused = all(where.get(e.src) is where.get(e.dst) for e in edges)
             params[f"fuse/{name}"] = int(fused) if self.numeric else fused
         if self.strategy == "joint":
-            chosen = [
-                e for name, edges in self.classes.items() if params[f"fuse/{name}"] for e in edges
-            ]
-            plan = self.plan(chosen)
+            plan = self.plan(self.chosen(params))
             for g in plan.groups:
                 grid = self.oracle.grid(g)
                 cfg = self.oracle.best(g)[0] if configs == "best" else self.oracle.default(g)
@@ -285,7 +284,7 @@ def build_space(
     of their time; ``share_repeated`` shares classes across repeated layers.
     """
     from .baselines import policy_rules
-    from .rules import edges_of, greedy, match
+    from .rules import greedy, match
 
     rules = policy_rules(policy)
     share = policy.share_repeated

@@ -200,7 +200,7 @@ def costmodel_eval(
     if frame.empty:
         raise AutotuneError(f"the tables hold no rows measured on '{tgt.spec.name}'")
     families = [f.strip() for f in holdout.split(",") if f.strip()]
-    params = {**DEFAULT_PARAMS, "kind": kind}
+    params = None if kind == "hgb" else {**DEFAULT_PARAMS, "kind": kind}  # hgb: selected
     result = evaluate_models(frame, tgt, families, params=params)
     if json_out:
         sys.stdout.write(json.dumps(result) + "\n")

@@ -288,19 +288,21 @@ def _export_forest(forest: Any) -> dict[str, Any]:
 
 def _walk(t: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     """Sum of every tree's leaf value for every row: all (row, tree) pairs walk down one level
-    per iteration; pairs that reached a leaf drop out of the active set."""
+    per iteration; pairs that reached a leaf drop out of the active set. ``X`` is finite
+    (``predict`` validates it), so ``missing_left`` is kept in the format but never consulted."""
     if t.get("x32"):
         X = X.astype(np.float32).astype(np.float64)
     n, roots = len(X), t["roots"]
-    node = np.tile(roots, n)  # (row, tree) pairs, row-major
-    row = np.repeat(np.arange(n), len(roots))
-    left, right, feature, threshold = t["left"], t["right"], t["feature"], t["threshold"]
+    flat = np.ascontiguousarray(X).ravel()
+    offset = np.repeat(np.arange(n) * X.shape[1], len(roots))  # (row, tree) pairs, row-major
+    node = np.tile(roots, n)
+    left, feature, threshold = t["left"], t["feature"], t["threshold"]
+    child = np.column_stack([left, t["right"]]).ravel()  # node's children at 2 node + (0, 1)
     active = np.flatnonzero(left[node] >= 0)
     while active.size:  # children lie after their parent (checked on load): this ends
         at = node[active]
-        x = X[row[active], feature[at]]
-        go_left = np.where(np.isnan(x), t["missing_left"][at], x <= threshold[at])
-        nxt = np.where(go_left, left[at], right[at])
+        x = flat[offset[active] + feature[at]]
+        nxt = child[2 * at + (x > threshold[at])]
         node[active] = nxt
         active = active[left[nxt] >= 0]
     total = t["value"][node].reshape(n, len(roots)).sum(axis=1)

@@ -28,17 +28,28 @@ from .features import FEATURES, kernel_features
 from .kernel import PIPES, Kernel, KernelBatch
 from .spec import Target
 
-__all__ = ["LearnedModel", "fit_learned", "shipped_model_path", "table_arrays"]
+__all__ = ["LearnedModel", "fit_learned", "select_params", "shipped_model_path", "table_arrays"]
 
 STATE_SCHEMA = 1
-DEFAULT_PARAMS: dict[str, Any] = {
-    "kind": "hgb",
-    "max_iter": 150,
-    "learning_rate": 0.1,
-    "max_leaf_nodes": 15,
-    "min_samples_leaf": 8,
-    "l2_regularization": 1.0,
-}
+CANDIDATE_PARAMS: tuple[dict[str, Any], ...] = (
+    {
+        "kind": "hgb",
+        "max_iter": 150,
+        "learning_rate": 0.1,
+        "max_leaf_nodes": 15,
+        "min_samples_leaf": 8,
+        "l2_regularization": 1.0,
+    },
+    {
+        "kind": "hgb",
+        "max_iter": 100,
+        "learning_rate": 0.1,
+        "max_leaf_nodes": 63,
+        "min_samples_leaf": 4,
+        "l2_regularization": 1.0,
+    },
+)  # smallest first: a tie keeps the smaller model
+DEFAULT_PARAMS: dict[str, Any] = CANDIDATE_PARAMS[0]  # and the comparison kinds' settings
 LOCAL_PARAMS: dict[str, Any] = {
     "kind": "hgb",
     "max_iter": 40,
@@ -250,7 +261,8 @@ def fit_learned(
     Args:
         tables: parquet paths, or a DataFrame of rows (:func:`costmodel.dataset.read_table`).
         target: the target the rows were measured on.
-        params: corrector hyperparameters (default :data:`DEFAULT_PARAMS`).
+        params: corrector hyperparameters (default: the best of :data:`CANDIDATE_PARAMS` by
+            :func:`select_params`).
         calibrate: fit the analytic constants first (else keep the target's current ones).
 
     Raises:
@@ -289,15 +301,61 @@ def fit_learned(
         )
         model.analytic.constants = cal.constants
     X, analytic = _features(model.analytic, kernels, resident)
-    model.base = LatencyCorrector(**(params or DEFAULT_PARAMS)).fit(X, np.log(measured / analytic))
+    y = np.log(measured / analytic)
+    cv: dict[str, Any] = {}
+    if params is None:
+        params, cv = select_params(X, y, frame["family"].to_numpy())
+    model.base = LatencyCorrector(**params).fit(X, y)
     model.generation += 1
     model.trained_on = {
         "rows": len(kernels),
         "signatures": len(set(frame["signature"])),
         "families": sorted(set(frame["family"])),
         "calibration": cal.to_json() if cal is not None else None,
+        "params": dict(params),
+        **({"selection": cv} if cv else {}),
     }
     return model
+
+
+def _latency_mape(log_ratio: np.ndarray, predicted: np.ndarray) -> float:
+    """Mean relative latency error of predicted log ratios (analytic x exp(ratio))."""
+    return float(np.mean(np.abs(np.expm1(np.asarray(predicted) - np.asarray(log_ratio)))))
+
+
+def select_params(
+    X: np.ndarray,
+    y: np.ndarray,
+    families: np.ndarray,
+    candidates: Sequence[Mapping[str, Any]] = CANDIDATE_PARAMS,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The corrector hyperparameters of lowest held-out latency MAPE, and the scores.
+
+    Each candidate is cross-validated with whole model families held out in turn (as the
+    held-out evaluation does), so a table with many rows per family can afford bigger trees
+    and a small one keeps small trees. Fewer than three families: the first candidate.
+
+    Returns:
+        The chosen parameters and ``{"folds", "mape"}`` (one score per candidate, in order;
+        empty when nothing was compared).
+    """
+    from sklearn.metrics import make_scorer
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+
+    n = len(set(families))
+    if n < 3 or len(candidates) < 2:
+        return dict(candidates[0]), {}
+    folds = min(4, n)
+    search = GridSearchCV(
+        LatencyCorrector(),
+        [{k: [v] for k, v in c.items()} for c in candidates],
+        scoring=make_scorer(_latency_mape, greater_is_better=False),
+        cv=GroupKFold(n_splits=folds),
+        refit=False,
+    ).fit(X, y, groups=families)
+    scores = [-float(s) for s in search.cv_results_["mean_test_score"]]
+    best = int(np.argmin(scores))  # first of equals: the smaller model
+    return dict(candidates[best]), {"folds": folds, "mape": [round(x, 5) for x in scores]}
 
 
 def _empty_state(target: Target) -> dict[str, Any]:

@@ -19,17 +19,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernels_by_hand import add, gelu, matmul, matmul_gelu
+from sklearn.model_selection import GroupKFold
 from threadpoolctl import threadpool_limits
 
 from costmodel._pipeline import score
 from costmodel.analytic import AnalyticModel, batch_of
 from costmodel.base import KernelCost
 from costmodel.calibration import RowBatches
+from costmodel.corrector import LatencyCorrector
 from costmodel.dataset import measurement_rows, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.features import FEATURES, kernel_features
 from costmodel.kernel import Kernel
-from costmodel.learned import MIN_LOCAL_ROWS, LearnedModel, fit_learned
+from costmodel.learned import (
+    CANDIDATE_PARAMS,
+    MIN_LOCAL_ROWS,
+    LearnedModel,
+    fit_learned,
+    select_params,
+)
 from costmodel.spec import load_target
 
 T910B = load_target("ascend910b")
@@ -371,3 +379,63 @@ def test_features_see_the_unit_and_the_buffering() -> None:
     assert features_of([add()])[0][col["unit_vector"]] == 1.0
     assert features_of([matmul_gelu()])[0][col["kind_cube_epilogue"]] == 1.0
     assert len(set(FEATURES)) == len(FEATURES)
+
+
+# -- choosing the corrector's size --------------------------------------------------------------
+SMALL = {"kind": "hgb", "max_iter": 20, "max_leaf_nodes": 3, "min_samples_leaf": 5}
+BIG = {"kind": "hgb", "max_iter": 20, "max_leaf_nodes": 31, "min_samples_leaf": 5}
+
+
+def ratios(seed: int, n: int, families: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features, log ratios with interactions three-leaf trees cannot fit in 20 rounds, and
+    a family per row."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, size=(n, 4))
+    y = 0.3 * np.sin(4 * X[:, 0]) * np.cos(3 * X[:, 1]) + 0.2 * (X[:, 2] * X[:, 3] > 0)
+    return X, y, np.array([f"f{i % families}" for i in range(n)])
+
+
+def test_selection_scores_are_latency_errors_on_held_out_families() -> None:
+    """Against a loop written out by hand: every family is the test side of some fold, never
+    on both sides, and the score is the mean relative error of analytic x exp(ratio)."""
+    X, y, fam = ratios(0, 600, 4)
+    chosen, info = select_params(X, y, fam, (SMALL, BIG))
+    expect = []
+    for params in (SMALL, BIG):
+        errs, held = [], []
+        for tr, te in GroupKFold(n_splits=4).split(X, y, fam):
+            assert not set(fam[tr]) & set(fam[te])
+            held += sorted(set(fam[te]))
+            pred = LatencyCorrector(**params).fit(X[tr], y[tr]).predict(X[te])
+            errs.append(np.mean(np.abs(np.exp(pred) / np.exp(y[te]) - 1.0)))
+        assert sorted(held) == ["f0", "f1", "f2", "f3"]
+        expect.append(np.mean(errs))
+    np.testing.assert_allclose(info["mape"], expect, rtol=1e-4)
+    assert info["folds"] == 4
+    assert chosen == (SMALL, BIG)[int(np.argmin(expect))]
+
+
+def test_bigger_trees_are_chosen_only_when_they_predict_held_out_families_better() -> None:
+    X, y, fam = ratios(1, 2000, 5)
+    assert select_params(X, y, fam, (SMALL, BIG))[0] == BIG
+    # a ratio three-leaf trees fit exactly: the bigger model gains nothing, the smaller stays
+    step = 0.2 * (X[:, 0] > 0)
+    chosen, info = select_params(X, step, fam, (SMALL, BIG))
+    assert chosen == SMALL and info["mape"][0] <= info["mape"][1]
+
+
+def test_fewer_than_three_families_keep_the_first_candidate() -> None:
+    X, y, _ = ratios(2, 300, 1)
+    fam = np.array(["a", "b"] * 150)
+    assert select_params(X, y, fam, (BIG, SMALL)) == (BIG, {})
+
+
+def test_a_default_fit_records_the_chosen_parameters() -> None:
+    frame = pd.concat(
+        [table(1.3 + 0.1 * i, family=f) for i, f in enumerate(("a", "b", "c"))], ignore_index=True
+    )
+    model = fit_learned(frame, T910B, calibrate=False)
+    chosen = model.trained_on["params"]
+    assert chosen in [dict(c) for c in CANDIDATE_PARAMS]
+    assert {k: model.base.get_params()[k] for k in chosen} == chosen
+    assert len(model.trained_on["selection"]["mape"]) == len(CANDIDATE_PARAMS)

@@ -3,6 +3,7 @@ incumbent, and picks on a Pareto front (the loop itself is :mod:`autotune.tuner`
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -112,7 +113,8 @@ def enqueue_neighbours(
     trials otherwise). With ``score`` (a cost of a trial's parameters, e.g. the study's model
     on the repaired plan), every untried mutation is scored and the ``limit`` cheapest are
     enqueued (steepest descent; the order above breaks ties): the budget goes to the moves the
-    model believes in, not to the first ones drawn.
+    model believes in, not to the first ones drawn. A mutation scored ``inf`` (e.g. over a
+    memory limit) is never enqueued.
 
     Returns:
         How many trials were enqueued.
@@ -146,7 +148,8 @@ def enqueue_neighbours(
             fresh.append(params)
     if score is not None:
         costs = [score(p) for p in fresh]
-        fresh = [fresh[i] for i in sorted(range(len(fresh)), key=lambda i: (costs[i], i))]
+        ranked = sorted(range(len(fresh)), key=lambda i: (costs[i], i))
+        fresh = [fresh[i] for i in ranked if math.isfinite(costs[i])]
     for params in fresh[:limit]:
         study.enqueue_trial(params, skip_if_exists=True)
     return min(limit, len(fresh))

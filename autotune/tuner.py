@@ -275,8 +275,13 @@ def tune_graph(
 
     def mutant_cost(params: dict[str, Any]) -> float:
         """The study model's cost of a local-search mutation (fusion decisions only; each
-        group at its best or default config, as :meth:`SearchSpace.plan` picks)."""
-        return ev.score(space.plan(space.chosen(params)))
+        group at its best or default config, as :meth:`SearchSpace.plan` picks); ``inf`` over
+        the memory limit, which would drop the plan anyway."""
+        plan = space.plan(space.chosen(params))
+        limit = policy.max_mem_usage
+        if limit is not None and peak_live_bytes(graph, plan.groups) > limit:
+            return math.inf
+        return ev.score(plan)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1

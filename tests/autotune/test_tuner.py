@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import optuna
@@ -423,3 +424,22 @@ def test_local_search_with_a_score_enqueues_the_cheapest_mutations() -> None:
     }
     assert {"fuse/c0": True} not in [{k: v for k, v in p.items() if v} for p in scored]
     assert len(scored) == 2 + 7  # both blocks and every untried flip, each scored once
+
+
+def test_local_search_never_enqueues_a_mutation_scored_inf() -> None:
+    """The tuner scores a mutation over the memory limit ``inf``: it takes no trial, even when
+    fewer than ``limit`` mutations are left."""
+    from autotune.study import enqueue_neighbours
+
+    names = [f"c{i}" for i in range(6)]
+    best = {f"fuse/{n}": False for n in names}
+    study = _stalled_study([best, *([{**best, "fuse/c0": True}] * 5)], [1.0] + [2.0] * 5)
+
+    def cost(p: dict) -> float:  # only c1 and c2 fit
+        return 1.0 if p["fuse/c1"] or p["fuse/c2"] else math.inf
+
+    assert enqueue_neighbours(study, limit=3, stall=3, score=cost) == 2
+    assert sorted(next(k for k, v in p.items() if v) for p in _queued(study)) == [
+        "fuse/c1",
+        "fuse/c2",
+    ]

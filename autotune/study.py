@@ -148,8 +148,8 @@ def enqueue_neighbours(
             fresh.append(params)
     if score is not None:
         costs = [score(p) for p in fresh]
-        ranked = sorted(range(len(fresh)), key=lambda i: (costs[i], i))
-        fresh = [fresh[i] for i in ranked if math.isfinite(costs[i])]
+        kept = [i for i in range(len(fresh)) if math.isfinite(costs[i])]
+        fresh = [fresh[i] for i in sorted(kept, key=lambda i: (costs[i], i))]
     for params in fresh[:limit]:
         study.enqueue_trial(params, skip_if_exists=True)
     return min(limit, len(fresh))

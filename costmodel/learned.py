@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,8 @@ from .spec import Target
 
 __all__ = ["LearnedModel", "fit_learned", "select_params", "shipped_model_path", "table_arrays"]
 
+log = logging.getLogger(__name__)
+
 STATE_SCHEMA = 1
 CANDIDATE_PARAMS: tuple[dict[str, Any], ...] = (
     {
@@ -48,8 +51,9 @@ CANDIDATE_PARAMS: tuple[dict[str, Any], ...] = (
         "min_samples_leaf": 4,
         "l2_regularization": 1.0,
     },
-)  # smallest first: a tie keeps the smaller model
-DEFAULT_PARAMS: dict[str, Any] = CANDIDATE_PARAMS[0]  # and the comparison kinds' settings
+)  # smallest first: a bigger one must beat the choice by SELECT_MARGIN
+SELECT_MARGIN = 0.02
+DEFAULT_PARAMS: dict[str, Any] = CANDIDATE_PARAMS[0]  # also the comparison kinds' settings
 LOCAL_PARAMS: dict[str, Any] = {
     "kind": "hgb",
     "max_iter": 40,
@@ -329,19 +333,25 @@ def select_params(
     families: np.ndarray,
     candidates: Sequence[Mapping[str, Any]] = CANDIDATE_PARAMS,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The corrector hyperparameters of lowest held-out latency MAPE, and the scores.
+    """The corrector hyperparameters that predict held-out families best, and the scores.
 
-    Each candidate is cross-validated with whole model families held out in turn (as the
-    held-out evaluation does), so a table with many rows per family can afford bigger trees
-    and a small one keeps small trees. Fewer than three families: the first candidate.
+    Each candidate (smallest first) is cross-validated with whole model families held out in
+    turn (signatures two families share are not removed, unlike the held-out evaluation); its
+    score is the mean over folds of the latency MAPE. A later, bigger candidate replaces the
+    choice only if it beats it by more than ``SELECT_MARGIN`` (relative): bigger trees cost
+    file size and prediction time. Fewer than three families: the first candidate.
 
     Returns:
         The chosen parameters and ``{"folds", "mape"}`` (one score per candidate, in order;
         empty when nothing was compared).
+
+    Raises:
+        ValueError: a candidate's parameters fail to fit (never chosen silently).
     """
     from sklearn.metrics import make_scorer
     from sklearn.model_selection import GridSearchCV, GroupKFold
 
+    families = np.asarray(families).astype(str)
     n = len(set(families))
     if n < 3 or len(candidates) < 2:
         return dict(candidates[0]), {}
@@ -352,9 +362,14 @@ def select_params(
         scoring=make_scorer(_latency_mape, greater_is_better=False),
         cv=GroupKFold(n_splits=folds),
         refit=False,
+        error_score="raise",
     ).fit(X, y, groups=families)
     scores = [-float(s) for s in search.cv_results_["mean_test_score"]]
-    best = int(np.argmin(scores))  # first of equals: the smaller model
+    best = 0
+    for i, score in enumerate(scores):
+        if score < scores[best] * (1.0 - SELECT_MARGIN):
+            best = i
+    log.info("corrector candidates, fold MAPE %s: chose %s", scores, candidates[best])
     return dict(candidates[best]), {"folds": folds, "mape": [round(x, 5) for x in scores]}
 
 

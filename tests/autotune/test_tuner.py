@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -427,8 +428,8 @@ def test_local_search_with_a_score_enqueues_the_cheapest_mutations() -> None:
 
 
 def test_local_search_never_enqueues_a_mutation_scored_inf() -> None:
-    """The tuner scores a mutation over the memory limit ``inf``: it takes no trial, even when
-    fewer than ``limit`` mutations are left."""
+    """A mutation scored ``inf`` (the tuner's score for one over the memory limit) takes no
+    trial, even when fewer than ``limit`` mutations are left."""
     from autotune.study import enqueue_neighbours
 
     names = [f"c{i}" for i in range(6)]
@@ -443,3 +444,31 @@ def test_local_search_never_enqueues_a_mutation_scored_inf() -> None:
         "fuse/c1",
         "fuse/c2",
     ]
+
+
+def test_the_local_search_spends_no_trial_on_a_plan_over_max_mem_usage(graph, tmp_path) -> None:
+    """Its mutations are costed before they are enqueued: one over the memory limit is never
+    tried (the sampler's own trials may still be). The limit is the leanest plan an
+    unconstrained study of the graph meets, so most mutations are over it."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from search_space.policy import Policy
+
+    def trials(cfg: TuneConfig) -> list[optuna.trial.FrozenTrial]:
+        tune_graph(graph, cfg, name="bert")
+        storage = JournalStorage(JournalFileBackend(cfg.storage))
+        (name,) = optuna.get_all_study_names(storage)
+        done = optuna.trial.TrialState.COMPLETE
+        return [t for t in optuna.load_study(study_name=name, storage=storage).trials
+                if t.state == done]  # fmt: skip
+
+    free = trials(_cfg(tmp_path, study="free", trials=30, cost="analytic"))
+    limit = min(t.user_attrs["peak_live_bytes"] for t in free)
+    tight = _cfg(
+        tmp_path, study="tight", trials=30, cost="analytic", storage=str(tmp_path / "t.journal")
+    )
+    tight = dataclasses.replace(tight, policy=Policy(max_mem_usage=limit))
+    local = [t for t in trials(tight)[3:] if "fixed_params" in t.system_attrs]  # not baselines
+    assert local, "the local search never ran"
+    assert all(t.user_attrs["peak_live_bytes"] <= limit for t in local)

@@ -24,6 +24,7 @@ from costmodel.spec import Target, load_target
 from search_space.baselines import baseline_plan
 from search_space.fusion import FusionContext
 from search_space.graph import Graph
+from search_space.groups import FusionGroup
 from search_space.plan import FusionPlan, PlanGroup
 from search_space.policy import Policy
 from search_space.space import SpacePlan, build_space, peak_live_bytes
@@ -273,15 +274,17 @@ def tune_graph(
     state: dict[str, float] = {"n": 0, "best": math.inf}
     blocks = space.block_moves()
 
+    def fits(groups: Sequence[FusionGroup]) -> bool:
+        """Within the policy's max_mem_usage (always, without one)."""
+        limit = policy.max_mem_usage
+        return limit is None or peak_live_bytes(graph, groups) <= limit
+
     def mutant_cost(params: dict[str, Any]) -> float:
         """The study model's cost of a local-search mutation (fusion decisions only; each
         group at its best or default config, as :meth:`SearchSpace.plan` picks); ``inf`` over
         the memory limit, which would drop the plan anyway."""
         plan = space.plan(space.chosen(params))
-        limit = policy.max_mem_usage
-        if limit is not None and peak_live_bytes(graph, plan.groups) > limit:
-            return math.inf
-        return ev.score(plan)
+        return ev.score(plan) if fits(plan.groups) else math.inf
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1
@@ -327,8 +330,7 @@ def tune_graph(
         regroup.append((f"trial {best_trial[2]} groups", best_trial[1].groups))
     if multi or interrupted:
         regroup = []  # a Pareto pick replaces every candidate below; Ctrl-C wants out now
-    if policy.max_mem_usage is not None:  # never simulate a plan the limit will drop
-        regroup = [r for r in regroup if peak_live_bytes(graph, r[1]) <= policy.max_mem_usage]
+    regroup = [r for r in regroup if fits(r[1])]  # never simulate a plan the limit will drop
     for label, groups in regroup:
         for tiles, configs in (
             ("tuned", tuple(oracle.best(g)[0] for g in groups)),
@@ -347,9 +349,7 @@ def tune_graph(
             plan = replay(pick)
             candidates = [(ev.measure(plan), plan, f"trial {pick.number}")]
     if policy.max_mem_usage is not None:  # plans over the memory limit are not candidates
-        within = [
-            c for c in candidates if peak_live_bytes(graph, c[1].groups) <= policy.max_mem_usage
-        ]
+        within = [c for c in candidates if fits(c[1].groups)]
         if not within:
             log.warning("no measured plan fits max_mem_usage; keeping the leanest")
             within = [min(candidates, key=lambda c: peak_live_bytes(graph, c[1].groups))]

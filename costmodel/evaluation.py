@@ -128,7 +128,7 @@ def evaluate_models(
         ktr, rtr, mtr = table_arrays(train)
         Xtr, atr = _features(learned.analytic, ktr, rtr)
         for kind in compare:
-            est = LatencyCorrector(**{**DEFAULT_PARAMS, **(params or {}), "kind": kind})
+            est = LatencyCorrector(**{**(params or DEFAULT_PARAMS), "kind": kind})
             est.fit(Xtr, np.log(mtr / atr))
             others[f"learned_{kind}"] = accuracy(
                 calibrated * np.exp(est.predict(X)), measured, groups

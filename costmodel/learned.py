@@ -316,8 +316,7 @@ def fit_learned(
         "signatures": len(set(frame["signature"])),
         "families": sorted(set(frame["family"])),
         "calibration": cal.to_json() if cal is not None else None,
-        "params": dict(params),
-        **({"selection": cv} if cv else {}),
+        **({"selection": cv} if cv else {}),  # the choice itself is the corrector's params
     }
     return model
 

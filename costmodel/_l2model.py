@@ -3,10 +3,11 @@
 Within a kernel, a stream's block (its ``key`` projection of the tile index, see the
 ``kernel`` module docstring) is requested once per value of the grid letters *not* in its key.
 Consecutive requests for one block are ``gap`` tiles apart in tile order (round robin over
-``cores``): a request in the same wave as the previous one is a *concurrent* hit if the wave's
-per-step working set fits (panel sharing; the core may still wait for the fill in flight); one
-in a later wave hits if the distinct bytes the chip touched in between (the reuse distance)
-fit. The first request of every block is a compulsory miss unless an earlier kernel of the plan
+``cores``): a request in the same wave as the previous one hits if the wave's per-step working
+set fits (panel sharing), and it is a *concurrent* hit, whose core may wait for the fill in
+flight, only in the wave of the block's first request (later waves find the fill landed); one
+in a later wave than the previous request hits if the distinct bytes the chip touched in
+between (the reuse distance) fit. The first request of every block is a compulsory miss unless an earlier kernel of the plan
 left the tensor resident.
 
 Across kernels, :class:`L2Residency` keeps the tensors a plan touched as an LRU by whole
@@ -119,9 +120,9 @@ def load_hit_fractions(
             free.append((gv.steps, np.zeros_like(gv.steps)))
         free += [(gv.extent[x], gv.stride[x]) for x in _TILE_LETTERS if x not in s.key]
         hits = np.zeros_like(gv.steps)
-        concurrent = np.zeros_like(gv.steps)
         reqs = np.ones_like(gv.steps)  # requests per block
         inner_span = np.zeros_like(gv.steps)  # tiles the inner free letters sweep
+        in_wave = np.ones_like(gv.steps)  # requests in the wave of the block's first request
         for n, (ext, stride) in enumerate(free):
             outer = np.ones_like(gv.steps)
             for ext_o, _ in free[n + 1 :]:
@@ -131,18 +132,20 @@ def load_hit_fractions(
             far_ok = _window_bytes(streams, gv, gap) <= capacity
             near = same_wave * fits_wave
             hits = hits + (ext - 1.0) * outer * (near + (1.0 - same_wave) * far_ok)
-            concurrent = concurrent + (ext - 1.0) * outer * near
+            # a sharer waits on the fetch only in the wave of the block's first request: of
+            # this letter's values, about C / stride fall within C tiles of the first (the
+            # next step of the same tile, stride 0, is the same core's and never waits)
+            per_wave = np.clip(gv.cores / np.maximum(stride, 1.0), 1.0, ext)
+            in_wave = in_wave * np.where(stride > 0, per_wave, 1.0)
             reqs = reqs * ext
             inner_span = inner_span + (ext - 1.0) * stride
         first = np.asarray(res, dtype=np.float64) * (capacity > 0)
         # a resident block has no fill in flight: only the part of the tensor that is not in
         # L2 yet has concurrent sharers waiting on another core's fetch
-        out.append(
-            (
-                np.clip((hits + first) / reqs, 0.0, 1.0),
-                np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0),
-            )
-        )
+        hit = np.clip((hits + first) / reqs, 0.0, 1.0)
+        concurrent = (in_wave - 1.0) * fits_wave
+        shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
+        out.append((hit, np.minimum(shared, hit)))
     return out
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -11,10 +13,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
-from costmodel._l2model import GridView, L2Residency, distinct_blocks
+from costmodel._l2model import GridView, L2Residency, distinct_blocks, load_hit_fractions
 from costmodel.analytic import AnalyticConstants, AnalyticModel, batch_of
 from costmodel.exceptions import CostModelError, InfeasibleConfig
-from costmodel.kernel import PIPES, Kernel
+from costmodel.kernel import PIPES, Kernel, StreamBatch
 from costmodel.spec import Target, load_target
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -287,6 +289,79 @@ def test_distinct_blocks_over_a_window_of_tiles() -> None:
     assert distinct_blocks("bij", gv, 24)[0] == 24
     assert distinct_blocks("bj", gv, 8)[0] == pytest.approx(8 * (1 + 7 / 32))
     assert distinct_blocks("", gv, 24)[0] == 1
+
+
+def first_wave_sharers(
+    grid: tuple[int, int, int], steps: int, cores: int, key: str, per: str
+) -> tuple[float, float]:
+    """Oracle by enumerating the schedule (tile t on core t % cores in wave t // cores): the
+    fraction of a stream's requests made by another tile in the wave and at the step of their
+    block's first request, and the most it can be (one request per core and wave)."""
+    nb, ni, nj = grid
+    requests = defaultdict(list)
+    for b, i, j in itertools.product(range(nb), range(ni), range(nj)):
+        tile = (b * ni + i) * nj + j
+        for k in range(steps) if per == "step" else (0,):
+            block = tuple(v for letter, v in zip("bijk", (b, i, j, k), strict=True) if letter in key)
+            requests[block].append((tile // cores, k, tile))
+    total = sum(len(r) for r in requests.values())
+    shared = sum(sum(1 for w, k, _ in r if (w, k) == min(r)[:2]) - 1 for r in requests.values())
+    bound = sum(min(len({t for *_, t in r}), cores) - 1 for r in requests.values())
+    return shared / total, bound / total
+
+
+def shared_fraction(grid: tuple[int, int, int], steps: int, cores: int, key: str, per: str):
+    """The closed form's (hit, concurrent hit) fractions of one load stream, L2 ample."""
+    gv = GridView.of(np.array([grid]), np.array([steps]), np.array([cores]))
+    s = StreamBatch("x", "MTE2", np.array([512]), np.array([512]), key, per)
+    (hit, shared), = load_hit_fractions([s], gv, 1e15, 1.0, [0.0])
+    return float(hit[0]), float(shared[0])
+
+
+@PROPS
+@given(
+    st.tuples(st.integers(1, 3), st.integers(1, 12), st.integers(1, 12)),
+    st.integers(1, 3),
+    st.integers(1, 24),
+    st.sampled_from([("", "tile"), ("", "step"), ("k", "step")]),
+)
+def test_a_block_every_tile_reads_is_waited_for_only_in_its_first_wave(
+    grid: tuple[int, int, int], steps: int, cores: int, stream: tuple[str, str]
+) -> None:
+    # later waves find the fill landed: the old rule (any request in the same wave as the
+    # previous one) made nearly every request of a weight read by all tiles wait on a fill
+    expected, _ = first_wave_sharers(grid, steps, cores, *stream)
+    assert shared_fraction(grid, steps, cores, *stream)[1] == pytest.approx(expected, abs=1e-12)
+
+
+@PROPS
+@given(st.integers(1, 16), st.integers(1, 16), st.integers(1, 4), st.integers(1, 24))
+def test_a_weight_panel_is_shared_concurrently_by_the_first_waves_tiles(
+    rows: int, cols: int, steps: int, cores: int
+) -> None:
+    assume(cols <= cores)  # every panel's first request falls in the first wave
+    expected, _ = first_wave_sharers((1, rows, cols), steps, cores, "kj", "step")
+    assert shared_fraction((1, rows, cols), steps, cores, "kj", "step")[1] == pytest.approx(
+        expected, abs=1e-12
+    )
+
+
+@PROPS
+@given(
+    st.tuples(st.integers(1, 3), st.integers(1, 10), st.integers(1, 10)),
+    st.integers(1, 3),
+    st.integers(1, 24),
+    st.sets(st.sampled_from("bijk")),
+    st.sampled_from(["tile", "step"]),
+)
+def test_concurrent_hits_are_hits_and_at_most_one_per_core_and_wave(
+    grid: tuple[int, int, int], steps: int, cores: int, letters: set[str], per: str
+) -> None:
+    key = "".join(x for x in "bijk" if x in letters and (x != "k" or per == "step"))
+    hit, shared = shared_fraction(grid, steps, cores, key, per)
+    _, bound = first_wave_sharers(grid, steps, cores, key, per)
+    assert 0.0 <= shared <= hit <= 1.0
+    assert shared <= bound + 1e-12
 
 
 def test_residency_is_an_lru_of_whole_tensors() -> None:

@@ -233,11 +233,12 @@ def _transfers(
         conv = spec.nd2nz_rate * c.nd2nz if s.nd2nz else 1.0
         conv *= pair if s.side == "vector" else 1.0
         tm = padded * (1 - h) / (miss_bw * conv)
-        per_hit = np.maximum(1.0 / hit_bw, c.l2_fill_wait / miss_bw)  # concurrent sharers
-        th = padded * ((h - hc) / hit_bw + hc * per_hit) / conv
-        # a concurrent hit waits for the fill another core has in flight: its first byte
-        # comes a (share_latency) GM latency after the request too
-        lat = (1 - h) * gm_lat + hc * share_lat + (h - hc) * l2_lat
+        th = padded * h / (hit_bw * conv)
+        # a concurrent hit reads L2 as the fill another core has in flight lands: its first
+        # byte comes a (share_latency) GM latency after the request, and it completes no
+        # sooner than the fill, the whole block at the miss rate (the port is free meanwhile)
+        wait = np.maximum(padded / (miss_bw * conv) - padded / (hit_bw * conv), 0.0)
+        lat = (1 - h) * gm_lat + hc * (share_lat + c.l2_fill_wait * wait) + (h - hc) * l2_lat
         reps = steps if s.per == "step" else 1.0
         pipe = "MTE2v" if sides and s.side == "vector" else "MTE2c"
         (t.step if s.per == "step" else t.tile)[pipe] += tm + th

@@ -22,7 +22,9 @@ Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, `
                   producer alternates with its consumer; latencies are exposed)
     Loads expose their first-byte latency: a GM latency on a miss, an L2 latency on a hit, and
     on a concurrent hit (a block another core of the wave is fetching, never one already
-    resident) the L2 latency plus ``share_latency`` of the difference.
+    resident) the L2 latency plus ``share_latency`` of the difference, plus ``l2_fill_wait`` of
+    the time the fetching core's fill takes beyond the sharer's own L2 read (the sharer's
+    port is free meanwhile, so this is latency, not transfer time).
 
 Step stages are the per-step MTE2 loads (one pipe per side of a split mixed kernel), MTE1, M,
 per-step FIX stores, V and per-step MTE3 stores. A load moves its burst-padded bytes at
@@ -74,9 +76,10 @@ class AnalyticConstants:
     ``cube`` the cube's cycles-per-step divisor, ...); ``*_latency``, ``head`` and ``gap``
     multiply fixed costs; ``l2_capacity`` scales the usable L2 bytes, ``l2_window`` is how
     many steps of a wave's working set must fit for cores of one wave to share blocks, and
-    ``l2_fill_wait`` is the fraction of a block's miss time a core sharing it concurrently waits
-    for the fill in flight (0: a concurrent sharer hits at the L2 rate) and ``share_latency``
-    where such a sharer's first-byte latency lies between an L2 hit's (0) and a GM miss's (1).
+    ``l2_fill_wait`` is the fraction of the fill in flight a core sharing a block concurrently
+    waits for beyond its own L2 read (0: it completes at the L2 rate; 1: with the fill, the
+    whole block at the miss rate) and ``share_latency`` where such a sharer's first-byte
+    latency lies between an L2 hit's (0) and a GM miss's (1).
     """
 
     hbm: float = 1.0

@@ -477,3 +477,18 @@ def test_waiting_for_fills_in_flight_slows_shared_panels() -> None:
     waiting = AnalyticModel(load_target("ascend910b"), AnalyticConstants(l2_fill_wait=0.5))
     assert waiting.predict([k])[0] > model().predict([k])[0]
     assert waiting.predict([add(1 << 24)])[0] == model().predict([add(1 << 24)])[0]
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_a_sharer_waits_for_the_fill_with_its_port_free(double_buffer: bool) -> None:
+    """Four tiles of a wave read each row panel of a skinny matmul: one fetches it, three
+    wait for that fill. The wait delays them (latency) but keeps no DMA port busy."""
+    k = matmul((24576, 512, 1024), (128, 128, 256), double_buffer=double_buffer)
+    target = load_target("ascend910b")
+    costs = [
+        AnalyticModel(target, AnalyticConstants(l2_fill_wait=w)).evaluate([k])[0]
+        for w in (0.0, 0.5, 1.0)
+    ]
+    assert costs[0].latency_us < costs[1].latency_us < costs[2].latency_us
+    assert costs[0].pipes_us == costs[1].pipes_us == costs[2].pipes_us
+    assert costs[0].hbm_bytes == costs[2].hbm_bytes

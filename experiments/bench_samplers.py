@@ -2,8 +2,10 @@
 each sampler get, and after how many trials is it within 1% (and 2%)?
 
 Same space and the same cost as `optimal`: the bilevel space (fusion booleans, each group at
-its best config) scored by the additive analytic cost. Warm start as in `autotune tune`
-(none, greedy, max enqueued). gp runs only where torch is installed.
+its best config) scored by the additive analytic cost. Warm start and local search as in
+`autotune tune`: none, greedy and max enqueued; every 10 trials, once the best is 10 trials
+old, the cheapest untried block moves and single flips of it. gp runs only where torch is
+installed.
 
     .venv/bin/python experiments/bench_samplers.py --trials 300
 
@@ -87,11 +89,16 @@ def main() -> None:
                     for g in baseline_plan(kind, ctx, oracle).groups
                 ]
                 study.enqueue_trial(space.params_for(part))
+            blocks = space.block_moves()
+
+            def mutant(params, s=space, o=oracle):  # the tuner's scored mutations
+                return plan_cost(s.plan(s.chosen(params)), o)
+
             for _ in range(args.trials // 10):  # the tuner's loop: 10 trials, then local moves
                 study.optimize(
                     lambda t, s=space, o=oracle: plan_cost(s.suggest(t), o), n_trials=10
                 )
-                enqueue_neighbours(study)
+                enqueue_neighbours(study, blocks=blocks, score=mutant)
             values = [t.value for t in study.trials if t.value is not None]
             rows.append(
                 {

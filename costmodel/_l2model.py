@@ -7,8 +7,15 @@ Consecutive requests for one block are ``gap`` tiles apart in tile order (round 
 set fits (panel sharing), and it is a *concurrent* hit, whose core may wait for the fill in
 flight, only in the wave of the block's first request (later waves find the fill landed); one
 in a later wave than the previous request hits if the distinct bytes the chip touched in
-between (the reuse distance) fit. The first request of every block is a compulsory miss unless an earlier kernel of the plan
-left the tensor resident.
+between (the reuse distance) fit. The first request of every block is a compulsory miss unless
+an earlier kernel of the plan left the tensor resident.
+
+The count of a block's requests in its first request's wave assumes that request opens the
+wave: exact for a block every tile reads and for blocks whose free letters are all outer to
+their key letters (a weight panel), an over-count where a free run is inner to a key letter and
+straddles wave boundaries (an activation panel when ``J`` does not divide the cores): over 600
+random grids and keys its mean error against an enumerated schedule is 0.025 of the requests,
+the worst 0.6. Where the L2 is tight the concurrent part is capped at the hit fraction.
 
 Across kernels, :class:`L2Residency` keeps the tensors a plan touched as an LRU by whole
 tensors within the usable L2 capacity; a tensor larger than that streams through and evicts
@@ -109,7 +116,8 @@ def load_hit_fractions(
 
     Returns:
         Per load stream, in stream order: the hit fraction, and the part of it that is a
-        concurrent hit (another core of the same wave fetched the block), each in [0, 1].
+        concurrent hit (another core is fetching the block, in the wave of the block's first
+        request), each in [0, 1].
     """
     loads = [s for s in streams if s.pipe == "MTE2"]
     fits_wave = wave_working_set(streams, gv) * window_steps <= capacity
@@ -133,8 +141,9 @@ def load_hit_fractions(
             near = same_wave * fits_wave
             hits = hits + (ext - 1.0) * outer * (near + (1.0 - same_wave) * far_ok)
             # a sharer waits on the fetch only in the wave of the block's first request: of
-            # this letter's values, about C / stride fall within C tiles of the first (the
-            # next step of the same tile, stride 0, is the same core's and never waits)
+            # this letter's values, C / stride fall within C tiles of the first if that one
+            # opens the wave (see the module docstring); the next step of the same tile,
+            # stride 0, is the same core's and never waits
             per_wave = np.clip(gv.cores / np.maximum(stride, 1.0), 1.0, ext)
             in_wave = in_wave * np.where(stride > 0, per_wave, 1.0)
             reqs = reqs * ext

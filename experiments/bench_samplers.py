@@ -4,8 +4,8 @@ each sampler get, and after how many trials is it within 1% (and 2%)?
 Same space and the same cost as `optimal`: the bilevel space (fusion booleans, each group at
 its best config) scored by the additive analytic cost. Warm start and local search as in
 `autotune tune`: none, greedy and max enqueued; every 10 trials, once the best is 10 trials
-old, the cheapest untried block moves and single flips of it. gp runs only where torch is
-installed.
+old, up to three of the cheapest untried block moves and single flips of it. gp runs only
+where torch is installed.
 
     .venv/bin/python experiments/bench_samplers.py --trials 300
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 import optuna
 from _table import RESULTS, emit  # experiments/_table.py (scripts run from this folder)
@@ -91,7 +92,9 @@ def main() -> None:
                 study.enqueue_trial(space.params_for(part))
             blocks = space.block_moves()
 
-            def mutant(params, s=space, o=oracle):  # the tuner's scored mutations
+            def mutant(
+                params: dict[str, Any], s: SearchSpace = space, o: CostOracle = oracle
+            ) -> float:  # the tuner's scoring of a mutation
                 return plan_cost(s.plan(s.chosen(params)), o)
 
             for _ in range(args.trials // 10):  # the tuner's loop: 10 trials, then local moves

@@ -10,12 +10,12 @@ in a later wave than the previous request hits if the distinct bytes the chip to
 between (the reuse distance) fit. The first request of every block is a compulsory miss unless
 an earlier kernel of the plan left the tensor resident.
 
-The count of a block's requests in its first request's wave assumes that request opens the
-wave: exact for a block every tile reads and for blocks whose free letters are all outer to
-their key letters (a weight panel), an over-count where a free run is inner to a key letter and
-straddles wave boundaries (an activation panel when ``J`` does not divide the cores): over 600
-random grids and keys its mean absolute error against an enumerated schedule is 0.027 of the
-requests, the worst found 0.62. Where the L2 is tight the concurrent part is capped at the hit
+The count of a block's requests in its first request's wave averages over where in its wave
+that first request falls (:func:`_first_wave_requests`): exact for a block every tile reads
+and for a weight panel; over 600 random grids and keys its mean absolute error against an
+enumerated schedule is 0.009 of the requests, the worst found 0.28 (0.027 and 0.57 when every
+first request was taken to open its wave, which made an 8192 matmul's activation panels wait
+half again as often as they do). Where the L2 is tight the concurrent part is capped at the hit
 fraction.
 
 Across kernels, :class:`L2Residency` keeps the tensors a plan touched as an LRU by whole
@@ -131,7 +131,6 @@ def load_hit_fractions(
         hits = np.zeros_like(gv.steps)
         reqs = np.ones_like(gv.steps)  # requests per block
         inner_span = np.zeros_like(gv.steps)  # tiles the inner free letters sweep
-        in_wave = np.ones_like(gv.steps)  # requests in the wave of the block's first request
         for n, (ext, stride) in enumerate(free):
             outer = np.ones_like(gv.steps)
             for ext_o, _ in free[n + 1 :]:
@@ -141,22 +140,60 @@ def load_hit_fractions(
             far_ok = _window_bytes(streams, gv, gap) <= capacity
             near = same_wave * fits_wave
             hits = hits + (ext - 1.0) * outer * (near + (1.0 - same_wave) * far_ok)
-            # a sharer waits on the fetch only in the wave of the block's first request: of
-            # this letter's values, C / stride fall within C tiles of the first if that one
-            # opens the wave (see the module docstring); the next step of the same tile,
-            # stride 0, is the same core's and never waits
-            per_wave = np.clip(gv.cores / np.maximum(stride, 1.0), 1.0, ext)
-            in_wave = in_wave * np.where(stride > 0, per_wave, 1.0)
             reqs = reqs * ext
             inner_span = inner_span + (ext - 1.0) * stride
         first = np.asarray(res, dtype=np.float64) * (capacity > 0)
         # a resident block has no fill in flight: only the part of the tensor that is not in
         # L2 yet has concurrent sharers waiting on another core's fetch
         hit = np.clip((hits + first) / reqs, 0.0, 1.0)
-        concurrent = (in_wave - 1.0) * fits_wave
+        concurrent = (_first_wave_requests(s.key, gv, free) - 1.0) * fits_wave
         shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
         out.append((hit, np.minimum(shared, hit)))
     return out
+
+
+def _first_wave_requests(
+    key: str, gv: GridView, free: Sequence[tuple[np.ndarray, np.ndarray]], points: int = 8
+) -> np.ndarray:
+    """Requests of a block that fall in the wave of its first request, averaged over blocks.
+
+    A block's first request is at tile ``t0`` (its key letters' offsets), ``u = t0 mod C``
+    into its wave, so the requests at offsets below ``C - u`` from it share that wave. The
+    ``t0`` are multiples of the innermost key letter's stride ``g``, so ``u`` runs over
+    multiples of ``gcd(g, C)`` (as many as there are blocks, at most ``C / gcd``); the average
+    is taken at ``points`` of them. Offsets of the free letters nest (tile order: a letter's
+    stride exceeds the span of the letters inside it), so the count below ``X`` is read like
+    a mixed-radix number, outermost letter first; the same core's next step (stride 0) never
+    shares a wave with another core.
+    """
+    cores = gv.cores
+    g = cores.copy()  # no key letter varies: every first request opens a wave
+    blocks = np.ones_like(cores)
+    for letter in reversed(_TILE_LETTERS):  # outermost first: the innermost one wins
+        if letter in key:
+            varies = gv.extent[letter] > 1
+            g = np.where(varies, gv.stride[letter], g)
+            blocks = blocks * gv.extent[letter]
+    gi, ci = g.astype(np.int64), cores.astype(np.int64)
+    starts = np.minimum(blocks, ci // np.gcd(gi, ci)).astype(np.int64)
+    tiles = [(ext, stride) for ext, stride in free if np.any(stride > 0)]
+    inner = []  # offsets of the letters inside each one
+    below = np.ones_like(cores)
+    for ext, stride in tiles:
+        inner.append(below)
+        below = below * np.where(stride > 0, ext, 1.0)
+    total = np.zeros_like(cores)
+    for q in range(points):
+        rest = cores - ((q * starts) // points * gi) % ci  # room left in the wave
+        n = np.zeros_like(cores)
+        for (ext, stride), below in zip(reversed(tiles), reversed(inner), strict=True):
+            whole = np.where(
+                stride > 0, np.minimum(ext, np.floor(rest / np.maximum(stride, 1.0))), 0.0
+            )
+            n = n + whole * below
+            rest = np.where(whole >= ext, 0.0, rest - whole * stride)
+        total = total + n + (rest > 0)  # the request at the prefix reached, if inside
+    return total / points
 
 
 class L2Residency(Mapping[str, float]):

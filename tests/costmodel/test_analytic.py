@@ -343,6 +343,9 @@ def test_a_block_every_tile_reads_is_waited_for_only_in_its_first_wave(
 def test_a_weight_panel_is_shared_concurrently_by_the_first_waves_tiles(
     rows: int, cols: int, steps: int, cores: int
 ) -> None:
+    # the closed form averages over 8 of the panels' offsets in a wave: exact when their
+    # number (min(cols, cores) here) divides 8
+    assume(8 % min(cols, cores) == 0)
     expected, _ = first_wave_sharers((1, rows, cols), steps, cores, "kj", "step")
     assert shared_fraction((1, rows, cols), steps, cores, "kj", "step")[1] == pytest.approx(
         expected, abs=1e-12
@@ -365,6 +368,23 @@ def test_concurrent_hits_are_hits_and_at_most_one_per_core_and_wave(
     _, bound = first_wave_sharers(grid, steps, cores, key, per)
     assert 0.0 <= shared <= hit <= 1.0
     assert shared <= bound + 1e-12
+
+
+def test_first_wave_sharing_is_close_to_the_enumerated_schedule_on_average() -> None:
+    """Every key over a fixed set of small grids and core counts: the closed form's
+    concurrent fraction against the enumeration (the old rule, every first request opening
+    its wave, is 0.023 off on average here, 0.54 at worst; this one 0.003 and 0.13)."""
+    errors = []
+    for grid in itertools.product((1, 3), (1, 5, 8), (1, 3, 7)):
+        for cores, steps, per in itertools.product((4, 9, 24), (1, 3), ("tile", "step")):
+            for n in range(16):
+                key = "".join(x for x, bit in zip("bijk", f"{n:04b}", strict=True) if bit == "1")
+                if per == "tile" and "k" in key:
+                    continue
+                expected, _ = first_wave_sharers(grid, steps, cores, key, per)
+                errors.append(abs(shared_fraction(grid, steps, cores, key, per)[1] - expected))
+    assert np.mean(errors) < 0.01
+    assert np.max(errors) < 0.2
 
 
 def test_residency_is_an_lru_of_whole_tensors() -> None:

@@ -146,15 +146,13 @@ def load_hit_fractions(
         # a resident block has no fill in flight: only the part of the tensor that is not in
         # L2 yet has concurrent sharers waiting on another core's fetch
         hit = np.clip((hits + first) / reqs, 0.0, 1.0)
-        concurrent = (_first_wave_requests(s.key, gv, free) - 1.0) * fits_wave
+        concurrent = (_first_wave_requests(s.key, gv) - 1.0) * fits_wave
         shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
         out.append((hit, np.minimum(shared, hit)))
     return out
 
 
-def _first_wave_requests(
-    key: str, gv: GridView, free: Sequence[tuple[np.ndarray, np.ndarray]], points: int = 8
-) -> np.ndarray:
+def _first_wave_requests(key: str, gv: GridView, points: int = 8) -> np.ndarray:
     """Requests of a block that fall in the wave of its first request, averaged over blocks.
 
     A block's first request is at tile ``t0`` (its key letters' offsets), ``u = t0 mod C``
@@ -163,8 +161,8 @@ def _first_wave_requests(
     multiples of ``gcd(g, C)`` (as many as there are blocks, at most ``C / gcd``); the average
     is taken at ``points`` of them. Offsets of the free letters nest (tile order: a letter's
     stride exceeds the span of the letters inside it), so the count below ``X`` is read like
-    a mixed-radix number, outermost letter first; the same core's next step (stride 0) never
-    shares a wave with another core.
+    a mixed-radix number, outermost letter first; the same core's next steps are never in
+    another core's wave, so only the tile letters count.
     """
     cores = gv.cores
     g = cores.copy()  # no key letter varies: every first request opens a wave
@@ -176,20 +174,19 @@ def _first_wave_requests(
             blocks = blocks * gv.extent[letter]
     gi, ci = g.astype(np.int64), cores.astype(np.int64)
     starts = np.minimum(blocks, ci // np.gcd(gi, ci)).astype(np.int64)
-    tiles = [(ext, stride) for ext, stride in free if np.any(stride > 0)]
-    inner = []  # offsets of the letters inside each one
+    free = [x for x in _TILE_LETTERS if x not in key]  # innermost first
+    inner = []  # offsets of the free letters inside each one
     below = np.ones_like(cores)
-    for ext, stride in tiles:
+    for letter in free:
         inner.append(below)
-        below = below * np.where(stride > 0, ext, 1.0)
+        below = below * gv.extent[letter]
     total = np.zeros_like(cores)
     for q in range(points):
         rest = cores - ((q * starts) // points * gi) % ci  # room left in the wave
         n = np.zeros_like(cores)
-        for (ext, stride), below in zip(reversed(tiles), reversed(inner), strict=True):
-            whole = np.where(
-                stride > 0, np.minimum(ext, np.floor(rest / np.maximum(stride, 1.0))), 0.0
-            )
+        for letter, below in zip(reversed(free), reversed(inner), strict=True):
+            ext, stride = gv.extent[letter], gv.stride[letter]
+            whole = np.minimum(ext, np.floor(rest / stride))
             n = n + whole * below
             rest = np.where(whole >= ext, 0.0, rest - whole * stride)
         total = total + n + (rest > 0)  # the request at the prefix reached, if inside

@@ -232,12 +232,12 @@ def _transfers(
         padded = _padded(spec, s)
         conv = spec.nd2nz_rate * c.nd2nz if s.nd2nz else 1.0
         conv *= pair if s.side == "vector" else 1.0
-        tm = padded * (1 - h) / (miss_bw * conv)
-        th = padded * h / (hit_bw * conv)
+        fill, read = padded / (miss_bw * conv), padded / (hit_bw * conv)  # the whole block
+        tm, th = fill * (1 - h), read * h
         # a concurrent hit reads L2 as the fill another core has in flight lands: its first
         # byte comes a (share_latency) GM latency after the request, and it completes no
-        # sooner than the fill, the whole block at the miss rate (the port is free meanwhile)
-        wait = np.maximum(padded / (miss_bw * conv) - padded / (hit_bw * conv), 0.0)
+        # sooner than the fill (the port is free meanwhile)
+        wait = np.maximum(fill - read, 0.0)
         lat = (1 - h) * gm_lat + hc * (share_lat + c.l2_fill_wait * wait) + (h - hc) * l2_lat
         reps = steps if s.per == "step" else 1.0
         pipe = "MTE2v" if sides and s.side == "vector" else "MTE2c"

@@ -77,6 +77,13 @@ def tune(
     retrain_every: Annotated[
         int, typer.Option("--retrain-every", help="Refit the learned model every K rows.")
     ] = 32,
+    polish: Annotated[
+        int,
+        typer.Option(
+            help="At the end, descend in the model from the N best trials and measure each "
+            "end (0: off)."
+        ),
+    ] = 1,
     dataset: Annotated[
         Path | None,
         typer.Option(help="Parquet file the measured kernels go to (default: beside storage)."),
@@ -144,6 +151,7 @@ def tune(
         cost=cost,
         cost_model_file=str(cost_model_file) if cost_model_file else None,
         retrain_every=retrain_every,
+        polish=polish,
         dataset=str(dataset) if dataset else None,
         policy=policy,
     )

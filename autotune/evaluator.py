@@ -124,6 +124,15 @@ class Evaluator:
             self._scores[key] = float(self.model.predict(self.kernels(plan)).sum())
         return self._scores[key]
 
+    def prior_score(self, plan: SpacePlan) -> float:
+        """Predicted latency (us) of the plan under the calibrated analytic model: the learned
+        model's prior (its correction left out), or the study's model when that is analytic.
+        Never refits, so it is cached by plan alone."""
+        key = (plan.key(), "prior")
+        if key not in self._scores:
+            self._scores[key] = float(self.residency_model.predict(self.kernels(plan)).sum())
+        return self._scores[key]
+
     def measure(self, plan: SpacePlan) -> float:
         """Simulated latency (us) of the plan; its kernels become dataset rows."""
         key = plan.key()

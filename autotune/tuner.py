@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 
 from costmodel.analytic import AnalyticModel
+from costmodel.learned import LearnedModel
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target, load_target
 from search_space.baselines import baseline_plan
@@ -31,13 +32,22 @@ from search_space.space import SpacePlan, build_space, peak_live_bytes
 
 from .evaluator import COSTS, Evaluator, make_study_model
 from .exceptions import AutotuneError
-from .study import SAMPLERS, enqueue_neighbours, knee, make_sampler, open_storage, picked
+from .study import (
+    SAMPLERS,
+    descend,
+    enqueue_neighbours,
+    knee,
+    make_sampler,
+    open_storage,
+    picked,
+)
 
 __all__ = ["SAMPLERS", "TuneConfig", "TuneResult", "open_storage", "tune_graph"]
 
 log = logging.getLogger(__name__)
 OBJECTIVES = ("latency", "latency,memory")
 RESCORE = 15  # after a refit, the best trials by stored value re-ranked by the model as it is
+DESCENT = 8  # moves a descent in the model alone may make (local search, hedge, polish)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class TuneConfig:
     cost: str = "learned"
     cost_model_file: str | None = None
     retrain_every: int = 32
+    polish: int = 1
     dataset: str | None = None
     policy: Policy = field(default_factory=Policy)
 
@@ -160,6 +171,8 @@ def tune_graph(
         )
     if config.trials < 1 or config.measure_every < 1 or config.measure_top < 1:
         raise AutotuneError("--trials and --measure-every must be >= 1 (and measure_top >= 1)")
+    if config.polish < 0:
+        raise AutotuneError(f"--polish must be >= 0, but got {config.polish}")
     if config.retrain_every < 1:
         raise AutotuneError(f"--retrain-every must be >= 1, but got {config.retrain_every}")
     if config.cost not in COSTS:
@@ -229,9 +242,9 @@ def tune_graph(
             trial.set_constraint("max_mem_usage", memory - policy.max_mem_usage)
         return (latency, memory / 1e6) if multi else latency
 
-    # plan key -> (simulated us, the plan as measured, trial number). The plan itself is kept:
+    # plan key -> (simulated us, the plan as measured, where from). The plan itself is kept:
     # replaying a bilevel trial after a refit may pick other configs than the ones measured
-    measured: dict[str, tuple[float, SpacePlan, int]] = {}
+    measured: dict[str, tuple[float, SpacePlan, str]] = {}
     replayed: set[int] = set()
 
     def replay(t: optuna.trial.FrozenTrial) -> SpacePlan:
@@ -249,7 +262,7 @@ def tune_graph(
         by_value = sorted(trials, key=lambda t: t.values[0])
         return sorted(by_value[:RESCORE], key=now) + by_value[RESCORE:]
 
-    def measure_best() -> None:
+    def measure_best(hedging: bool = True) -> None:
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         ranked = (
             current_order(complete)
@@ -264,10 +277,16 @@ def tune_graph(
             plan = replay(t)
             if plan.key() in measured:
                 continue
-            measured[plan.key()] = (ev.measure(plan), plan, t.number)
+            measured[plan.key()] = (ev.measure(plan), plan, f"trial {t.number}")
             fresh += 1
             if fresh >= config.measure_top:
                 break
+        if hedge and hedging and ranked:  # where the prior's descent from the incumbent ends
+            end, _ = descend(ranked[0].params, prior_cost, blocks, DESCENT, config.seed)
+            plan = space.plan(space.chosen(end))
+            if plan.key() not in measured and fits(plan.groups):
+                label = f"trial {ranked[0].number}, descended by the prior"
+                measured[plan.key()] = (ev.measure(plan), plan, label)
         if ev.retrain():
             oracle.refresh()  # bilevel configs follow the refitted model
 
@@ -286,6 +305,18 @@ def tune_graph(
         plan = space.plan(space.chosen(params))
         return ev.score(plan) if fits(plan.groups) else math.inf
 
+    def prior_cost(params: dict[str, Any]) -> float:
+        """As :func:`mutant_cost`, under the calibrated analytic model (the learned model's
+        prior, which its correction may mislead far from the rows it was fitted on)."""
+        plan = space.plan(space.chosen(params))
+        return ev.prior_score(plan) if fits(plan.groups) else math.inf
+
+    # a learned study hedges: where its prior's descents end is measured too (extra
+    # simulator runs, no trial), so a correction that steers the walk away from a good
+    # grouping is tested and, through the refit, mended
+    hedge = isinstance(ev.model, LearnedModel) and not multi
+    costs = [mutant_cost, prior_cost] if hedge else [mutant_cost]
+
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1
         if trial.state == optuna.trial.TrialState.COMPLETE and trial.values:
@@ -296,10 +327,33 @@ def tune_graph(
             complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
             best = current_order(complete)[0] if complete else None
             enqueue_neighbours(
-                study, blocks=blocks, seed=config.seed, incumbent=best, score=mutant_cost
+                study,
+                blocks=blocks,
+                seed=config.seed,
+                incumbent=best,
+                score=mutant_cost,
+                depth=DESCENT,
             )
         if progress is not None:
             progress(int(state["n"]), state["best"])
+
+    def polish() -> None:
+        """The final polish: from each of the ``config.polish`` best trials under the model as
+        it is now, a descent in the model alone (and in the prior, for a learned study; no
+        trial spent); each end that is a new plan within the memory limit is measured. The
+        last local-search round may come too late for the walk to follow it, and the refitted
+        model knows most about the plans near the best."""
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        tops = [t for t in current_order(complete) if "plan_key" in t.user_attrs]
+        for t in tops[: config.polish]:
+            for cost in costs:
+                start = t.params
+                end, _ = descend(start, cost, blocks, DESCENT, config.seed)
+                plan = space.plan(space.chosen(end))
+                if end is start or plan.key() in measured or not fits(plan.groups):
+                    continue
+                by = "" if cost is mutant_cost else " by the prior"
+                measured[plan.key()] = (ev.measure(plan), plan, f"trial {t.number}, descended{by}")
 
     interrupted = False
     try:
@@ -313,11 +367,11 @@ def tune_graph(
     except KeyboardInterrupt:
         interrupted = True
         log.warning("interrupted: writing the best plan found so far")
-    measure_best()
+    measure_best(hedging=False)  # the polish below hedges at the end
+    if not multi and not interrupted:
+        polish()
+    candidates: list[tuple[float, SpacePlan, str]] = list(measured.values())
     base_us = {k: ev.measure(baselines[k]) for k in ("none", "greedy")}
-    candidates: list[tuple[float, SpacePlan, str]] = [
-        (us, plan, f"trial {n}") for us, plan, n in measured.values()
-    ]
     candidates.append((base_us["greedy"], baselines["greedy"], "greedy"))
     max_plan = baselines["max"]
     candidates.append((ev.measure(max_plan), max_plan, "max"))
@@ -327,7 +381,7 @@ def tune_graph(
     best_trial = min(measured.values(), key=lambda m: m[0], default=None)
     regroup = [("greedy groups", baselines["greedy"].groups), ("max groups", max_plan.groups)]
     if best_trial is not None:
-        regroup.append((f"trial {best_trial[2]} groups", best_trial[1].groups))
+        regroup.append((f"{best_trial[2]}: groups", best_trial[1].groups))
     if multi or interrupted:
         regroup = []  # a Pareto pick replaces every candidate below; Ctrl-C wants out now
     regroup = [r for r in regroup if fits(r[1])]  # never simulate a plan the limit will drop
@@ -373,6 +427,9 @@ def tune_graph(
         "strategy": config.strategy,
         "seed": config.seed,
         "source": source,
+        "candidates": [
+            {"source": c[2], "measured_us": c[0], "kernels": len(c[1].groups)} for c in candidates
+        ],
         "baseline_us": base_us,
         "baseline_predicted_us": {k: ev.score(baselines[k]) for k in ("none", "greedy")},
         "objective": config.objective,

@@ -4,8 +4,9 @@ each sampler get, and after how many trials is it within 1% (and 2%)?
 Same space and the same cost as `optimal`: the bilevel space (fusion booleans, each group at
 its best config) scored by the additive analytic cost. Warm start and local search as in
 `autotune tune`: none, greedy and max enqueued; every 10 trials, once the best is 10 trials
-old, up to three of the cheapest untried block moves and single flips of it. gp runs only
-where torch is installed.
+old, up to three of the cheapest untried block moves and single flips of it, the first of them
+replaced by where a descent in the model from the cheapest one ends (up to `DESCENT` moves).
+gp runs only where torch is installed.
 
     .venv/bin/python experiments/bench_samplers.py --trials 300
 
@@ -22,6 +23,7 @@ import optuna
 from _table import RESULTS, emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.study import enqueue_neighbours, make_sampler
+from autotune.tuner import DESCENT
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
@@ -101,7 +103,7 @@ def main() -> None:
                 study.optimize(
                     lambda t, s=space, o=oracle: plan_cost(s.suggest(t), o), n_trials=10
                 )
-                enqueue_neighbours(study, blocks=blocks, score=mutant)
+                enqueue_neighbours(study, blocks=blocks, score=mutant, depth=DESCENT)
             values = [t.value for t in study.trials if t.value is not None]
             rows.append(
                 {

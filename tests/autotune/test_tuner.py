@@ -9,8 +9,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from autotune.exceptions import AutotuneError
+from autotune.study import descend, enqueue_neighbours
 from autotune.tuner import TuneConfig, tune_graph
 from autotune.zoo import build
 from search_space import load_graph
@@ -284,6 +287,40 @@ def test_a_dataset_path_in_a_missing_folder_fails_before_the_study(tmp_path) -> 
     assert not list(tmp_path.iterdir())  # no journal, no plan
 
 
+def test_the_answer_is_the_best_measured_candidate(graph, tmp_path) -> None:
+    """Every plan measured as a candidate is listed with its simulated latency; the answer is
+    the cheapest of them (before safe mode, off here)."""
+    from search_space.policy import Policy
+
+    cfg = _cfg(tmp_path, study="cands", trials=8, policy=Policy(safe_mode=False))
+    result = tune_graph(graph, cfg, name="bert")
+    cands = result.plan.meta["candidates"]
+    assert {"greedy", "max"} <= {c["source"] for c in cands}
+    assert result.best_latency_us == min(c["measured_us"] for c in cands)
+    assert result.plan.meta["source"] in {c["source"] for c in cands}
+
+
+@pytest.mark.parametrize("cost", ["learned", "analytic"])
+def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monkeypatch, cost):
+    """A learned study also measures the end of a descent under its prior (the calibrated
+    analytic model) from the incumbent, and from its best trials at the end; an analytic
+    study has no prior to hedge with. The prior here is replaced by the kernel count, so
+    each such descent must end on fewer kernels than the trial it started from."""
+    from autotune.evaluator import Evaluator
+    from search_space.policy import Policy
+
+    monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: float(len(plan.groups)))
+    cfg = _cfg(tmp_path, study="prior", trials=8, cost=cost, policy=Policy(safe_mode=False))
+    cands = tune_graph(graph, cfg, name="bert").plan.meta["candidates"]
+    kernels = {c["source"]: c["kernels"] for c in cands}
+    hedged = [c for c in cands if c["source"].endswith("descended by the prior")]
+    assert bool(hedged) == (cost == "learned")
+    for c in hedged:
+        start = c["source"].split(",")[0]  # "trial N"
+        if start in kernels:  # the start itself was measured (the incumbent is, first)
+            assert c["kernels"] < kernels[start]
+
+
 def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, tmp_path):
     """`estimate --plan max` is the max grouping with the calibrated analytic model's tiles;
     the learned study measures that plan too, so it can only end at or below it."""
@@ -347,7 +384,6 @@ def test_local_search_switches_a_whole_block_on_before_single_flips(numeric: boo
     """Once the incumbent is stale, the first mutation fuses every class of the first block
     it leaves partly unfused (a pattern pays off only whole), then single flips follow; no
     mutation repeats a trial and the values keep the parameter's type (bool or 0/1)."""
-    from autotune.study import enqueue_neighbours
 
     on, off = (1, 0) if numeric else (True, False)
     names = [f"c{i}" for i in range(8)]
@@ -372,7 +408,6 @@ def test_local_search_switches_a_whole_block_on_before_single_flips(numeric: boo
 
 
 def test_local_search_waits_while_the_sampler_improves_and_its_flips_follow_the_seed() -> None:
-    from autotune.study import enqueue_neighbours
 
     names = [f"c{i:02d}" for i in range(40)]
     best = {f"fuse/{n}": False for n in names}
@@ -389,7 +424,6 @@ def test_local_search_waits_while_the_sampler_improves_and_its_flips_follow_the_
 def test_local_search_mutates_the_incumbent_it_is_given() -> None:
     """The tuner passes the best trial under the model as it is now (a refit may reorder the
     trials): the mutations are of that trial, and its age decides whether the study stalled."""
-    from autotune.study import enqueue_neighbours
 
     names = [f"c{i}" for i in range(6)]
     a = {f"fuse/{n}": False for n in names}
@@ -404,7 +438,6 @@ def test_local_search_mutates_the_incumbent_it_is_given() -> None:
 def test_local_search_with_a_score_enqueues_the_cheapest_mutations() -> None:
     """Given the study model's cost of a mutation, the local search spends its trials on the
     cheapest untried ones, whatever the default order (blocks first) says."""
-    from autotune.study import enqueue_neighbours
 
     names = [f"c{i}" for i in range(8)]
     best = {f"fuse/{n}": False for n in names}
@@ -427,10 +460,89 @@ def test_local_search_with_a_score_enqueues_the_cheapest_mutations() -> None:
     assert len(scored) == 2 + 7  # both blocks and every untried flip, each scored once
 
 
+def _linear(weights: list[float]):
+    """A cost linear in the fusion bits: its minimum is every bit with a negative weight on."""
+    return lambda p: sum(w for w, k in zip(weights, sorted(p), strict=True) if p[k])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-4, 4).filter(lambda w: abs(w) > 1e-3), min_size=2, max_size=9),
+    st.data(),
+)
+def test_the_descent_in_the_model_ends_at_its_optimum_and_spends_one_trial_there(
+    weights: list[float], data: st.DataObject
+) -> None:
+    """Under a cost linear in the bits, steepest descent with room for every move reaches the
+    brute-force minimum: it takes the first trial, the rest go to the cheapest single flips
+    of the incumbent, and no trial is spent on the way."""
+    names = [f"fuse/c{i}" for i in range(len(weights))]
+    bits = data.draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
+    best = dict(zip(names, bits, strict=True))
+    optimum = {k: w < 0 for k, w in zip(names, weights, strict=True)}
+    assume(optimum != best)
+    cost = _linear(weights)
+    study = _stalled_study([best] * 4, [1.0] * 4)
+    assert enqueue_neighbours(study, limit=3, stall=3, score=cost, depth=len(names)) <= 3
+    queued = _queued(study)
+    assert queued[0] == optimum
+    flips = [f for f in ({**best, k: not best[k]} for k in names) if f != optimum]
+    assert all(f in flips for f in queued[1:])  # single flips (ties may be broken either way)
+    cheapest = sorted(cost(f) for f in flips)[: len(queued) - 1]
+    assert [cost(f) for f in queued[1:]] == pytest.approx(cheapest)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-4, 4).filter(lambda w: abs(w) > 1e-3), min_size=1, max_size=9),
+    st.data(),
+)
+def test_descend_reaches_the_minimum_of_a_linear_cost_and_never_climbs(
+    weights: list[float], data: st.DataObject
+) -> None:
+    """With room for every move, steepest descent on a cost linear in the bits ends at the
+    brute-force minimum, with that minimum's cost; with no room it stays put."""
+    names = [f"fuse/c{i}" for i in range(len(weights))]
+    bits = data.draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
+    start = dict(zip(names, bits, strict=True))
+    cost = _linear(weights)
+    end, value = descend(start, cost, depth=len(names))
+    assert end == {k: w < 0 for k, w in zip(names, weights, strict=True)}
+    assert value == pytest.approx(cost(end)) and value <= cost(start)
+    assert descend(start, cost, depth=0) == (start, cost(start))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_the_descent_stops_after_depth_moves(depth: int) -> None:
+    """The descent's end is at most ``depth`` moves past the cheapest mutation."""
+    names = [f"fuse/c{i}" for i in range(8)]
+    best = dict.fromkeys(names, False)
+    study = _stalled_study([best] * 4, [1.0] * 4)
+    enqueue_neighbours(study, limit=2, stall=3, score=_linear([-1.0] * 8), depth=depth)
+    assert sum(_queued(study)[0].values()) == 1 + depth
+
+
+def test_without_a_cheaper_move_the_descent_changes_nothing() -> None:
+    """When no move from the cheapest mutation lowers the score, the trials enqueued are the
+    ones the plain scored local search picks."""
+    names = [f"fuse/c{i}" for i in range(6)]
+    best = dict.fromkeys(names, False)
+
+    def away(p: dict) -> float:  # every move away from the incumbent costs more
+        return float(sum(p.values()))
+
+    picks = []
+    for depth in (0, 5):
+        study = _stalled_study([best] * 4, [1.0] * 4)
+        enqueue_neighbours(study, limit=3, stall=3, score=away, depth=depth)
+        picks.append(_queued(study))
+    assert picks[0] == picks[1]
+    assert len(picks[0]) == 3
+
+
 def test_local_search_never_enqueues_a_mutation_scored_inf() -> None:
     """A mutation scored ``inf`` (the tuner's score for one over the memory limit) takes no
     trial, even when fewer than ``limit`` mutations are left."""
-    from autotune.study import enqueue_neighbours
 
     names = [f"c{i}" for i in range(6)]
     best = {f"fuse/{n}": False for n in names}

@@ -160,8 +160,9 @@ def enqueue_neighbours(
     n_names = sum(1 for n in best.params if n.startswith("fuse/"))
     fresh = []
     for params in _mutations(best.params, blocks, rng.permutation(n_names)):
-        if _key(params) not in seen:
-            seen.add(_key(params))
+        key = _key(params)
+        if key not in seen:
+            seen.add(key)
             fresh.append(params)
     if score is not None:
         costs = [score(p) for p in fresh]

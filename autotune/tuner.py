@@ -282,11 +282,7 @@ def tune_graph(
             if fresh >= config.measure_top:
                 break
         if hedge and hedging and ranked:  # where the prior's descent from the incumbent ends
-            end, _ = descend(ranked[0].params, prior_cost, blocks, DESCENT, config.seed)
-            plan = space.plan(space.chosen(end))
-            if plan.key() not in measured and fits(plan.groups):
-                label = f"trial {ranked[0].number}, descended by the prior"
-                measured[plan.key()] = (ev.measure(plan), plan, label)
+            measure_descent(ranked[0], prior_cost)
         if ev.retrain():
             oracle.refresh()  # bilevel configs follow the refitted model
 
@@ -316,6 +312,17 @@ def tune_graph(
     # grouping is tested and, through the refit, mended
     hedge = isinstance(ev.model, LearnedModel) and not multi
     costs = [mutant_cost, prior_cost] if hedge else [mutant_cost]
+
+    def measure_descent(t: optuna.trial.FrozenTrial, cost: Callable[..., float]) -> None:
+        """Measure where a descent under ``cost`` from trial ``t`` ends, unless it did not
+        move, its plan was measured already or it is over the memory limit."""
+        start = t.params
+        end, _ = descend(start, cost, blocks, DESCENT, config.seed)
+        plan = space.plan(space.chosen(end))
+        if end is start or plan.key() in measured or not fits(plan.groups):
+            return
+        by = "" if cost is mutant_cost else " by the prior"
+        measured[plan.key()] = (ev.measure(plan), plan, f"trial {t.number}, descended{by}")
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1
@@ -347,13 +354,7 @@ def tune_graph(
         tops = [t for t in current_order(complete) if "plan_key" in t.user_attrs]
         for t in tops[: config.polish]:
             for cost in costs:
-                start = t.params
-                end, _ = descend(start, cost, blocks, DESCENT, config.seed)
-                plan = space.plan(space.chosen(end))
-                if end is start or plan.key() in measured or not fits(plan.groups):
-                    continue
-                by = "" if cost is mutant_cost else " by the prior"
-                measured[plan.key()] = (ev.measure(plan), plan, f"trial {t.number}, descended{by}")
+                measure_descent(t, cost)
 
     interrupted = False
     try:

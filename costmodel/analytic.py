@@ -54,7 +54,7 @@ from ._l2model import L2Residency
 from ._pipeline import Breakdown, bound, score
 from .base import CostModel, KernelCost
 from .exceptions import CostModelError, InfeasibleConfig
-from .kernel import Kernel, KernelBatch
+from .kernel import Kernel, KernelBatch, handoffs
 from .spec import Target
 
 __all__ = [
@@ -258,16 +258,14 @@ class AnalyticModel(CostModel):
                     if s.pipe == "MTE2"
                 ]
             )
-            for s in kernel.streams:
-                l2.touch(s.tensor, tensor_bytes(s, kernel))
+            _touch(l2, kernel)
         return out
 
     def residency_after(self, kernels: Sequence[Kernel]) -> L2Residency:
         """What the plan ``kernels`` leaves in L2 (to score the next group's configs)."""
         l2 = L2Residency(self._capacity)
         for kernel in kernels:
-            for s in kernel.streams:
-                l2.touch(s.tensor, tensor_bytes(s, kernel))
+            _touch(l2, kernel)
         return l2
 
     @property
@@ -283,6 +281,14 @@ class AnalyticModel(CostModel):
             hbm_bytes=float(b.hbm_bytes[row]),
             l2_hit_rate=float(b.hit_rate[row]),
         )
+
+
+def _touch(l2: L2Residency, kernel: Kernel) -> None:
+    """Record a kernel's tensors in the plan's L2, but not its hand-offs (a workspace)."""
+    skip = handoffs(kernel.streams)
+    for s in kernel.streams:
+        if s.tensor not in skip:
+            l2.touch(s.tensor, tensor_bytes(s, kernel))
 
 
 def calibrated_constants(target: Target) -> AnalyticConstants:

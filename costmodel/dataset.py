@@ -39,7 +39,7 @@ __all__ = [
     "write_table",
 ]
 
-SIMULATOR_VERSION = "sim-2"  # sim-2: per-step stores, prologue hand-offs waited for
+SIMULATOR_VERSION = "sim-3"  # sim-3: hand-offs hit L2 and take no lines (a small workspace)
 TABLE_SCHEMA = 1
 PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
 REQUIRED_COLUMNS = (

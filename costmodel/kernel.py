@@ -19,8 +19,11 @@ which the analytic model and the simulator both implement:
   cube has read step ``k - slots`` back (a workspace of ``slots`` blocks). A vector side with
   both a prologue and an epilogue runs them in program order: a tile's steps, then its
   epilogue (whose hand-off loads come after the steps), then the next tile's steps.
-* a store of a tensor the kernel also loads is a hand-off: it lives in L2 and is never
-  written back to HBM.
+* a store of a tensor the kernel also loads is a hand-off: it goes through a workspace of a
+  few blocks per core that stays in L2, is never written back to HBM, and takes no L2 room
+  from other tensors; its loads hit L2, also those of a side that does not wait for the store
+  (attention's cube reads the probabilities without a per-step sync, see
+  :func:`prologue_handoffs`).
 * after the last step: ``FIX`` stores the per-tile FIX streams (L0C -> GM); ``V`` runs
   ``vector_cycles_tile`` (the epilogue); ``MTE3`` stores the per-tile MTE3 streams (UB -> GM).
   L0C holds the tile's whole ``base_m x base_n`` fp32 accumulator in a single slot, so the next
@@ -72,6 +75,7 @@ __all__ = [
     "KernelConfig",
     "Stream",
     "StreamBatch",
+    "handoffs",
     "prologue_handoffs",
 ]
 
@@ -282,6 +286,13 @@ class KernelBatch:
             compulsory_bytes=self.compulsory_bytes,
             signature=self.signature,
         )
+
+
+def handoffs(streams: Sequence[Stream] | Sequence[StreamBatch]) -> set[str]:
+    """Tensors a kernel both stores and loads: its hand-offs, which live in a small L2
+    workspace (the module docstring) and so leave nothing resident for later kernels."""
+    loaded = {s.tensor for s in streams if s.pipe == "MTE2"}
+    return {s.tensor for s in streams if s.pipe != "MTE2" and s.tensor in loaded}
 
 
 def prologue_handoffs(streams: Sequence[Stream] | Sequence[StreamBatch]) -> set[str]:

@@ -71,13 +71,14 @@ def can_represent(prog: Program, l2: L2Cache) -> bool:
         for s in loads:
             if s.sharing == "shared":
                 return False
-            f = 1.0 if s.handoff or s.readback else l2.resident_fraction(s.tid, sizes[s.tid])
+            handoff = s.handoff or s.readback or s.tid in l2.handoffs
+            f = 1.0 if handoff else l2.resident_fraction(s.tid, sizes[s.tid])
             if s.sharing == "broadcast":
                 if f < 1.0 and 16 * s.nbytes * (side.steps if s.per_step else 1) > per_tile:
                     return False
             elif 0.0 < f < 1.0:
                 return False
-            elif not (s.handoff or s.readback):
+            elif not handoff:
                 resident = resident or f == 1.0
     return not resident or sum(prog.own_bytes) <= l2.capacity * l2.chunk
 
@@ -87,7 +88,7 @@ def _uniform_residency(prog: Program, l2: L2Cache) -> bool:
     for side in prog.sides:
         for s in side.loads_tile + side.loads_step:
             if (
-                not (s.handoff or s.readback)
+                not (s.handoff or s.readback or s.tid in l2.handoffs)
                 and 0.0 < l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0
             ):
                 return False

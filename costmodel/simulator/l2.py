@@ -7,6 +7,11 @@ its 63 KB neighbourhood look resident. Loads that miss fill their sectors and le
 mark naming the transfer that fetches them: a later load of those sectors hits L2 but cannot
 complete before the fill does (miss merging, as an L2's MSHRs do). Stores write-allocate.
 The cache lives for a whole plan, so a kernel finds what the previous one wrote.
+
+A kernel's hand-offs (tensors it stores and loads back, ``handoffs``) pass through a workspace
+of a few blocks per core, not through the tensor's own addresses: their loads hit and neither
+they nor their stores take or evict lines (the workspace is small next to the L2; giving it
+the whole tensor's footprint evicted the operands it feeds).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class L2Cache:
         # key -> [valid mask, pending mask, pending transfer]
         self.lines: OrderedDict[int, list[Any]] = OrderedDict()
         self.touched: set[int] | None = None
+        self.handoffs: frozenset[int] = frozenset()  # the running kernel's, set by its compile
         self._tids: dict[str, int] = {}
 
     # -- identity ------------------------------------------------------------------------------
@@ -74,6 +80,8 @@ class L2Cache:
         """
         if not self.enabled or hi <= lo:
             return 0.0, []
+        if tid in self.handoffs:
+            return 1.0, []
         lines = self.lines
         chunk = self.chunk
         touched = self.touched
@@ -110,7 +118,7 @@ class L2Cache:
 
     def store(self, tid: int, lo: float, hi: float) -> None:
         """Write-allocate ``[lo, hi)`` (also used to replay accesses without timing)."""
-        if not self.enabled or hi <= lo:
+        if not self.enabled or hi <= lo or tid in self.handoffs:
             return
         lines = self.lines
         chunk = self.chunk

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ..exceptions import CostModelError
-from ..kernel import Kernel, Stream, prologue_handoffs
+from ..kernel import Kernel, Stream, handoffs, prologue_handoffs
 from ..spec import HardwareSpec
 from .l2 import L2Cache
 
@@ -135,6 +135,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
     aiv = max(1, spec.vector_cores // max(1, spec.cube_cores)) if mixed and spec.is_split else 1
     fix_tensors = {s.tensor for s in kernel.streams if s.pipe == "FIX" and s.side == "cube"}
     loaded = {s.tensor for s in kernel.streams if s.pipe == "MTE2"}
+    l2.handoffs = frozenset(l2.tid(t) for t in handoffs(kernel.streams))
     fed_tensors = prologue_handoffs(kernel.streams) if mixed else set()
     own: dict[str, int] = {}
     own_bytes: dict[str, float] = {}

@@ -580,6 +580,29 @@ def test_a_prologue_hands_its_operand_to_the_cube_through_l2(
     assert sim.pipes_us["MTE3"] == pytest.approx(stores, rel=0.05)
 
 
+def test_a_prologue_hand_off_takes_no_l2_from_the_operands_it_feeds() -> None:
+    """The operand a prologue hands the cube goes through a workspace of a few blocks per core:
+    on an L2 that holds x, y and w but not also a copy of the whole hand-off, HBM sees the same
+    bytes as on an L2 that holds everything. (When the hand-off took lines at its tensor's own
+    addresses it evicted the weight panels: 1.2x the big-L2 bytes at 512x32x64.)"""
+    from costmodel.lower import Lowering
+    from search_space.groups import make_group
+
+    m, k, n = 1024, 4096, 1024  # x, y, w: 8 MB each; the hand-off another 8 MB
+    graph, ops = _prologue_graph(m, k, n, False)
+    small = load_target("ascend910b", {"l2_bytes": 28 << 20})
+    big = load_target("ascend910b", {"l2_bytes": 1 << 30})
+    lowering = Lowering(graph, small)
+    group = make_group(graph, ops)
+    configs = [c for c in lowering.grid(group) if c.base_m >= 512]
+    assert configs
+    for config in configs[:: max(1, len(configs) // 4)]:
+        kernel = lowering.kernel(group, config)
+        tight = SimulatorModel(small).evaluate([kernel])[0].hbm_bytes
+        roomy = SimulatorModel(big).evaluate([kernel])[0].hbm_bytes
+        assert tight == pytest.approx(roomy, rel=1e-6), config.short()
+
+
 @pytest.mark.parametrize("epilogue", [False, True])
 def test_a_prologue_kernel_runs_the_same_with_and_without_shortcuts(epilogue: bool) -> None:
     from costmodel.lower import Lowering
@@ -649,6 +672,54 @@ def test_the_closed_form_ranks_a_prologue_groups_configs_like_the_simulator(
     assert kendalltau(guess, truth).statistic >= tau
     ratio = guess / truth
     assert ratio.max() / ratio.min() <= spread
+
+
+def _attention_graph(b: int, h: int, s: int, d: int):
+    """softmax(q @ kt / 8) @ v with q, kt, v graph inputs (fp16)."""
+    from conftest import make
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from search_space import load_graph
+
+    vi = helper.make_tensor_value_info
+    scale = helper.make_tensor("eight", T.FLOAT16, [], [8.0])
+    nodes = [
+        helper.make_node("MatMul", ["q", "kt"], ["s0"], name="qk"),
+        helper.make_node("Constant", [], ["c"], name="const", value=scale),
+        helper.make_node("Div", ["s0", "c"], ["s1"], name="scale"),
+        helper.make_node("Softmax", ["s1"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o"], name="pv"),
+    ]
+    ins = [
+        vi("q", T.FLOAT16, [b, h, s, d]),
+        vi("kt", T.FLOAT16, [b, h, d, s]),
+        vi("v", T.FLOAT16, [b, h, s, d]),
+    ]
+    graph = load_graph(make(nodes, ins, [vi("o", T.FLOAT16, [b, h, s, d])]))
+    return graph, ["qk", "scale", "softmax", "pv"]
+
+
+def test_attention_hand_offs_never_reach_hbm_on_the_split_chip() -> None:
+    """Fused attention on the 910B crosses cube and vector cores through L2 every step
+    (scores, probabilities, the PV product). Those hand-offs live in L2 (kernel contract), so on
+    a cold L2 HBM sees q, k, v read once and the output written once, for every config of the
+    group's grid; the cube's read of the probabilities, which does not wait for their store,
+    used to miss and fetch them from HBM (up to 3x the external bytes)."""
+    from costmodel.lower import Lowering
+    from search_space.groups import make_group
+
+    b, h, s, d = 2, 8, 512, 256  # 512-byte rows: whole bursts, no waste
+    graph, ops = _attention_graph(b, h, s, d)
+    target = load_target("ascend910b")
+    lowering = Lowering(graph, target)
+    group = make_group(graph, ops)
+    external = 4 * b * h * s * d * 2
+    for config in lowering.grid(group):
+        kernel = lowering.kernel(group, config)
+        assert kernel.kind == "attention"
+        cost = SimulatorModel(target).evaluate([kernel])[0]
+        assert external <= cost.hbm_bytes <= 1.01 * external, config.short()
 
 
 def test_an_extra_per_step_vector_store_does_not_make_attention_a_prologue() -> None:

@@ -29,8 +29,9 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
+# one worker per core (CI has two); a file's tests share a worker, so module fixtures run once
 pytest: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 test: lint typecheck pytest
 

@@ -71,7 +71,7 @@ def can_represent(prog: Program, l2: L2Cache) -> bool:
         for s in loads:
             if s.sharing == "shared":
                 return False
-            handoff = s.handoff or s.readback or s.tid in l2.handoffs
+            handoff = s.tid in l2.handoffs  # covers the handoff and readback streams too
             f = 1.0 if handoff else l2.resident_fraction(s.tid, sizes[s.tid])
             if s.sharing == "broadcast":
                 if f < 1.0 and 16 * s.nbytes * (side.steps if s.per_step else 1) > per_tile:
@@ -87,10 +87,7 @@ def _uniform_residency(prog: Program, l2: L2Cache) -> bool:
     sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
     for side in prog.sides:
         for s in side.loads_tile + side.loads_step:
-            if (
-                not (s.handoff or s.readback or s.tid in l2.handoffs)
-                and 0.0 < l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0
-            ):
+            if s.tid not in l2.handoffs and 0.0 < l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0:
                 return False
     return True
 

@@ -134,8 +134,8 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
     cores = max(1, min(kernel.cores, physical))
     aiv = max(1, spec.vector_cores // max(1, spec.cube_cores)) if mixed and spec.is_split else 1
     fix_tensors = {s.tensor for s in kernel.streams if s.pipe == "FIX" and s.side == "cube"}
-    loaded = {s.tensor for s in kernel.streams if s.pipe == "MTE2"}
-    l2.handoffs = frozenset(l2.tid(t) for t in handoffs(kernel.streams))
+    handed = handoffs(kernel.streams)
+    l2.handoffs = frozenset(l2.tid(t) for t in handed)
     fed_tensors = prologue_handoffs(kernel.streams) if mixed else set()
     own: dict[str, int] = {}
     own_bytes: dict[str, float] = {}
@@ -186,7 +186,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             and chan == LOAD
             and s.per == "step"
             and s.tensor in fed_tensors,
-            scratch=chan != LOAD and s.tensor in loaded,
+            scratch=chan != LOAD and s.tensor in handed,
         )
 
     def side(kind: str, streams: list[Stream], copies: int) -> Side:

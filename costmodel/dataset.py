@@ -39,7 +39,9 @@ __all__ = [
     "write_table",
 ]
 
-SIMULATOR_VERSION = "sim-3"  # sim-3: hand-offs hit L2 and take no lines (a small workspace)
+# sim-4: a hand-off also read outside the kernel keeps a real store; sim-3: hand-offs go
+# through a workspace (hit L2, take no lines)
+SIMULATOR_VERSION = "sim-4"
 TABLE_SCHEMA = 1
 PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
 REQUIRED_COLUMNS = (

@@ -23,10 +23,10 @@ which the analytic model and the simulator both implement:
   few blocks per core that stays in L2, is never written back to HBM, and takes no L2 room
   from other tensors; its loads hit L2, also those of a side that does not wait for the store
   (attention's cube reads the probabilities without a per-step sync, see
-  :func:`prologue_handoffs`). Known gap: a hand-off that is also a group output (a prologue
-  result or a split-chip epilogue's crossing tensor read by a later kernel) is stored once for
-  both uses, so it too takes no L2 lines and is never written back, and the later kernel
-  misses on it; it should keep a real output store.
+  :func:`prologue_handoffs`). Lowerings name a workspace apart from the graph's tensors
+  (:func:`workspace`), so a tensor that is handed off and also a group output (a prologue
+  result or a split-chip epilogue's crossing tensor read by a later kernel) has a second,
+  real store: written back, and found in L2 by the next kernel.
 * after the last step: ``FIX`` stores the per-tile FIX streams (L0C -> GM); ``V`` runs
   ``vector_cycles_tile`` (the epilogue); ``MTE3`` stores the per-tile MTE3 streams (UB -> GM).
   L0C holds the tile's whole ``base_m x base_n`` fp32 accumulator in a single slot, so the next
@@ -80,6 +80,7 @@ __all__ = [
     "StreamBatch",
     "handoffs",
     "prologue_handoffs",
+    "workspace",
 ]
 
 PIPES = ("MTE2", "MTE1", "M", "FIX", "V", "MTE3")
@@ -291,10 +292,15 @@ class KernelBatch:
         )
 
 
+def workspace(owner: str, role: str) -> str:
+    """The name of a hand-off's workspace: a tensor of the kernel's own, apart from the graph's
+    tensors, so that a hand-off which is also a group output keeps a real store."""
+    return f"{owner}#{role}"
+
+
 def handoffs(streams: Sequence[Stream] | Sequence[StreamBatch]) -> set[str]:
     """Tensors a kernel both stores and loads: its hand-offs, which live in a small L2
-    workspace (the module docstring) and so leave nothing resident for later kernels (wrong
-    for a hand-off that is also a group output: the module docstring's known gap)."""
+    workspace (the module docstring) and so leave nothing resident for later kernels."""
     loaded = {s.tensor for s in streams if s.pipe == "MTE2"}
     return {s.tensor for s in streams if s.pipe != "MTE2" and s.tensor in loaded}
 

@@ -20,7 +20,7 @@ from search_space.graph import Graph, Op
 from search_space.groups import FusionGroup, alias_root
 from search_space.ops import OpClass
 
-from ..kernel import KernelBatch, KernelConfig, StreamBatch
+from ..kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from ..spec import Target
 from .common import ceil_div, ceil_to, mem_itemsize, pow2_choices, vector_cost
 
@@ -214,7 +214,7 @@ def lower_attention(
         )
     syncs = np.zeros(n, dtype=i64)
     if spec.is_split:  # scores and probabilities cross cores through GM/L2 every step
-        ws_s, ws_p = f"{name}#scores", f"{name}#probs"
+        ws_s, ws_p = workspace(name, "scores"), workspace(name, "probs")
         s_bytes = (me * ke * 4).astype(i64)
         p_bytes = (me * ke * ci).astype(i64)
         o_bytes = (me * Dv16 * 4).astype(i64)
@@ -223,8 +223,8 @@ def lower_attention(
             (ws_s, "MTE2", s_bytes, "vector"),
             (ws_p, "MTE3", p_bytes, "vector"),
             (ws_p, "MTE2", p_bytes, "cube"),
-            (f"{name}#pv", "FIX", o_bytes, "cube"),
-            (f"{name}#pv", "MTE2", o_bytes, "vector"),
+            (workspace(name, "pv"), "FIX", o_bytes, "cube"),
+            (workspace(name, "pv"), "MTE2", o_bytes, "vector"),
         ]
         for t, pipe, nbytes, side in ws:
             streams.append(

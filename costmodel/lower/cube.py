@@ -22,7 +22,7 @@ from search_space.graph import Graph, Op
 from search_space.groups import FusionGroup, alias_root
 from search_space.ops import OpClass
 
-from ..kernel import KernelBatch, KernelConfig, StreamBatch
+from ..kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from ..spec import Target
 from .common import ceil_div, ceil_to, is_compile_time, mem_itemsize, pow2_choices, vector_cost
 
@@ -410,6 +410,9 @@ def lower_cube(
     ke = np.minimum(arr["base_k"], ceil_to(ceil_div(work.K, steps), 16))
     f = np.where(db, 2, 1)
     fed = {of for _, _, _, of in work.sources}
+    # a prologue hands its operand to the cube through a per-core workspace (kernel.py), named
+    # apart from the tensor so that a prologue result also read outside keeps a real store
+    ws = {of: workspace(of, "operand") for of in fed}
     a_per_batch = work.a_bytes / (work.batch if work.a_batched else 1)
     # a row-major A block is base_m runs of base_k elements; a conv input runs along its rows
     a_run = ke if work.reuse == 1.0 and work.a_run == work.K else work.a_run
@@ -418,7 +421,7 @@ def lower_cube(
     b_step = np.maximum(1, b_per_batch / (steps * gj))
     streams = [
         StreamBatch(
-            work.a,
+            ws.get(work.a, work.a),
             "MTE2",
             np.ceil(a_step).astype(np.int64),
             np.minimum(np.ceil(a_step), a_run * work.a_item).astype(np.int64),
@@ -427,7 +430,7 @@ def lower_cube(
             tensor_bytes=work.a_bytes,
         ),
         StreamBatch(
-            work.b,
+            ws.get(work.b, work.b),
             "MTE2",
             np.ceil(b_step).astype(np.int64),
             (np.full(n, spec.l0_align_bytes) if work.b_weight else ne * work.b_item).astype(
@@ -464,7 +467,9 @@ def lower_cube(
         key, step_bytes, of_item = keys[of]
         nbytes = np.ceil(step_bytes).astype(np.int64)
         streams.append(
-            StreamBatch(of, "MTE3", nbytes, np.minimum(nbytes, ke * of_item), key, side="vector")
+            StreamBatch(
+                ws[of], "MTE3", nbytes, np.minimum(nbytes, ke * of_item), key, side="vector"
+            )
         )
     for t, it in work.bias:
         streams.append(
@@ -481,8 +486,25 @@ def lower_cube(
     out_tile = me * ne
     out_elems = work.batch * work.M * work.N
     split = spec.is_split
+    blocks = work.batch * gi * gj * steps
     for t, it, ratio, side in work.outputs:
-        if t in fed:  # a prologue result also read outside: its hand-off store serves both
+        if t in fed:
+            # a prologue result also read outside: each (tile, step) writes its share of the
+            # operand block it made (the tiles of a row or column all make the same block), so
+            # the tensor is written once
+            total = int(ratio * out_elems * it)
+            nbytes = np.maximum(it, np.ceil(total / blocks)).astype(np.int64)
+            streams.append(
+                StreamBatch(
+                    t,
+                    "MTE3",
+                    nbytes,
+                    np.minimum(nbytes, ke * it),
+                    "bijk",
+                    side="vector",
+                    tensor_bytes=total,
+                )
+            )
             continue
         nbytes = np.maximum(it, out_tile * it * min(1.0, ratio)).astype(np.int64)
         streams.append(
@@ -504,7 +526,7 @@ def lower_cube(
         if split:
             streams.append(
                 StreamBatch(
-                    work.handoff,
+                    workspace(work.handoff, "fix"),
                     "FIX",
                     hand,
                     (ne * work.out_item).astype(np.int64),
@@ -516,7 +538,7 @@ def lower_cube(
             )
             streams.append(
                 StreamBatch(
-                    work.handoff,
+                    workspace(work.handoff, "fix"),
                     "MTE2",
                     hand,
                     (ne * work.out_item).astype(np.int64),

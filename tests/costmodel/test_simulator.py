@@ -572,7 +572,8 @@ def test_a_prologue_hands_its_operand_to_the_cube_through_l2(
     group = make_group(graph, ops)
     kernel = lowering.kernel(group, lowering.default(group))
     assert kernel.unit == "mixed"
-    assert any(s.tensor == "s" and s.pipe == "MTE3" and s.per == "step" for s in kernel.streams)
+    handed = [s for s in kernel.streams if s.tensor == "s#operand"]
+    assert any(s.pipe == "MTE3" and s.per == "step" for s in handed)
     sim = SimulatorModel(target).evaluate([kernel])[0]
     external = 2 * (2 * m * k + k * n + m * n)  # x, y, w read once, c written once (fp16)
     assert external <= sim.hbm_bytes <= 1.05 * external
@@ -816,3 +817,75 @@ def test_a_hand_off_due_at_the_wake_is_ready_despite_float_dust(wait: str) -> No
         )
         assert Unit._inputs_ready(me, 0, partner, wake)  # type: ignore[arg-type]
         assert not Unit._inputs_ready(me, 0, partner, wake - 1e-3 * d)  # type: ignore[arg-type]
+
+
+def _shared_handoff_graph(m: int, k: int, n: int, prologue: bool):
+    """A fused group whose hand-off a later kernel also reads: x + y -> s -> MatMul(., w) with
+    Relu(s) outside (a prologue), or MatMul(x, w) -> c0 -> Tanh with Relu(c0) outside (a
+    split-chip epilogue's crossing tensor)."""
+    from conftest import make, weight_inputs
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from search_space import load_graph
+
+    vi = helper.make_tensor_value_info
+    if prologue:
+        nodes = [
+            helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+            helper.make_node("MatMul", ["s", "w"], ["c"], name="mm"),
+            helper.make_node("Relu", ["s"], ["r"], name="relu"),
+        ]
+        ins = [vi(t, T.FLOAT16, [m, k]) for t in ("x", "y")]
+        outs = [vi("c", T.FLOAT16, [m, n]), vi("r", T.FLOAT16, [m, k])]
+        shared = m * k * 2
+    else:
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["c0"], name="mm"),
+            helper.make_node("Tanh", ["c0"], ["c"], name="act"),
+            helper.make_node("Relu", ["c0"], ["r"], name="relu"),
+        ]
+        ins = [vi("x", T.FLOAT16, [m, k])]
+        outs = [vi("c", T.FLOAT16, [m, n]), vi("r", T.FLOAT16, [m, n])]
+        shared = m * n * 2
+    ins.append(vi("w", T.FLOAT16, [k, n]))
+    graph = load_graph(weight_inputs(make(nodes, ins, outs), ["w"]))
+    fused = [node.name for node in nodes[:2]]
+    return graph, fused, shared
+
+
+@pytest.mark.parametrize("model", ["simulator", "analytic"])
+@pytest.mark.parametrize(
+    ("target_name", "prologue"),
+    [("ascend910b", True), ("ascend910", True), ("ascend310p", True), ("ascend910b", False)],
+)
+def test_a_hand_off_a_later_kernel_reads_is_written_once_and_found_in_l2(
+    model: str, target_name: str, prologue: bool
+) -> None:
+    """A fused kernel hands a tensor from one side to the other through a workspace; when a
+    later kernel reads that tensor too, the fused kernel also writes it out once (its HBM bytes
+    are its external tensors, the shared one included) and the later kernel finds it in a
+    roomy L2 (its HBM bytes are its own output only). When the hand-off store doubled as the
+    output store the tensor was never written back, and the later kernel read it from HBM."""
+    from costmodel.analytic import AnalyticModel
+    from costmodel.kernel import handoffs
+    from costmodel.lower import Lowering
+    from search_space.groups import make_group
+
+    m, k, n = 1024, 1024, 1024
+    graph, fused, shared = _shared_handoff_graph(m, k, n, prologue)
+    target = load_target(target_name, {"l2_bytes": 1 << 30})
+    lowering = Lowering(graph, target)
+    first, later = make_group(graph, fused), make_group(graph, ["relu"])
+    k2 = lowering.kernel(later, lowering.default(later))
+    cost_model = SimulatorModel(target) if model == "simulator" else AnalyticModel(target, "raw")
+    external = 2 * (m * k + k * n + m * n) + shared + (2 * m * k if prologue else 0)
+    # rows of 512 bytes or more: whole bursts, no waste
+    grid = [c for c in lowering.grid(first) if min(c.base_k, c.base_n) >= 256 and c.base_m >= 64]
+    assert grid
+    for config in grid[:: max(1, len(grid) // 5)]:
+        k1 = lowering.kernel(first, config)
+        assert k1.unit == "mixed" and handoffs(k1.streams), config.short()
+        c1, c2 = cost_model.evaluate([k1, k2])
+        assert external <= c1.hbm_bytes <= 1.01 * external, config.short()
+        assert c2.hbm_bytes == pytest.approx(shared, rel=0.01), config.short()

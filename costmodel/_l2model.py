@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernel import StreamBatch
+from .kernel import StreamBatch, handoffs
 
 __all__ = ["GridView", "L2Residency", "distinct_blocks", "load_hit_fractions"]
 
@@ -109,7 +109,8 @@ def load_hit_fractions(
     """Fraction of each load stream's requested bytes served by L2.
 
     Args:
-        streams: every stream of the kernel (stores count towards reuse distances).
+        streams: every stream of the kernel (stores count towards reuse distances, hand-offs
+            do not).
         gv: the grid of each config.
         capacity: usable L2 bytes (0: no hits at all).
         window_steps: how many steps of a wave's working set must fit for concurrent reuse.
@@ -121,6 +122,9 @@ def load_hit_fractions(
         request), each in [0, 1].
     """
     loads = [s for s in streams if s.pipe == "MTE2"]
+    # a hand-off lives in its own few-block workspace, not in the L2 the others share
+    handed = handoffs(streams)
+    streams = [s for s in streams if s.tensor not in handed]
     fits_wave = wave_working_set(streams, gv) * window_steps <= capacity
     out = []
     for s, res in zip(loads, resident, strict=True):

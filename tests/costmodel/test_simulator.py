@@ -604,6 +604,26 @@ def test_a_prologue_hand_off_takes_no_l2_from_the_operands_it_feeds() -> None:
         assert tight == pytest.approx(roomy, rel=1e-6), config.short()
 
 
+def test_the_closed_form_gives_a_prologue_hand_off_no_l2_either() -> None:
+    """The analytic model's in-kernel reuse distances leave the hand-off out too: every config
+    of the group costs the same HBM bytes on the tight L2 as on the roomy one (when they
+    counted the hand-off's blocks, 42 of the 546 configs cost up to 1.25x more)."""
+    from costmodel.analytic import AnalyticModel
+    from costmodel.lower import Lowering
+    from search_space.groups import make_group
+
+    graph, ops = _prologue_graph(1024, 4096, 1024, False)
+    small = load_target("ascend910b", {"l2_bytes": 28 << 20})
+    big = load_target("ascend910b", {"l2_bytes": 1 << 30})
+    lowering = Lowering(graph, small)
+    group = make_group(graph, ops)
+    tight, roomy = AnalyticModel(small, "raw"), AnalyticModel(big, "raw")
+    for config in lowering.grid(group):
+        kernel = lowering.kernel(group, config)
+        a, b = tight.evaluate([kernel])[0].hbm_bytes, roomy.evaluate([kernel])[0].hbm_bytes
+        assert a == pytest.approx(b, rel=1e-6), config.short()
+
+
 @pytest.mark.parametrize("epilogue", [False, True])
 def test_a_prologue_kernel_runs_the_same_with_and_without_shortcuts(epilogue: bool) -> None:
     from costmodel.lower import Lowering

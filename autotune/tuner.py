@@ -281,8 +281,8 @@ def tune_graph(
             fresh += 1
             if fresh >= config.measure_top:
                 break
-        if hedge and hedging and ranked:  # where the prior's descent from the incumbent ends
-            measure_descent(ranked[0], prior_cost)
+        if hedge and hedging and ranked:
+            hedge_prior(ranked[0])
         if ev.retrain():
             oracle.refresh()  # bilevel configs follow the refitted model
 
@@ -311,18 +311,34 @@ def tune_graph(
     # simulator runs, no trial), so a correction that steers the walk away from a good
     # grouping is tested and, through the refit, mended
     hedge = isinstance(ev.model, LearnedModel) and not multi
-    costs = [mutant_cost, prior_cost] if hedge else [mutant_cost]
 
-    def measure_descent(t: optuna.trial.FrozenTrial, cost: Callable[..., float]) -> None:
-        """Measure where a descent under ``cost`` from trial ``t`` ends, unless it did not
-        move, its plan was measured already or it is over the memory limit."""
+    def measure_descent(
+        t: optuna.trial.FrozenTrial, cost: Callable[..., float], still: bool = False
+    ) -> None:
+        """Measure where a descent under ``cost`` from trial ``t`` ends, unless its plan was
+        measured already, it is over the memory limit or (without ``still``) it did not move."""
         start = t.params
         end, _ = descend(start, cost, blocks, DESCENT, config.seed)
         plan = space.plan(space.chosen(end))
-        if end is start or plan.key() in measured or not fits(plan.groups):
+        if (end is start and not still) or plan.key() in measured or not fits(plan.groups):
             return
         by = "" if cost is mutant_cost else " by the prior"
         measured[plan.key()] = (ev.measure(plan), plan, f"trial {t.number}, descended{by}")
+
+    def hedge_prior(incumbent: optuna.trial.FrozenTrial) -> None:
+        """Measure where descents under the prior end: from the incumbent, and from the trial
+        the prior itself scores best (its grouping measured even where it cannot descend), so
+        a grouping the correction ranks too low is still measured and learned from."""
+        measure_descent(incumbent, prior_cost)
+        done = [
+            t
+            for t in study.trials
+            if t.state == optuna.trial.TrialState.COMPLETE and "plan_key" in t.user_attrs
+        ]
+        if done:
+            favourite = min(done, key=lambda t: prior_cost(t.params))
+            if favourite.number != incumbent.number:
+                measure_descent(favourite, prior_cost, still=True)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1
@@ -346,15 +362,17 @@ def tune_graph(
 
     def polish() -> None:
         """The final polish: from each of the ``config.polish`` best trials under the model as
-        it is now, a descent in the model alone (and in the prior, for a learned study; no
-        trial spent); each end that is a new plan within the memory limit is measured. The
+        it is now, a descent in the model alone (and, for a learned study, the prior's hedge:
+        :func:`hedge_prior`; no trial spent); each end that is a new plan within the memory
+        limit is measured. The
         last local-search round may come too late for the walk to follow it, and the refitted
         model knows most about the plans near the best."""
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         tops = [t for t in current_order(complete) if "plan_key" in t.user_attrs]
         for t in tops[: config.polish]:
-            for cost in costs:
-                measure_descent(t, cost)
+            measure_descent(t, mutant_cost)
+            if hedge:
+                hedge_prior(t)
 
     interrupted = False
     try:

@@ -303,15 +303,18 @@ def test_the_answer_is_the_best_measured_candidate(graph, tmp_path) -> None:
 @pytest.mark.parametrize("cost", ["learned", "analytic"])
 def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monkeypatch, cost):
     """A learned study also measures the end of a descent under its prior (the calibrated
-    analytic model) from the incumbent, and from its best trials at the end; an analytic
-    study has no prior to hedge with. The prior here is replaced by the kernel count, so
-    each such descent must end on fewer kernels than the trial it started from."""
+    analytic model) from the incumbent and from the trial the prior scores best, and from its
+    best trials at the end; an analytic study has no prior to hedge with. The prior here is
+    replaced by the kernel count, so no such descent ends on more kernels than the trial it
+    started from, and the fewest kernels of any trial are measured."""
+
     from autotune.evaluator import Evaluator
     from search_space.policy import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: float(len(plan.groups)))
     cfg = _cfg(tmp_path, study="prior", trials=8, cost=cost, policy=Policy(safe_mode=False))
-    cands = tune_graph(graph, cfg, name="bert").plan.meta["candidates"]
+    result = tune_graph(graph, cfg, name="bert")
+    cands = result.plan.meta["candidates"]
     kernels = {c["source"]: c["kernels"] for c in cands}
     hedged = [c for c in cands if c["source"].endswith("descended by the prior")]
     assert bool(hedged) == (cost == "learned")
@@ -319,7 +322,34 @@ def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monk
     checked = [(c, s) for c, s in zip(hedged, starts, strict=True) if s in kernels]
     assert checked or cost == "analytic"  # the incumbent is measured first, so some start is
     for c, start in checked:
-        assert c["kernels"] < kernels[start]
+        assert c["kernels"] <= kernels[start]
+    if cost == "learned":
+        journal = optuna.storages.journal.JournalFileBackend(cfg.storage)
+        storage = optuna.storages.JournalStorage(journal)
+        trials = optuna.load_study(study_name=result.study, storage=storage).trials
+        fewest = min(t.user_attrs["kernels"] for t in trials if "kernels" in t.user_attrs)
+        assert min(c["kernels"] for c in hedged) <= fewest
+
+
+def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, monkeypatch):
+    """Where no descent can move (depth 0), the hedge still measures the grouping of the
+    trial the prior scores best. With a prior that favours the most kernels (the unfused
+    trial, which neither the study's model nor the baselines put forward), the most kernels
+    of any trial are among the measured candidates."""
+    from autotune import tuner
+    from autotune.evaluator import Evaluator
+    from search_space.policy import Policy
+
+    monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: -float(len(plan.groups)))
+    monkeypatch.setattr(tuner, "DESCENT", 0)
+    cfg = _cfg(tmp_path, study="favourite", trials=8, policy=Policy(safe_mode=False))
+    result = tune_graph(graph, cfg, name="bert")
+    journal = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(cfg.storage)
+    )
+    trials = optuna.load_study(study_name=result.study, storage=journal).trials
+    most = max(t.user_attrs["kernels"] for t in trials if "kernels" in t.user_attrs)
+    assert max(c["kernels"] for c in result.plan.meta["candidates"]) == most
 
 
 def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, tmp_path):

@@ -9,7 +9,7 @@ Trains on every row of ``datasets/calibration/<target>.parquet`` and ``<target>-
 (the held-out numbers in experiments/results/costmodel_eval.csv come from fits that did not
 see the test families). The other targets' tables:
 
-    .venv/bin/autotune calibrate --target ascend910 --samples 3000 --seed 0 \
+    .venv/bin/autotune calibrate --target ascend910 --samples 9000 --seed 0 \
         -o datasets/calibration/ascend910.parquet
     .venv/bin/python experiments/fit_shipped_models.py --target ascend910
 """

@@ -96,10 +96,16 @@ def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.sampl
 
 
 def _mutations(
-    params: dict[str, Any], blocks: Sequence[Sequence[str]], order: Iterable[int]
+    params: dict[str, Any],
+    blocks: Sequence[Sequence[str]],
+    order: Iterable[int],
+    swaps: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, Any]]:
     """One move from ``params``: each block it leaves partly unfused switched on whole, then
-    each fusion decision flipped, in ``order`` (a permutation of the sorted ``fuse/`` names)."""
+    each fusion decision flipped, in ``order`` (a permutation of the sorted ``fuse/`` names),
+    then each pair of ``swaps`` (classes that share an operator) that is half on exchanged: the
+    operator leaves one neighbour's group for the other's, which two single flips reach only
+    through a plan that fuses both or neither."""
     names = sorted(n for n in params if n.startswith("fuse/"))
 
     def on(name: str) -> Any:  # the parameter's "fused" value, bool or 0/1 (numeric samplers)
@@ -113,6 +119,10 @@ def _mutations(
     for name in (names[i] for i in order):
         value = params[name]
         moves.append({**params, name: (not value) if isinstance(value, bool) else 1 - value})
+    for a, b in swaps:
+        ka, kb = f"fuse/{a}", f"fuse/{b}"
+        if ka in params and kb in params and bool(params[ka]) != bool(params[kb]):
+            moves.append({**params, ka: params[kb], kb: params[ka]})
     return moves
 
 
@@ -129,22 +139,25 @@ def enqueue_neighbours(
     incumbent: optuna.trial.FrozenTrial | None = None,
     score: Callable[[dict[str, Any]], float] | None = None,
     depth: int = 0,
+    swaps: Sequence[tuple[str, str]] = (),
 ) -> int:
     """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
     up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
-    come first: each switches on every fusion class of one block (``blocks``, class names in the
-    order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly unfused: a
-    pattern such as attention pays off only whole, which one flip at a time never shows. Then
-    single flips of one fusion decision, in a shuffle seeded by ``seed`` and the trial count.
-    ``incumbent`` overrides the best trial by stored value (a refitted model may rank the
-    trials otherwise). With ``score`` (a cost of a trial's parameters, e.g. the study's model
-    on the repaired plan), every untried mutation is scored and the ``limit`` cheapest are
-    enqueued (steepest descent; the order above breaks ties): the budget goes to the moves the
-    model believes in, not to the first ones drawn. A mutation scored ``inf`` (e.g. over a
-    memory limit) is never enqueued. With ``depth`` > 0 as well, the descent goes on in the
-    model alone from the cheapest mutation, up to ``depth`` more moves while one lowers the
-    score (no trial spent on the way), and its end takes the first trial: the trials go to
-    the model's local optimum, where one move at a time would need a stall per step.
+    come first: each switches on every fusion class of one block (``blocks``, class names in
+    the order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly
+    unfused: a pattern such as attention pays off only whole, which one flip at a time never
+    shows. Then single flips of one fusion decision, in a shuffle seeded by ``seed`` and the
+    trial count, then ``swaps`` (pairs of classes sharing an operator, e.g.
+    :meth:`SearchSpace.swap_moves`) exchanged where one is on and the other off. ``incumbent``
+    overrides the best trial by stored value (a refitted model may rank the trials otherwise).
+    With ``score`` (a cost of a trial's parameters, e.g. the study's model on the repaired
+    plan), every untried mutation is scored and the ``limit`` cheapest are enqueued (steepest
+    descent; the order above breaks ties): the budget goes to the moves the model believes in,
+    not to the first ones drawn. A mutation scored ``inf`` (e.g. over a memory limit) is never
+    enqueued. With ``depth`` > 0 as well, the descent goes on in the model alone from the
+    cheapest mutation, up to ``depth`` more moves while one lowers the score (no trial spent on
+    the way), and its end takes the first trial: the trials go to the model's local optimum,
+    where one move at a time would need a stall per step.
 
     Returns:
         How many trials were enqueued.
@@ -159,7 +172,7 @@ def enqueue_neighbours(
     rng = np.random.default_rng([seed, len(study.trials)])
     n_names = sum(1 for n in best.params if n.startswith("fuse/"))
     fresh = []
-    for params in _mutations(best.params, blocks, rng.permutation(n_names)):
+    for params in _mutations(best.params, blocks, rng.permutation(n_names), swaps):
         key = _key(params)
         if key not in seen:
             seen.add(key)
@@ -171,7 +184,7 @@ def enqueue_neighbours(
         )
         fresh = [fresh[i] for i in kept]
         if depth > 0 and fresh:
-            end, _ = descend(fresh[0], score, blocks, depth, seed, costs[kept[0]], seen)
+            end, _ = descend(fresh[0], score, blocks, depth, seed, costs[kept[0]], seen, swaps)
             if end is not fresh[0]:
                 fresh = [end, *fresh[: limit - 1]]
     for params in fresh[:limit]:
@@ -187,9 +200,10 @@ def descend(
     seed: int = 0,
     cost: float | None = None,
     seen: set[tuple[tuple[str, Any], ...]] | None = None,
+    swaps: Sequence[tuple[str, str]] = (),
 ) -> tuple[dict[str, Any], float]:
-    """Steepest descent in the model from ``start``: up to ``depth`` moves (block moves and
-    single flips, as the local search makes them), each to the cheapest mutation not in
+    """Steepest descent in the model from ``start``: up to ``depth`` moves (block moves, single
+    flips and ``swaps``, as the local search makes them), each to the cheapest mutation not in
     ``seen`` while it lowers ``score``. ``cost`` is the start's score when known; every point
     scored is added to ``seen``. No trial is spent: this is a search in the model alone.
 
@@ -203,9 +217,8 @@ def descend(
     rng = np.random.default_rng([seed, depth])
     n_names = sum(1 for n in start if n.startswith("fuse/"))
     for _ in range(depth):
-        step = [
-            p for p in _mutations(current, blocks, rng.permutation(n_names)) if _key(p) not in seen
-        ]
+        moves = _mutations(current, blocks, rng.permutation(n_names), swaps)
+        step = [p for p in moves if _key(p) not in seen]
         if not step:
             break
         seen.update(_key(p) for p in step)

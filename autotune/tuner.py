@@ -288,6 +288,7 @@ def tune_graph(
 
     state: dict[str, float] = {"n": 0, "best": math.inf}
     blocks = space.block_moves()
+    swaps = space.swap_moves()
 
     def fits(groups: Sequence[FusionGroup]) -> bool:
         """Within the policy's max_mem_usage (always, without one)."""
@@ -318,7 +319,10 @@ def tune_graph(
         """Measure where a descent under ``cost`` from trial ``t`` ends, unless its plan was
         measured already, it is over the memory limit or (without ``still``) it did not move."""
         start = t.params
-        end, _ = descend(start, cost, blocks, DESCENT, config.seed)
+        # swaps only in the prior's descents: scoring every exchange under the study's model
+        # (each a new group to tile) made a learned study several times slower
+        moves = swaps if cost is prior_cost else ()
+        end, _ = descend(start, cost, blocks, DESCENT, config.seed, swaps=moves)
         plan = space.plan(space.chosen(end))
         if (end is start and not still) or plan.key() in measured or not fits(plan.groups):
             return

@@ -171,6 +171,18 @@ class SearchSpace:
         ranked.sort(key=lambda r: (-r[0], r[1]))
         return [names for _, names in ranked]
 
+    def swap_moves(self) -> list[tuple[str, str]]:
+        """Pairs of fusion classes whose edges share an operator, sorted: exchanging such a
+        pair (one on, the other off) moves the operator from one neighbour's group to the
+        other's, e.g. an activation from a convolution's epilogue into the prologue of the
+        convolution that reads it."""
+        touching: dict[str, set[str]] = {}
+        for e, name in self.class_of.items():
+            for op in (e.src, e.dst):
+                touching.setdefault(op, set()).add(name)
+        pairs = {(a, b) for names in touching.values() for a in names for b in names if a < b}
+        return sorted(pairs)
+
     # -- one trial ---------------------------------------------------------------------------
     def _groups(self, chosen: Iterable[Edge]) -> tuple[FusionGroup, ...]:
         """Repair ``chosen`` (plus the fixed edges) into the plan's groups."""

@@ -545,6 +545,25 @@ def test_descend_reaches_the_minimum_of_a_linear_cost_and_never_climbs(
     assert descend(start, cost, depth=0) == (start, cost(start))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 6), st.data())
+def test_a_swap_crosses_the_ridge_that_single_flips_cannot(n: int, data: st.DataObject) -> None:
+    """Two classes that share an operator, one on: fusing both or neither is dearer than
+    either alone (the operator cannot sit in both groups), and the other one alone is the
+    cheapest. Single flips stay put; with the pair as a swap the descent reaches it."""
+    names = [f"fuse/c{i}" for i in range(n)]
+    a, b = data.draw(st.sampled_from([(x, y) for x in names for y in names if x < y]))
+    start = {k: data.draw(st.booleans()) for k in names} | {a: True, b: False}
+
+    def cost(p: dict) -> float:
+        others = sum(1.0 for k in names if k not in (a, b) and p[k] != start[k])  # stay put
+        return others + {(True, False): 2.0, (False, True): 1.0}.get((p[a], p[b]), 3.0)
+
+    assert descend(start, cost, depth=4) == (start, 2.0)
+    end, value = descend(start, cost, depth=4, swaps=[(a[5:], b[5:])])
+    assert end == {**start, a: False, b: True} and value == 1.0
+
+
 @pytest.mark.parametrize("depth", [1, 2, 4])
 def test_the_descent_stops_after_depth_moves(depth: int) -> None:
     """The descent's end is at most ``depth`` moves past the cheapest mutation."""

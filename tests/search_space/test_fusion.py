@@ -219,6 +219,45 @@ def test_argmax_defaults_to_axis_0_so_it_is_not_a_row_reduction() -> None:
     assert ctx.check({"relu", "argmax_last"}).ok
 
 
+def test_swap_moves_pair_classes_that_share_an_operator() -> None:
+    """Every swap pair shares an operator; mobilenetv3's HardSwish between an expand
+    convolution's epilogue and the depthwise convolution's prologue is one of them, and the
+    exchange moves that HardSwish from the one group to the other."""
+    from search_space.policy import Policy
+    from search_space.space import build_space
+
+    graph = load_graph(build("mobilenetv3", weights="inputs", scale=0.25))
+    ctx = FusionContext(graph)
+    space = build_space(ctx, CostOracle(graph, load_target(), ctx=ctx), Policy())
+    swaps = space.swap_moves()
+    assert swaps == sorted(set(swaps))
+
+    def ops(name: str) -> set[str]:
+        return {n for e in space.classes[name] for n in (e.src, e.dst)}
+
+    assert all(a < b and ops(a) & ops(b) for a, b in swaps)
+    act = "/features.7/HardSwish"
+    pair = [
+        (a, b)
+        for a, b in swaps
+        if act in ops(a) & ops(b)
+        and {a.split(":")[0], b.split(":")[0]}
+        == {"BatchNormalization>HardSwish", "HardSwish>Conv"}
+    ]
+    assert len(pair) == 1
+    epi, pro = sorted(pair[0], key=lambda c: not c.startswith("BatchNormalization"))
+    others = [e for c in space.classes if c not in pair[0] for e in space.classes[c]]
+
+    def group_of(chosen: list) -> set[str]:
+        plan = space.plan(chosen)
+        return next(set(g.ops) for g in plan.groups if act in g.ops)
+
+    before = group_of(others + space.classes[epi])
+    after = group_of(others + space.classes[pro])
+    assert "/features.7/expand.bn/BatchNormalization" in before
+    assert "/features.7/depthwise.conv/Conv" in after
+
+
 def test_block_moves_fuse_whole_patterns_and_the_first_saves_time() -> None:
     """The local search's block moves: switching one block's classes on (nothing else) repairs
     into a plan that fuses that pattern's every occurrence whole, and the top-ranked block,

@@ -314,26 +314,30 @@ def tune_graph(
     hedge = isinstance(ev.model, LearnedModel) and not multi
 
     def measure_descent(
-        t: optuna.trial.FrozenTrial, cost: Callable[..., float], still: bool = False
+        t: optuna.trial.FrozenTrial,
+        cost: Callable[..., float],
+        moves: Sequence[tuple[str, str]] = (),
+        still: bool = False,
     ) -> None:
-        """Measure where a descent under ``cost`` from trial ``t`` ends, unless its plan was
-        measured already, it is over the memory limit or (without ``still``) it did not move."""
+        """Measure where a descent under ``cost`` (with the swap ``moves``) from trial ``t``
+        ends, unless its plan was measured already, it is over the memory limit or (without
+        ``still``) it did not move."""
         start = t.params
-        # swaps only in the prior's descents: scoring every exchange under the study's model
-        # (each a new group to tile) made a learned study several times slower
-        moves = swaps if cost is prior_cost else ()
         end, _ = descend(start, cost, blocks, DESCENT, config.seed, swaps=moves)
         plan = space.plan(space.chosen(end))
         if (end is start and not still) or plan.key() in measured or not fits(plan.groups):
             return
         by = "" if cost is mutant_cost else " by the prior"
-        measured[plan.key()] = (ev.measure(plan), plan, f"trial {t.number}, descended{by}")
+        how = f"descended{by}" if end is not start else f"as it is{by}"
+        measured[plan.key()] = (ev.measure(plan), plan, f"trial {t.number}, {how}")
 
     def hedge_prior(incumbent: optuna.trial.FrozenTrial) -> None:
         """Measure where descents under the prior end: from the incumbent, and from the trial
         the prior itself scores best (its grouping measured even where it cannot descend), so
-        a grouping the correction ranks too low is still measured and learned from."""
-        measure_descent(incumbent, prior_cost)
+        a grouping the correction ranks too low is still measured and learned from. Only these
+        descents try swap moves: scoring every exchange under the study's model (each a new
+        group to tile) made a learned study several times slower."""
+        measure_descent(incumbent, prior_cost, swaps)
         done = [
             t
             for t in study.trials
@@ -342,7 +346,7 @@ def tune_graph(
         if done:
             favourite = min(done, key=lambda t: prior_cost(t.params))
             if favourite.number != incumbent.number:
-                measure_descent(favourite, prior_cost, still=True)
+                measure_descent(favourite, prior_cost, swaps, still=True)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["n"] += 1
@@ -368,9 +372,8 @@ def tune_graph(
         """The final polish: from each of the ``config.polish`` best trials under the model as
         it is now, a descent in the model alone (and, for a learned study, the prior's hedge:
         :func:`hedge_prior`; no trial spent); each end that is a new plan within the memory
-        limit is measured. The
-        last local-search round may come too late for the walk to follow it, and the refitted
-        model knows most about the plans near the best."""
+        limit is measured. The last local-search round may come too late for the walk to follow
+        it, and the refitted model knows most about the plans near the best."""
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         tops = [t for t in current_order(complete) if "plan_key" in t.user_attrs]
         for t in tops[: config.polish]:

@@ -105,6 +105,7 @@ def load_hit_fractions(
     capacity: float,
     window_steps: float,
     resident: Sequence[np.ndarray | float],
+    handed: set[str] | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Fraction of each load stream's requested bytes served by L2.
 
@@ -115,6 +116,8 @@ def load_hit_fractions(
         capacity: usable L2 bytes (0: no hits at all).
         window_steps: how many steps of a wave's working set must fit for concurrent reuse.
         resident: per load stream (in order), the fraction of its tensor already in L2.
+        handed: the kernel's hand-offs (:func:`~costmodel.kernel.handoffs`), when the caller
+            has them already.
 
     Returns:
         Per load stream, in stream order: the hit fraction, and the part of it that is a
@@ -123,7 +126,7 @@ def load_hit_fractions(
     """
     loads = [s for s in streams if s.pipe == "MTE2"]
     # a hand-off lives in its own few-block workspace, not in the L2 the others share
-    handed = handoffs(streams)
+    handed = handoffs(streams) if handed is None else handed
     streams = [s for s in streams if s.tensor not in handed]
     fits_wave = wave_working_set(streams, gv) * window_steps <= capacity
     out = []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._l2model import GridView, load_hit_fractions
-from .kernel import KernelBatch, StreamBatch, prologue_handoffs
+from .kernel import KernelBatch, StreamBatch, handoffs, prologue_handoffs
 from .spec import HardwareSpec
 
 if TYPE_CHECKING:
@@ -216,14 +216,18 @@ def _transfers(
         spec.l2_latency_cycles * c.l2_latency,
     )
     share_lat = l2_lat + (gm_lat - l2_lat) * c.share_latency
-    stored = {s.tensor for s in batch.streams if s.pipe != "MTE2"}
     loads = [s for s in batch.streams if s.pipe == "MTE2"]
-    loaded = {s.tensor for s in loads}
     # a tensor the kernel stores and loads is its own L2 hand-off (mixed kernels)
-    res = [1.0 if s.tensor in stored else r for s, r in zip(loads, resident, strict=True)]
+    handed = handoffs(batch.streams)
+    res = [1.0 if s.tensor in handed else r for s, r in zip(loads, resident, strict=True)]
     capacity = spec.l2_bytes * c.l2_capacity
     hits = load_hit_fractions(
-        batch.streams, GridView.of(batch.grid, batch.steps, cores), capacity, c.l2_window, res
+        batch.streams,
+        GridView.of(batch.grid, batch.steps, cores),
+        capacity,
+        c.l2_window,
+        res,
+        handed,
     )
     # the AIV pair of a split mixed group shares each vector-side block, half each
     pair = float(max(1, spec.vector_cores // spec.cube_cores)) if sides else 1.0
@@ -264,7 +268,7 @@ def _transfers(
         )
         bw *= pair if s.side == "vector" else 1.0
         (t.step if s.per == "step" else t.tile)[s.pipe] += padded / bw
-        if s.tensor not in loaded:  # a hand-off is overwritten in L2, never written back
+        if s.tensor not in handed:  # a hand-off is overwritten in L2, never written back
             t.writeback += padded * (steps if s.per == "step" else 1.0)
         t.store_latency = spec.mte3_latency_cycles * c.store_latency
     return t

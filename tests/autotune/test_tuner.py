@@ -305,9 +305,8 @@ def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monk
     """A learned study also measures the end of a descent under its prior (the calibrated
     analytic model) from the incumbent and from the trial the prior scores best, and from its
     best trials at the end; an analytic study has no prior to hedge with. The prior here is
-    replaced by the kernel count, so no such descent ends on more kernels than the trial it
+    replaced by the kernel count, so each such descent ends on fewer kernels than the trial it
     started from, and the fewest kernels of any trial are measured."""
-
     from autotune.evaluator import Evaluator
     from search_space.policy import Policy
 
@@ -322,13 +321,14 @@ def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monk
     checked = [(c, s) for c, s in zip(hedged, starts, strict=True) if s in kernels]
     assert checked or cost == "analytic"  # the incumbent is measured first, so some start is
     for c, start in checked:
-        assert c["kernels"] <= kernels[start]
+        assert c["kernels"] < kernels[start]
     if cost == "learned":
         journal = optuna.storages.journal.JournalFileBackend(cfg.storage)
         storage = optuna.storages.JournalStorage(journal)
         trials = optuna.load_study(study_name=result.study, storage=storage).trials
         fewest = min(t.user_attrs["kernels"] for t in trials if "kernels" in t.user_attrs)
-        assert min(c["kernels"] for c in hedged) <= fewest
+        by_prior = [c["kernels"] for c in cands if c["source"].endswith("by the prior")]
+        assert min(by_prior) <= fewest
 
 
 def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ __all__ = [
 
 # sim-4: a hand-off also read outside the kernel keeps a real store; sim-3: hand-offs go
 # through a workspace (hit L2, take no lines)
-SIMULATOR_VERSION = "sim-4"
+SIMULATOR_VERSION = "sim-5"
 TABLE_SCHEMA = 1
 PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
 REQUIRED_COLUMNS = (

@@ -113,6 +113,12 @@ class DmaPorts:
         self.chan_pend: list[deque[Xfer]] = [deque(), deque(), deque()]
         self.recent: deque[Xfer] = deque(maxlen=8 * RING)  # started transfers, for macro steps
 
+    def share_ports(self, other: DmaPorts) -> None:
+        """Queue on ``other``'s DMA channels: the two sides of a mixed kernel on a coupled
+        core share its one MTE2, FIX and MTE3 (each transfer stays its own unit's)."""
+        self.chan_q = other.chan_q
+        self.chan_act = other.chan_act
+
     def _group_done(self, chan: int, idx: int, now: float, step: bool = False) -> None:
         raise NotImplementedError
 
@@ -181,9 +187,14 @@ class DmaPorts:
 
     # -- DMA channels ---------------------------------------------------------------------------
     def _start(self, c: int, now: float) -> None:
-        """The head transfer of channel ``c`` reaches the memory system: look L2 up, time it."""
+        """The head transfer of channel ``c`` reaches the memory system (it may be the
+        partner's, on shared channels)."""
         x = self.chan_q[c].popleft()
         self.chan_act[c] = x
+        x.unit._begin(c, x, now)
+
+    def _begin(self, c: int, x: Xfer, now: float) -> None:
+        """Look L2 up for this unit's transfer ``x`` at the head of channel ``c``; time it."""
         eng = self.eng
         s = x.s
         k = x.k
@@ -314,11 +325,12 @@ class DmaPorts:
         self.fs_time = [v + dt for v in self.fs_time]
         self.ms_time = [v + dt for v in self.ms_time]
         self.tile_time = [v + dt for v in self.tile_time]
-        for q in self.chan_q:
+        for q in self.chan_q:  # (only this unit's transfers, on shared channels)
             for x in q:
-                x.issue += dt
-                x.wave += skip
+                if x.unit is self:
+                    x.issue += dt
+                    x.wave += skip
         for act in self.chan_act:
-            if act is not None:
+            if act is not None and act.unit is self:
                 act.issue += dt
                 act.start += dt

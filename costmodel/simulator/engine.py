@@ -47,7 +47,7 @@ class SimResult:
     """What one kernel run produced (cycles and bytes; all copies counted)."""
 
     cycles: float
-    busy: tuple[float, ...]  # per pipe, the busiest unit
+    busy: tuple[float, ...]  # per pipe, the busiest core
     load_bytes: float
     hit_bytes: float
     hbm_bytes: float
@@ -142,6 +142,8 @@ class Sim:
             group = [Unit(self, side, core, members, ntiles, side.copies) for side in prog.sides]
             if len(group) == 2:
                 group[0].partner, group[1].partner = group[1], group[0]
+                if prog.shared_dma:
+                    group[1].share_ports(group[0])
             units += group
         return units
 
@@ -212,7 +214,10 @@ class Sim:
                 f"simulator deadlock: core {u.core} ({u.side.kind}) finished {u.cnt_tail} of "
                 f"{u.ntiles - u.base} tiles (ld {u.cnt_ld}, m {u.cnt_m}, v {u.cnt_v})"
             )
-        busy = tuple(max(u.busy[p] for u in self.units) for p in range(6))
+        # a pipe's busy time on the busiest core: the sides of a coupled core share its pipes
+        per = len(self.prog.sides) if self.prog.shared_dma else 1
+        cores = [self.units[n : n + per] for n in range(0, len(self.units), per)]
+        busy = tuple(max(sum(u.busy[p] for u in c) for c in cores) for p in range(6))
         return SimResult(
             cycles=self.now,
             busy=busy,

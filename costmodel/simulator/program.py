@@ -87,6 +87,7 @@ class Program:
     step_delay: float  # per step, when the vector side consumes the cube per step
     own: tuple[int, ...]  # L2 ids of the tensors the kernel touches (first appearance order)
     own_bytes: tuple[float, ...]
+    shared_dma: bool = False  # the sides share one core's DMA channels (coupled mixed kernel)
 
 
 def _waste(s: Stream, spec: HardwareSpec) -> float:
@@ -245,4 +246,5 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
         step_delay=step_delay,
         own=tuple(own.values()),
         own_bytes=tuple(own_bytes[t] for t in own),
+        shared_dma=mixed and not spec.is_split,
     )

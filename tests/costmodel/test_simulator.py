@@ -777,7 +777,10 @@ def test_a_prologue_without_vector_cycles_still_runs(
 ) -> None:
     """The kernel contract allows a free prologue (vector_cycles_step = 0): its sources then
     feed the per-step store directly, and the epilogue's late hand-off load must not wait for
-    a slot only the epilogue itself would free (a deadlock before)."""
+    a slot only the epilogue itself would free (a deadlock before). Free vector work is no
+    slower, up to queue order on a coupled core: there both sides share one in-order MTE2, and
+    sources issued earlier can get ahead of the cube's read-back (2% on the 910, single
+    buffered)."""
     from costmodel.lower import Lowering
     from search_space.groups import make_group
 
@@ -795,7 +798,8 @@ def test_a_prologue_without_vector_cycles_still_runs(
     paid = SimulatorModel(target, fast=False).evaluate(
         [replace(free, vector_cycles_step=base.vector_cycles_step)]
     )[0]
-    assert 0 < cost.latency_us <= paid.latency_us
+    slack = 1.0 if target.spec.is_split else 1.05
+    assert 0 < cost.latency_us <= paid.latency_us * slack
 
 
 def _shifted_triples(count: int) -> list[tuple[float, float, float]]:

@@ -913,3 +913,42 @@ def test_a_hand_off_a_later_kernel_reads_is_written_once_and_found_in_l2(
         c1, c2 = cost_model.evaluate([k1, k2])
         assert external <= c1.hbm_bytes <= 1.01 * external, config.short()
         assert c2.hbm_bytes == pytest.approx(shared, rel=0.01), config.short()
+
+
+@pytest.mark.parametrize("target_name", ["ascend910", "ascend310p"])
+@pytest.mark.parametrize("double_buffer", [True, False])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_a_coupled_core_moves_both_sides_loads_through_its_one_mte2(
+    target_name: str, double_buffer: bool, epilogue: bool
+) -> None:
+    """On a coupled chip the cube and vector halves of a mixed kernel are one core with one
+    MTE2: every byte either side loads crosses that queue, an L2 hit at best at the L2 read
+    rate, a miss at best at the core's GM cap. So the busiest core's MTE2 time (both sides)
+    is at least the average of those over the cores, and so is the kernel. (With a queue per
+    side a prologue's sources moved beside the cube's read-back: MTE2 0.75x of the bound.)"""
+    from costmodel.lower import Lowering
+    from search_space.groups import make_group
+
+    graph, ops = _prologue_graph(2048, 1024, 1024, epilogue)
+    target = load_target(target_name)
+    spec = target.spec
+    lowering = Lowering(graph, target)
+    group = make_group(graph, ops)
+    base = lowering.kernel(group, lowering.default(group))
+    kernel = replace(base, config=replace(base.config, double_buffer=double_buffer))
+    assert kernel.unit == "mixed" and not spec.is_split
+    loaded = kernel.tiles * sum(
+        s.bytes * (kernel.steps if s.per == "step" else 1)
+        for s in kernel.streams
+        if s.pipe == "MTE2"
+    )
+    cores = min(kernel.cores, spec.cube_cores)
+    for fast in (True, False):
+        cost = SimulatorModel(target, fast=fast).evaluate([kernel])[0]
+        hits = loaded * cost.l2_hit_rate
+        cycles = hits / spec.l2_read_bytes_per_cycle + (loaded - hits) / (
+            spec.core_gm_bytes_per_cycle
+        )
+        bound_us = cycles / cores / spec.clock_hz * 1e6
+        assert cost.pipes_us["MTE2"] >= bound_us
+        assert cost.latency_us >= bound_us

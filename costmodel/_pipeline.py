@@ -140,8 +140,12 @@ def score(
             _plus(mte3_s, lat3),
         ]
     step_sb = _pairs(chain)
-    pre_lat_c = np.where(t.tile["MTE2c"] > 0, t.lat_pre, 0.0)
-    pre_lat_v = np.where(pre_lat_c > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
+    # a tile's own loads go out with its first step's (one group, one queue), so their
+    # first-byte latency hides behind the step loads' own (a prologue's go out after the
+    # steps, on their own)
+    with_step = np.where(ld_c > 0, t.lat_step, 0.0) if not feeds else 0.0
+    pre_lat_c = np.where(t.tile["MTE2c"] > 0, np.maximum(t.lat_pre - with_step, 0.0), 0.0)
+    pre_lat_v = np.where(t.tile["MTE2c"] > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
 
     def tile_pairs(step_period: np.ndarray) -> np.ndarray:
         return _pairs(

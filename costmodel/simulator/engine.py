@@ -63,6 +63,8 @@ def can_represent(prog: Program, l2: L2Cache) -> bool:
     the filler and the others wait on its fill, which is not symmetric; it is tolerated when it
     is resident or small (at most 1/16 of a tile's load bytes).
     """
+    if shares_lines(prog, l2):
+        return False
     sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
     resident = False
     for side in prog.sides:
@@ -92,6 +94,23 @@ def _uniform_residency(prog: Program, l2: L2Cache) -> bool:
     return True
 
 
+def shares_lines(prog: Program, l2: L2Cache) -> bool:
+    """Whether some load's blocks are smaller than an L2 sector of a tensor not wholly in L2:
+    then a block's neighbours (other cores' tiles, or later ones) hit on the line it fetched,
+    so cores are not interchangeable and the hit pattern repeats only every line's worth of
+    blocks, which can be longer than a macro step's periods show."""
+    if not l2.enabled:
+        return False
+    sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
+    for side in prog.sides:
+        for s in side.loads_tile + side.loads_step:
+            if s.tid in l2.handoffs or s.region >= l2.sector or sizes[s.tid] <= l2.sector:
+                continue
+            if l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0:
+                return True
+    return False
+
+
 class Sim:
     """Runs one compiled kernel on a spec, against a plan-wide L2."""
 
@@ -116,7 +135,7 @@ class Sim:
         self.load_b = self.hit_b = self.hbm_b = 0.0
         # a tensor only partly in L2 makes the hit pattern drift along the kernel, which the
         # periods before a macro step cannot show: step only over all-or-nothing residency
-        self.macro = macro and _uniform_residency(prog, l2)
+        self.macro = macro and _uniform_residency(prog, l2) and not shares_lines(prog, l2)
         self.represent = represent
         self.jump: tuple[int, int, float] | None = None
         self.jumped = 0

@@ -1,9 +1,9 @@
 """The shared L2: LRU over fixed-size chunks of tensors, with per-sector validity.
 
 A chunk is ``chunk_bytes`` of one tensor (tensor-relative, DESIGN §6 / kernel.py "L2
-identity"). Replacement is LRU over whole chunks; inside a chunk a bitmask of sectors (at least
-one L2 line each, at most 64 per chunk) says which bytes are valid, so a 1 KB block never makes
-its 63 KB neighbourhood look resident. Loads that miss fill their sectors and leave a *pending*
+identity"). Replacement is LRU over whole chunks; inside a chunk a bitmask of sectors (one L2
+line each) says which bytes are valid, so a 1 KB block never makes its 63 KB neighbourhood look
+resident, and a block smaller than a line validates the line its neighbours then hit on. Loads that miss fill their sectors and leave a *pending*
 mark naming the transfer that fetches them: a later load of those sectors hits L2 but cannot
 complete before the fill does (miss merging, as an L2's MSHRs do). Stores write-allocate.
 The cache lives for a whole plan, so a kernel finds what the previous one wrote.
@@ -37,14 +37,15 @@ class L2Cache:
     Args:
         capacity_bytes: L2 size; below one chunk the cache is disabled (every load misses).
         chunk_bytes: replacement granularity.
-        line_bytes: the L2 line; validity is tracked per sector of ``max(line, chunk/64)``.
+        line_bytes: the L2 line; validity is tracked per line (a chunk smaller than a line
+            is one sector).
     """
 
     def __init__(self, capacity_bytes: int, chunk_bytes: int, line_bytes: int) -> None:
         self.chunk = float(chunk_bytes)
         self.capacity = int(capacity_bytes // chunk_bytes)
         self.enabled = self.capacity > 0
-        self.nsec = max(1, min(64, chunk_bytes // max(1, line_bytes)))
+        self.nsec = max(1, chunk_bytes // max(1, line_bytes))
         self.sector = self.chunk / self.nsec
         self.full = (1 << self.nsec) - 1
         # key -> [valid mask, pending mask, pending transfer]

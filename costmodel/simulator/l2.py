@@ -3,9 +3,10 @@
 A chunk is ``chunk_bytes`` of one tensor (tensor-relative, DESIGN §6 / kernel.py "L2
 identity"). Replacement is LRU over whole chunks; inside a chunk a bitmask of sectors (one L2
 line each) says which bytes are valid, so a 1 KB block never makes its 63 KB neighbourhood look
-resident, and a block smaller than a line validates the line its neighbours then hit on. Loads that miss fill their sectors and leave a *pending*
-mark naming the transfer that fetches them: a later load of those sectors hits L2 but cannot
-complete before the fill does (miss merging, as an L2's MSHRs do). Stores write-allocate.
+resident, and a block smaller than a line validates the line its neighbours then hit on.
+Loads that miss fill their sectors and leave a *pending* mark naming the transfer that fetches
+them: a later load of those sectors hits L2 but cannot complete before the fill does (miss
+merging, as an L2's MSHRs do). Stores write-allocate.
 The cache lives for a whole plan, so a kernel finds what the previous one wrote.
 
 A kernel's hand-offs (tensors it stores and loads back, ``handoffs``) pass through a workspace

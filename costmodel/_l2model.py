@@ -33,7 +33,7 @@ import numpy as np
 
 from .kernel import StreamBatch, handoffs
 
-__all__ = ["GridView", "L2Residency", "distinct_blocks", "load_hit_fractions"]
+__all__ = ["GridView", "L2Residency", "distinct_blocks", "line_openers", "load_hit_fractions"]
 
 _TILE_LETTERS = "jib"  # tile-order digits, innermost first (tile t = (b*I + i)*J + j)
 
@@ -157,6 +157,36 @@ def load_hit_fractions(
         shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
         out.append((hit, np.minimum(shared, hit)))
     return out
+
+
+def line_openers(
+    stream: StreamBatch, gv: GridView, line_bytes: float, slots: np.ndarray | float = 1.0
+) -> np.ndarray:
+    """Fraction of a load stream's requests that open an L2 line no earlier request has.
+
+    A block smaller than a line shares its line with its address neighbours (the next value
+    of the innermost key letter that varies): the first request into a line fetches it and
+    any other made meanwhile waits for that fetch, while the rest find it landed and pay an
+    L2 hit's latency. Neighbours along ``k`` are one core's next steps (one at a time);
+    along a tile letter they are the tiles that far apart in tile order, so a wave of
+    ``cores`` tiles asks for ``cores / stride`` of them at once. Per config, in [0, 1].
+    """
+    n = len(gv.steps)
+    at_once = np.ones(n)
+    decided = np.zeros(n, dtype=bool)
+    for letter in reversed(stream.key):  # the innermost key letter that varies
+        if letter == "k":
+            if stream.per != "step":
+                continue  # a per-tile block does not move with the step
+            extent, together = gv.steps, np.ones(n)
+        else:
+            extent = gv.extent[letter]
+            together = np.maximum(1.0, gv.cores / gv.stride[letter])
+        take = ~decided & (extent > 1)
+        at_once = np.where(take, together, at_once)
+        decided |= take
+    block = np.maximum(stream.bytes.astype(np.float64), 1.0)
+    return np.minimum(1.0, block * at_once * slots / line_bytes)
 
 
 def _first_wave_requests(key: str, gv: GridView, points: int = 8) -> np.ndarray:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._l2model import GridView, load_hit_fractions
+from ._l2model import GridView, line_openers, load_hit_fractions
 from .kernel import KernelBatch, StreamBatch, handoffs, prologue_handoffs
 from .spec import HardwareSpec
 
@@ -225,9 +225,11 @@ def _transfers(
     handed = handoffs(batch.streams)
     res = [1.0 if s.tensor in handed else r for s, r in zip(loads, resident, strict=True)]
     capacity = spec.l2_bytes * c.l2_capacity
+    gv = GridView.of(batch.grid, batch.steps, cores)
+    slots = np.where(batch.double_buffer, 2.0, 1.0)
     hits = load_hit_fractions(
         batch.streams,
-        GridView.of(batch.grid, batch.steps, cores),
+        gv,
         capacity,
         c.l2_window,
         res,
@@ -246,7 +248,10 @@ def _transfers(
         # byte comes a (share_latency) GM latency after the request, and it completes no
         # sooner than the fill (the port is free meanwhile)
         wait = np.maximum(fill - read, 0.0)
-        lat = (1 - h) * gm_lat + hc * (share_lat + c.l2_fill_wait * wait) + (h - hc) * l2_lat
+        # a block smaller than a line waits for a fetch only where it opens the line
+        opens = line_openers(s, gv, float(spec.l2_line_bytes), slots)
+        hl, hcl = 1 - (1 - h) * opens, hc * opens
+        lat = (1 - hl) * gm_lat + hcl * (share_lat + c.l2_fill_wait * wait) + (hl - hcl) * l2_lat
         reps = steps if s.per == "step" else 1.0
         pipe = "MTE2v" if sides and s.side == "vector" else "MTE2c"
         (t.step if s.per == "step" else t.tile)[pipe] += tm + th

@@ -53,6 +53,7 @@ class _Transfers:
     raw_bytes: np.ndarray
     writeback: np.ndarray
     lat_side: dict[str, np.ndarray]  # per-step load latency of the cube / vector side
+    side_step: dict[str, np.ndarray]  # per-step load time each side issues (one queue or two)
     store_latency: float = 0.0
 
     @classmethod
@@ -62,7 +63,7 @@ class _Transfers:
         return cls(
             {p: z.copy() for p in pipes}, {p: z.copy() for p in pipes}, z.copy(), z.copy(),
             z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
-            {"cube": z.copy(), "vector": z.copy()},
+            {"cube": z.copy(), "vector": z.copy()}, {"cube": z.copy(), "vector": z.copy()},
         )  # fmt: skip
 
 
@@ -117,12 +118,17 @@ def score(
     # their first-byte latency, stores theirs)
     if feeds:
         # a prologue: the vector side loads its sources, computes the operand block, stores
-        # it and syncs; the cube reads it back, then MTE1 and Mmad
+        # it and syncs; the cube reads it back, then MTE1 and Mmad. On a coupled core both
+        # sides queue on its one MTE2: the sources wait behind the cube's loads of the step
+        # before, so their stage is the queue's whole step; the read-back is the cube's own
+        src, back = t.side_step["vector"], t.side_step["cube"]
+        if not sides:
+            src = np.where(src > 0, ld_c, 0.0)
         chain = [
-            ld_v + np.where(ld_v > 0, t.lat_side["vector"], 0.0),
+            src + np.where(src > 0, t.lat_side["vector"], 0.0),
             v_step,
             _plus(mte3_s, lat3 + sync_step),
-            ld_c + np.where(ld_c > 0, t.lat_side["cube"], 0.0),
+            back + np.where(back > 0, t.lat_side["cube"], 0.0),
             mte1,
             cube,
             _plus(fix_s, lat3),
@@ -259,6 +265,7 @@ def _transfers(
             t.lat_step = np.maximum(t.lat_step, lat)
             side = "vector" if s.side == "vector" else "cube"
             t.lat_side[side] = np.maximum(t.lat_side[side], lat)
+            t.side_step[side] += tm + th
         else:
             t.lat_pre = np.maximum(t.lat_pre, lat)
         t.miss_time += tm * reps

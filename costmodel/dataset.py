@@ -39,6 +39,7 @@ __all__ = [
     "write_table",
 ]
 
+# sim-5: a coupled core's cube and vector halves share its DMA queues, L2 validity per line;
 # sim-4: a hand-off also read outside the kernel keeps a real store; sim-3: hand-offs go
 # through a workspace (hit L2, take no lines)
 SIMULATOR_VERSION = "sim-5"

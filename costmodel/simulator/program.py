@@ -2,7 +2,8 @@
 
 A kernel becomes one or two *sides* (the cube core and, for a mixed kernel, its vector cores;
 otherwise one side with every pipe), each with its load and store streams resolved to byte
-counts per copy, L2 block coordinates and path rates, and its per-step / per-tile cycles.
+counts per copy, L2 block coordinates and path rates, and its per-step / per-tile cycles. On a
+coupled chip the two sides of a mixed kernel are one core: they share its DMA queues.
 """
 
 from __future__ import annotations

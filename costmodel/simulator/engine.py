@@ -14,6 +14,9 @@ Shortcuts (checked against the full simulation in the tests):
   times move by the skipped time, in-flight tiles are relabelled to later waves, busy/byte
   counters and the write-back backlog grow by the per-period amounts, and L2 replays the
   skipped waves' accesses so that it ends as the full run would leave it.
+
+Neither applies where a load's blocks share L2 lines with their neighbours (shorter than a
+line, or not a whole number of lines) in a tensor not wholly in L2 (:func:`shares_lines`).
 """
 
 from __future__ import annotations
@@ -95,17 +98,21 @@ def _uniform_residency(prog: Program, l2: L2Cache) -> bool:
 
 
 def shares_lines(prog: Program, l2: L2Cache) -> bool:
-    """Whether some load's blocks are smaller than an L2 sector of a tensor not wholly in L2:
-    then a block's neighbours (other cores' tiles, or later ones) hit on the line it fetched,
-    so cores are not interchangeable and the hit pattern repeats only every line's worth of
-    blocks, which can be longer than a macro step's periods show."""
+    """Whether some load's blocks share L2 sectors (lines) with their neighbours, in a tensor
+    not wholly in L2: blocks smaller than a sector, or not a whole number of sectors long.
+    Then a block's neighbours (other cores' tiles, or later ones) hit on the line it fetched,
+    so cores are not interchangeable and the hit pattern repeats only every few lines' worth
+    of blocks, which can be longer than a macro step's periods show."""
     if not l2.enabled:
         return False
     sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
     for side in prog.sides:
         for s in side.loads_tile + side.loads_step:
-            if s.tid in l2.handoffs or s.region >= l2.sector or sizes[s.tid] <= l2.sector:
+            if s.tid in l2.handoffs or sizes[s.tid] <= l2.sector:
                 continue
+            lines = s.region / l2.sector
+            if lines >= 1.0 and abs(lines - round(lines)) < 1e-9:
+                continue  # whole lines: no neighbour shares one
             if l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0:
                 return True
     return False

@@ -147,9 +147,12 @@ def score(
         ]
     step_sb = _pairs(chain)
     # a tile's own loads go out with its first step's (one group, one queue), so their
-    # first-byte latency hides behind the step loads' own (a prologue's go out after the
-    # steps, on their own)
-    with_step = np.where(ld_c > 0, t.lat_step, 0.0) if not feeds else 0.0
+    # first-byte latency hides behind that queue's step loads' own (on a coupled core a
+    # prologue's go out after the steps, on their own)
+    if sides:
+        with_step = np.where(ld_c > 0, t.lat_side["cube"], 0.0)
+    else:
+        with_step = np.where(ld_c > 0, t.lat_step, 0.0) * (0.0 if feeds else 1.0)
     pre_lat_c = np.where(t.tile["MTE2c"] > 0, np.maximum(t.lat_pre - with_step, 0.0), 0.0)
     pre_lat_v = np.where(t.tile["MTE2c"] > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
 
@@ -177,8 +180,12 @@ def score(
     tile_sb = np.maximum(tile_pairs(step_sb), steady) + sync
     if feeds and bool(np.any(v_tile > 0)):
         # prologue and epilogue share the vector cores in program order: the next tile's
-        # prologue waits for this tile's epilogue, which waits for this tile's last Mmad
-        step_chain = np.add.reduce(chain[:-1])
+        # prologue waits for this tile's epilogue, which waits for this tile's last Mmad; its
+        # first sources find no cube loads queued ahead of them
+        own = t.side_step["vector"]
+        step_chain = np.add.reduce(
+            [own + np.where(own > 0, t.lat_side["vector"], 0.0), *chain[1:-1]]
+        )
         epi = _plus(t.tile["FIX"], lat3) + sync + t.tile["MTE2v"] + t.lat_pre + v_tile
         serial = np.where(v_tile > 0, step_chain + epi, 0.0)
         tile_db = np.maximum(tile_db, serial + (steps - 1) * step_db)

@@ -24,7 +24,13 @@ Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, `
     on a concurrent hit (a block another core of the wave is fetching, never one already
     resident) the L2 latency plus ``share_latency`` of the difference, plus ``l2_fill_wait`` of
     the time the fetching core's fill takes beyond the sharer's own L2 read (the sharer's
-    port is free meanwhile, so this is latency, not transfer time).
+    port is free meanwhile, so this is latency, not transfer time). A block smaller than an
+    L2 line exposes the miss or concurrent part only where it opens a line its neighbours
+    have not (``_l2model.line_openers``); elsewhere it pays an L2 latency. A tile's own loads
+    go out in one queue with its first step's, so their latency counts only beyond the step
+    loads' own. A prologue's step stages are the vector side's source loads, V, the operand
+    store with its latency and the sync, the cube's read-back, MTE1, M; on a coupled core
+    both sides share one MTE2, so the sources' stage is the queue's whole step.
 
 Step stages are the per-step MTE2 loads (one pipe per side of a split mixed kernel), MTE1, M,
 per-step FIX stores, V and per-step MTE3 stores. A load moves its burst-padded bytes at

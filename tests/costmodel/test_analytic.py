@@ -253,6 +253,10 @@ def test_line_openers_is_a_fraction_that_grows_with_the_block_and_the_cores(
     assert np.all((0 < f) & (f <= 1))
     assert f[1] >= f[0] and f[2] >= f[0]  # a bigger block, more cores at once
     assert np.all((f == 1) | (sizes < 512))  # a block of a line or more opens its own
+    alone = GridView.of(np.ones((1, 3)), np.ones(1), np.array([float(cores)]))
+    one = np.array([block])
+    lone = line_openers(StreamBatch("t", "MTE2", one, one, key, per), alone, 512.0, slots)
+    assert lone[0] == 1.0  # one tile, one step: no neighbour shares its line
 
 
 @pytest.mark.parametrize("double_buffer", [False, True])

@@ -34,7 +34,7 @@ from .hbm import Fluid
 from .l2 import L2Cache
 from .program import Program
 
-__all__ = ["Sim", "SimResult", "can_represent"]
+__all__ = ["Sim", "SimResult", "can_represent", "load_residency", "shares_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +59,28 @@ class SimResult:
     waves_skipped: int
 
 
-def can_represent(prog: Program, l2: L2Cache) -> bool:
+def load_residency(prog: Program, l2: L2Cache) -> dict[int, float]:
+    """The fraction of each loaded tensor already in L2 as the kernel starts (1.0 for its
+    hand-offs, which live in their own workspace); the shortcut tests below read it."""
+    sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
+    out: dict[int, float] = {}
+    for side in prog.sides:
+        for s in side.loads_tile + side.loads_step:
+            if s.tid not in out:
+                handoff = s.tid in l2.handoffs  # covers the handoff and readback streams too
+                out[s.tid] = 1.0 if handoff else l2.resident_fraction(s.tid, sizes[s.tid])
+    return out
+
+
+def can_represent(prog: Program, l2: L2Cache, res: dict[int, float]) -> bool:
     """Whether cores with equal tile counts are interchangeable (see module docstring).
 
     Private streams must be wholly resident or wholly absent. A broadcast stream makes one core
     the filler and the others wait on its fill, which is not symmetric; it is tolerated when it
-    is resident or small (at most 1/16 of a tile's load bytes).
+    is resident or small (at most 1/16 of a tile's load bytes). Cores whose loads share L2
+    lines are not interchangeable either; the caller tests that (:func:`shares_lines`).
+    ``res``: :func:`load_residency`.
     """
-    if shares_lines(prog, l2):
-        return False
-    sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
     resident = False
     for side in prog.sides:
         loads = side.loads_tile + side.loads_step
@@ -76,28 +88,18 @@ def can_represent(prog: Program, l2: L2Cache) -> bool:
         for s in loads:
             if s.sharing == "shared":
                 return False
-            handoff = s.tid in l2.handoffs  # covers the handoff and readback streams too
-            f = 1.0 if handoff else l2.resident_fraction(s.tid, sizes[s.tid])
+            f = res[s.tid]
             if s.sharing == "broadcast":
                 if f < 1.0 and 16 * s.nbytes * (side.steps if s.per_step else 1) > per_tile:
                     return False
             elif 0.0 < f < 1.0:
                 return False
-            elif not handoff:
+            elif s.tid not in l2.handoffs:
                 resident = resident or f == 1.0
     return not resident or sum(prog.own_bytes) <= l2.capacity * l2.chunk
 
 
-def _uniform_residency(prog: Program, l2: L2Cache) -> bool:
-    sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
-    for side in prog.sides:
-        for s in side.loads_tile + side.loads_step:
-            if s.tid not in l2.handoffs and 0.0 < l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0:
-                return False
-    return True
-
-
-def shares_lines(prog: Program, l2: L2Cache) -> bool:
+def shares_lines(prog: Program, l2: L2Cache, res: dict[int, float]) -> bool:
     """Whether some load's blocks share L2 sectors (lines) with their neighbours, in a tensor
     not wholly in L2: blocks smaller than a sector, or not a whole number of sectors long.
     Then a block's neighbours (other cores' tiles, or later ones) hit on the line it fetched,
@@ -108,13 +110,11 @@ def shares_lines(prog: Program, l2: L2Cache) -> bool:
     sizes = dict(zip(prog.own, prog.own_bytes, strict=True))
     for side in prog.sides:
         for s in side.loads_tile + side.loads_step:
-            if s.tid in l2.handoffs or sizes[s.tid] <= l2.sector:
-                continue
+            if sizes[s.tid] <= l2.sector or res[s.tid] >= 1.0:
+                continue  # one line at most, or wholly in L2 (hand-offs included)
             lines = s.region / l2.sector
-            if lines >= 1.0 and abs(lines - round(lines)) < 1e-9:
-                continue  # whole lines: no neighbour shares one
-            if l2.resident_fraction(s.tid, sizes[s.tid]) < 1.0:
-                return True
+            if lines < 1.0 or abs(lines - round(lines)) >= 1e-9:
+                return True  # not whole lines: a neighbour shares one
     return False
 
 
@@ -142,8 +142,11 @@ class Sim:
         self.load_b = self.hit_b = self.hbm_b = 0.0
         # a tensor only partly in L2 makes the hit pattern drift along the kernel, which the
         # periods before a macro step cannot show: step only over all-or-nothing residency
-        self.macro = macro and _uniform_residency(prog, l2) and not shares_lines(prog, l2)
-        self.represent = represent
+        res = load_residency(prog, l2)
+        lines = shares_lines(prog, l2, res)
+        uniform = all(f in (0.0, 1.0) for f in res.values())
+        self.macro = macro and uniform and not lines
+        self.represent = represent and not lines and can_represent(prog, l2, res)
         self.jump: tuple[int, int, float] | None = None
         self.jumped = 0
         self.next_check = 1  # first wave a period may start from (after a jump: past it)

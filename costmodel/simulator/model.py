@@ -15,7 +15,7 @@ from ..base import CostModel, KernelCost
 from ..exceptions import CostModelError, InfeasibleConfig
 from ..kernel import PIPES, Kernel
 from ..spec import Target
-from .engine import Sim, SimResult, can_represent
+from .engine import Sim, SimResult
 from .l2 import L2Cache
 from .program import compile_kernel
 
@@ -175,8 +175,9 @@ class SimulatorModel(CostModel):
                 return cost, skey
             before = l2.own_chunks(own)
             l2.touched = set()
-        represent = "cores" in self.shortcuts and can_represent(prog, l2)
-        sim = Sim(spec, l2, prog, represent=represent, macro="waves" in self.shortcuts)
+        sim = Sim(
+            spec, l2, prog, represent="cores" in self.shortcuts, macro="waves" in self.shortcuts
+        )
         t0 = time.perf_counter()
         res = sim.run()
         self._wall += time.perf_counter() - t0

@@ -149,10 +149,8 @@ def score(
     # a tile's own loads go out with its first step's (one group, one queue), so their
     # first-byte latency hides behind that queue's step loads' own (on a coupled core a
     # prologue's go out after the steps, on their own)
-    if sides:
-        with_step = np.where(ld_c > 0, t.lat_side["cube"], 0.0)
-    else:
-        with_step = np.where(ld_c > 0, t.lat_step, 0.0) * (0.0 if feeds else 1.0)
+    queue_lat = t.lat_side["cube"] if sides else t.lat_step
+    with_step = np.where((ld_c > 0) & (sides or not feeds), queue_lat, 0.0)
     pre_lat_c = np.where(t.tile["MTE2c"] > 0, np.maximum(t.lat_pre - with_step, 0.0), 0.0)
     pre_lat_v = np.where(t.tile["MTE2c"] > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
 

@@ -201,8 +201,9 @@ def test_a_tile_load_issued_with_the_first_steps_loads_hides_its_latency_behind_
     """A tile's own load (here a cold 512-byte row per tile) goes out in one queue with its
     first step's loads, and a queued transfer's first-byte latency runs from its issue, so
     single buffered it adds about its bytes at the GM path's rate per wave, not a latency of
-    its own. The simulator adds -221..140 cycles per wave on these; the closed form used to
-    add 250..1263, a first-byte latency chained after the step loads'."""
+    its own. (Measured once with the simulator, not here: it adds -221..140 cycles per wave
+    on these; the closed form used to add 250..1263, a latency chained after the step
+    loads'.)"""
     target = load_target(target_name)
     spec = target.spec
     kernel = matmul(size, l1, l0, 16, double_buffer=False)

@@ -3,11 +3,15 @@
 Kernels come from the groups of real models (every single op, the rule-based greedy groups,
 max fusion and a few random legal partitions) and from synthetic corner-case models, each
 lowered under its default config, the analytic model's favourite and random configs of its
-legal grid. Every kernel runs alone on a cold L2 with simulator noise off.
+legal grid. Most kernels run alone on a cold L2; a share of the rows (``warm``) runs each
+kernel right after the kernels before it in its plan, so its inputs may be in L2, as they are
+when a tuning study measures a whole plan (the row records the resident fractions the
+calibrated analytic model assigns, as a study's rows do). Simulator noise is off.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +42,8 @@ DEFAULT_MODELS = (
     "zoo:resnet50", "zoo:mobilenetv3", "synthetic",
 )  # fmt: skip
 MAX_WORK = 40_000  # tiles x steps: random configs beyond this take seconds each to simulate
+CONTEXT = 2  # kernels run before a warm sample (its plan's previous ones, most inputs' producers)
+WARM = 0.2  # the default share of rows run in plan context
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,14 @@ class Sample:
     family: str
     source: str
     rank: int  # 0 = default config, 1 = analytic favourite, 2.. = random
+    before: tuple[Kernel, ...] = ()  # run first, on the same L2 (a warm sample's plan context)
+    resident: tuple[float, ...] = ()  # per load stream, the tensor's fraction in L2 (warm)
+
+    @property
+    def context(self) -> list[float]:
+        """The row's resident fractions: all zero for a cold run."""
+        loads = sum(1 for s in self.kernel.streams if s.is_load)
+        return list(self.resident) if self.before else [0.0] * loads
 
 
 def _partitions(ctx: FusionContext, oracle: CostOracle, rng: random.Random, n_random: int):
@@ -72,13 +86,19 @@ def sample_graph(
     configs_per_group: int = 6,
     random_partitions: int = 3,
 ) -> list[Sample]:
-    """Kernels of every group signature of ``graph`` not in ``seen`` (which is updated)."""
+    """Cold samples of every group signature of ``graph`` not in ``seen`` (which is updated),
+    and warm ones: each group of a sampled plan whose inputs the ``CONTEXT`` kernels before it
+    leave (partly) in L2, at the default and the favourite configs (the plan's other groups
+    likewise), once per signature, config and resident fractions (``seen`` again)."""
     ctx = FusionContext(graph)
     raw = AnalyticModel(target, AnalyticConstants())
+    residency = AnalyticModel(target)  # the L2 context a study's rows record
     oracle = CostOracle(graph, target, model=raw, ctx=ctx)
     out: list[Sample] = []
     for partition in _partitions(ctx, oracle, rng, random_partitions):
-        for group in ctx.to_groups(partition):
+        groups = ctx.to_groups(partition)
+        out += _warm(groups, oracle, residency, family, source, seen)
+        for group in groups:
             sig = oracle.lowering.signature(group)
             if sig in seen:
                 continue
@@ -99,6 +119,34 @@ def sample_graph(
                     picks.append(c)
             for rank, c in enumerate(dict.fromkeys(picks)):
                 out.append(Sample(oracle.lowering.kernel(group, c), family, source, rank))
+    return out
+
+
+def _warm(
+    groups: Sequence[Any],
+    oracle: CostOracle,
+    residency: AnalyticModel,
+    family: str,
+    source: str,
+    seen: set[str],
+) -> list[Sample]:
+    """A plan's groups in the context of the ``CONTEXT`` kernels before each (see
+    :func:`sample_graph`), where that leaves any of its inputs in L2."""
+    out: list[Sample] = []
+    for rank, pick in enumerate((oracle.default, lambda g: oracle.grid(g)[0])):
+        try:
+            kernels = [oracle.lowering.kernel(g, pick(g)) for g in groups]
+        except InfeasibleConfig:
+            continue
+        resident = residency.residency(kernels)
+        for i in range(1, len(kernels)):
+            k, res = kernels[i], resident[i]
+            key = f"{k.signature}|{k.config.short()}|{json.dumps([round(r, 3) for r in res])}"
+            if not any(res) or key in seen or k.tiles * max(1, k.steps) > MAX_WORK:
+                continue
+            seen.add(key)
+            before = tuple(kernels[max(0, i - CONTEXT) : i])
+            out.append(Sample(k, family, source, rank, before, tuple(res)))
     return out
 
 
@@ -127,30 +175,32 @@ def _init_worker(spec: dict[str, Any], precision: str) -> None:
     _WORKER["sim"] = make_cost_model("simulator", Target(HardwareSpec(**spec), precision))
 
 
-def _run_one(kernel: Kernel) -> KernelCost:
-    return _WORKER["sim"].evaluate([kernel])[0]
+def _run_one(kernels: Sequence[Kernel]) -> KernelCost:
+    return _WORKER["sim"].evaluate(kernels)[-1]
 
 
 def run_on_simulator(
-    kernels: Sequence[Kernel],
+    kernels: Sequence[Kernel | Sequence[Kernel]],
     target: Target,
     *,
     jobs: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> list[KernelCost]:
-    """Each kernel alone on a cold L2, noise off; ``jobs`` worker processes."""
+    """Each kernel alone on a cold L2, or (a sequence) the last one after the others on one
+    L2, noise off; ``jobs`` worker processes."""
+    runs = [[k] if isinstance(k, Kernel) else list(k) for k in kernels]
     spec, precision = target.spec.to_dict(), target.precision
     if jobs <= 1:
         _init_worker(spec, precision)
         out = []
-        for k in kernels:
-            out.append(_run_one(k))
+        for run in runs:
+            out.append(_run_one(run))
             if progress:
                 progress(1)
         return out
     with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(spec, precision)) as pool:
         out = []
-        for cost in pool.map(_run_one, kernels, chunksize=4):
+        for cost in pool.map(_run_one, runs, chunksize=4):
             out.append(cost)
             if progress:
                 progress(1)
@@ -164,38 +214,47 @@ def calibrate_tables(
     *,
     samples: int,
     seed: int,
+    warm: float = WARM,
     jobs: int = 1,
     command: str = "",
     progress: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Sample kernels of ``sources`` ((source, family, graph) triples), simulate them and
-    write the table to ``out`` (plus its entry in the MANIFEST.json beside it).
+    write the table to ``out`` (plus its entry in the MANIFEST.json beside it). Up to
+    ``warm`` of the ``samples`` rows are warm (plan context), the rest cold.
 
     Returns:
-        A summary: rows, signatures, families, path.
+        A summary: rows, warm rows, signatures, families, path.
     """
+    if not 0.0 <= warm <= 1.0:
+        raise ValueError(f"warm must be a fraction in [0, 1], but got {warm}")
     rng = random.Random(seed)
     seen: set[str] = set()
     pool: list[Sample] = []
     for source, family, graph in sources:
         pool += sample_graph(graph, target, family=family, source=source, rng=rng, seen=seen)
-    chosen = _budget(pool, samples, rng)
+    hot = _budget([s for s in pool if s.before], round(samples * warm), rng)
+    chosen = _budget([s for s in pool if not s.before], samples - len(hot), rng) + hot
     if on_total:
         on_total(len(chosen))
-    costs = run_on_simulator([s.kernel for s in chosen], target, jobs=jobs, progress=progress)
+    costs = run_on_simulator(
+        [(*s.before, s.kernel) for s in chosen], target, jobs=jobs, progress=progress
+    )
     rows = []
     for s, c in zip(chosen, costs, strict=True):
         rows += measurement_rows(
             [s.kernel],
             [c],
-            [[0.0] * sum(1 for st in s.kernel.streams if st.is_load)],
+            [s.context],
             target=target.spec.name,
             spec_digest=target.spec.digest(),
             precision=target.precision,
             seed=seed,
             source=s.source,
             family=s.family,
+            # configs are ranked within one context, as a study's rows are
+            group_ids=[f"{s.kernel.signature}|{json.dumps(s.context)}"] if s.before else None,
         )
     out = Path(out)
     n = write_table(rows, out)
@@ -211,9 +270,16 @@ def calibrate_tables(
             "precision": target.precision,
             "simulator_version": SIMULATOR_VERSION,
             "seed": seed,
+            "warm_rows": len(hot),
             "families": families,
             "command": command,
         },
     )
     signatures = len({s.kernel.signature for s in chosen})
-    return {"rows": n, "signatures": signatures, "families": families, "path": str(out)}
+    return {
+        "rows": n,
+        "warm_rows": len(hot),
+        "signatures": signatures,
+        "families": families,
+        "path": str(out),
+    }

@@ -77,6 +77,10 @@ def calibrate(
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    warm: Annotated[
+        float,
+        typer.Option(help="Share of rows run after their plan's previous kernels (warm L2)."),
+    ] = 0.2,
     jobs: Annotated[int, typer.Option(help="Simulator worker processes.")] = 0,
     output: Annotated[
         Path | None,
@@ -107,6 +111,8 @@ def calibrate(
 
     if samples < 1:
         raise AutotuneError(f"--samples must be >= 1, but got {samples}")
+    if not 0.0 <= warm <= 1.0:
+        raise AutotuneError(f"--warm must be a fraction in [0, 1], but got {warm}")
     tgt = load_target(target, tuple(set_ or ()), precision)
     table = output_path(output or _default_table(target))
     if fit is not None:
@@ -131,6 +137,7 @@ def calibrate(
                 table,
                 samples=samples,
                 seed=seed,
+                warm=warm,
                 jobs=jobs or os.cpu_count() or 1,
                 command=command,
                 progress=lambda n: bar.advance(task, n),
@@ -217,3 +224,6 @@ def costmodel_eval(
     for name in ("analytic", "calibrated", "learned"):
         t.add_row(name, *(f"{result[name][m]:.3f}" for m in METRICS))
     out.print(t)
+    if rows["test_warm"]:
+        mape = ", ".join(f"{k} {v:.3f}" for k, v in result["warm_mape"].items())
+        out.print(f"MAPE on the {rows['test_warm']} warm test rows (inputs in L2): {mape}")

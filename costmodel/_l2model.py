@@ -20,7 +20,8 @@ Where the L2 is tight the concurrent part is capped at the hit fraction.
 
 Across kernels, :class:`L2Residency` keeps the tensors a plan touched as an LRU by whole
 tensors within the usable L2 capacity; a tensor larger than that streams through and evicts
-everything (a cyclic scan defeats LRU), so it is never resident.
+everything (a cyclic scan defeats LRU), so it is never resident; so does a kernel whose
+tensors together overflow L2 (its streams interleave; see ``analytic._touch``).
 """
 
 from __future__ import annotations
@@ -257,6 +258,10 @@ class L2Residency(Mapping[str, float]):
         while used > self.capacity:
             _, evicted = self._lru.popitem(last=False)
             used -= evicted
+
+    def flush(self) -> None:
+        """Forget every tensor: what is left in L2 is of no use to a later reader."""
+        self._lru.clear()
 
     def __getitem__(self, tensor: str) -> float:
         return self._lru[tensor]

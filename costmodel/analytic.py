@@ -290,11 +290,17 @@ class AnalyticModel(CostModel):
 
 
 def _touch(l2: L2Residency, kernel: Kernel) -> None:
-    """Record a kernel's tensors in the plan's L2, but not its hand-offs (a workspace)."""
+    """Record a kernel's tensors in the plan's L2, but not its hand-offs (a workspace). A
+    kernel whose tensors together overflow L2 leaves nothing a later kernel can use: its
+    streams interleave, so every tensor's head is evicted and only tails remain, and a reader
+    that starts at the head evicts those tails (the oldest lines) before it reaches them."""
     skip = handoffs(kernel.streams)
-    for s in kernel.streams:
-        if s.tensor not in skip:
-            l2.touch(s.tensor, tensor_bytes(s, kernel))
+    sizes = {s.tensor: tensor_bytes(s, kernel) for s in kernel.streams if s.tensor not in skip}
+    if sum(sizes.values()) > l2.capacity:
+        l2.flush()
+        return
+    for tensor, nbytes in sizes.items():
+        l2.touch(tensor, nbytes)
 
 
 def calibrated_constants(target: Target) -> AnalyticConstants:

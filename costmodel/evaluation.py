@@ -123,6 +123,7 @@ def evaluate_models(
     X, calibrated = _features(learned.analytic, kernels, resident)
     corrected = calibrated * np.exp(learned._correction(X))
     groups = list(test["group_id"])
+    warm = np.array([any(r) for r in resident], dtype=bool)
     others = {}
     if compare:
         ktr, rtr, mtr = table_arrays(train)
@@ -144,6 +145,14 @@ def evaluate_models(
             "train_signatures": int(train["signature"].nunique()),
             "test_signatures": int(test["signature"].nunique()),
             "test_families": list(test_families),
+            "test_warm": int(warm.sum()),
+        },
+        # rows run after their plan's previous kernels (inputs in L2), as a study measures
+        "warm_mape": {
+            name: float(np.mean(np.abs(pred[warm] / measured[warm] - 1.0))) if warm.any() else None
+            for name, pred in zip(
+                ("analytic", "calibrated", "learned"), (raw, calibrated, corrected), strict=True
+            )
         },
         "constants": learned.analytic.constants.to_json(),
         **(

@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from autotune.calibrate import calibrate_tables, sample_graph
+from autotune.calibrate import WARM, calibrate_tables, run_on_simulator, sample_graph
 from autotune.cli import app
 from autotune.msprof import read_op_summary
 from autotune.synthetic import synthetic_models
+from autotune.zoo import build
 from costmodel.dataset import kernel_from_json, read_table
 from costmodel.learned import LearnedModel
 from costmodel.registry import make_cost_model
@@ -36,11 +38,15 @@ def small_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _warm(frame: pd.DataFrame) -> pd.Series:
+    return frame["resident"].map(lambda r: any(json.loads(r)))
+
+
 def test_rows_are_what_the_simulator_says_for_the_kernel_they_record(small_table: Path) -> None:
     frame = read_table(small_table)
     assert len(frame) == 60
     sim = make_cost_model("simulator", T)
-    for _, row in frame.sample(5, random_state=0).iterrows():
+    for _, row in frame[~_warm(frame)].sample(5, random_state=0).iterrows():
         kernel = kernel_from_json(json.loads(row["kernel"]))
         cost = sim.evaluate([kernel])[0]  # standalone, cold L2, noise off: exactly the row
         assert cost.latency_us == pytest.approx(row["latency_us"], rel=1e-12)
@@ -52,6 +58,35 @@ def test_rows_are_what_the_simulator_says_for_the_kernel_they_record(small_table
     assert entry["sha256"] == hashlib.sha256(small_table.read_bytes()).hexdigest()
 
 
+def test_a_share_of_the_rows_run_warm_each_ranked_within_its_context(small_table: Path) -> None:
+    frame = read_table(small_table)
+    warm = frame[_warm(frame)]
+    assert len(warm) == round(60 * WARM)  # the synthetic models offer more than enough
+    for _, row in warm.iterrows():
+        resident = json.loads(row["resident"])
+        kernel = kernel_from_json(json.loads(row["kernel"]))
+        assert len(resident) == sum(1 for s in kernel.streams if s.is_load)
+        assert all(0.0 <= r <= 1.0 for r in resident)
+        assert row["group_id"] == f"{row['signature']}|{json.dumps(resident)}"
+
+
+@pytest.mark.parametrize("target", ["ascend910b", "ascend910", "ascend310p"])
+def test_a_warm_sample_finds_the_inputs_its_plan_context_left_in_l2(target: str) -> None:
+    """A warm sample's context is real: run after the kernels before it, the simulator
+    reads fewer bytes from HBM than it does for the kernel alone on a cold L2."""
+    import random
+
+    t = load_target(target)
+    graph = load_graph(build("mobilenetv3", weights="inputs"))
+    samples = sample_graph(graph, t, family="f", source="s", rng=random.Random(0), seen=set())
+    warm = [s for s in samples if s.before][:16]
+    assert len(warm) == 16 and all(any(s.resident) for s in warm)
+    hot = run_on_simulator([(*s.before, s.kernel) for s in warm], t)
+    cold = run_on_simulator([s.kernel for s in warm], t)
+    for s, h, c in zip(warm, hot, cold, strict=True):
+        assert h.hbm_bytes < c.hbm_bytes, (s.kernel.name, s.resident)
+
+
 def test_sampling_covers_default_and_searched_configs_once_per_signature() -> None:
     import random
 
@@ -61,7 +96,7 @@ def test_sampling_covers_default_and_searched_configs_once_per_signature() -> No
         graph, T, family="f", source="s", rng=random.Random(0), seen=seen, configs_per_group=4
     )
     by_sig: dict[str, list] = {}
-    for s in samples:
+    for s in (s for s in samples if not s.before):  # cold: warm ones are the plans' contexts
         by_sig.setdefault(s.kernel.signature, []).append(s)
     assert by_sig and set(by_sig) <= seen
     for group in by_sig.values():
@@ -69,7 +104,8 @@ def test_sampling_covers_default_and_searched_configs_once_per_signature() -> No
         assert len(configs) == len(set(configs)) <= 4  # distinct configs of one group
         assert group[0].rank == 0  # the default config always comes first
     again = sample_graph(graph, T, family="f", source="s", rng=random.Random(1), seen=seen)
-    assert not {s.kernel.signature for s in again} & set(by_sig)  # never sampled twice
+    cold = {s.kernel.signature for s in again if not s.before}
+    assert not cold & set(by_sig)  # never sampled twice
 
 
 def test_calibrate_cli_writes_table_and_a_loadable_fitted_model(tmp_path: Path) -> None:
@@ -99,6 +135,7 @@ def test_calibrate_cli_writes_table_and_a_loadable_fitted_model(tmp_path: Path) 
     ("args", "message"),
     [
         (["--samples", "0"], "--samples must be >= 1"),
+        (["--warm", "1.5"], "--warm must be a fraction in [0, 1]"),
         (["--models", "nope.onnx"], "neither zoo:NAME, 'synthetic' nor an existing ONNX file"),
         (["--from-msprof", str(FIXTURE)], "--from-msprof needs --model"),
         (["-o", "/nonexistent/dir/t.parquet"], "does not exist"),
@@ -179,7 +216,8 @@ def test_eval_rows_carry_each_models_prediction_of_the_held_out_kernels(
     small_table: Path,
 ) -> None:
     """The kept test rows are the held-out ones; the raw analytic prediction is the spec
-    model's on each kernel alone (cold L2, as the rows ran), and the learned MAPE is theirs."""
+    model's on each cold row's kernel alone (cold L2, as those rows ran), and the learned MAPE
+    is theirs (the warm rows' alone too)."""
     from costmodel.analytic import AnalyticModel
     from costmodel.evaluation import evaluate_models
 
@@ -188,11 +226,14 @@ def test_eval_rows_carry_each_models_prediction_of_the_held_out_kernels(
     test = res["test"]
     assert len(test) == res["rows"]["test"] and set(test["family"]) == {"synth-b"}
     raw = AnalyticModel(T, "raw")
-    for _, row in test.head(8).iterrows():
+    for _, row in test[~_warm(test)].head(8).iterrows():
         kernel = kernel_from_json(json.loads(row["kernel"]))
         assert row["pred_analytic"] == pytest.approx(raw.predict([kernel])[0], rel=1e-9)
     rel = np.abs(test["pred_learned"] - test["latency_us"]) / test["latency_us"]
     assert float(rel.mean()) == pytest.approx(res["learned"]["mape"], rel=1e-12)
+    warm = _warm(test).to_numpy()
+    assert res["rows"]["test_warm"] == warm.sum() > 0
+    assert float(rel[warm].mean()) == pytest.approx(res["warm_mape"]["learned"], rel=1e-12)
     assert "test" not in evaluate_models(frame, T, ["synth-b"])
 
 

@@ -352,6 +352,32 @@ def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, mo
     assert max(c["kernels"] for c in result.plan.meta["candidates"]) == most
 
 
+@pytest.mark.parametrize("cost", ["learned", "analytic"])
+def test_the_measured_winner_is_settled_by_a_descent_from_its_grouping(
+    graph, tmp_path, monkeypatch, cost
+):
+    """The best measured candidate (a trial, a descent's end or a rule-based grouping) is
+    itself a start: a descent from its grouping, under the prior in a learned study and in
+    the model in an analytic one, is measured. With that cost replaced by minus the kernel
+    count, each such settled plan has more kernels than the winner it came from."""
+    from autotune.evaluator import Evaluator
+    from search_space.policy import Policy
+
+    how = "by the prior" if cost == "learned" else "in the model"
+    patched = "prior_score" if cost == "learned" else "score"
+    monkeypatch.setattr(Evaluator, patched, lambda self, plan: -float(len(plan.groups)))
+    policy = Policy(safe_mode=False)
+    cfg = _cfg(tmp_path, study=f"settle-{cost}", trials=6, cost=cost, policy=policy)
+    cands = tune_graph(graph, cfg, name="bert").plan.meta["candidates"]
+    kernels = {c["source"]: c["kernels"] for c in cands}
+    settled = [c for c in cands if f", settled {how}, " in c["source"]]
+    assert settled
+    for c in settled:
+        winner = c["source"].split(", settled ")[0]
+        assert winner in kernels and c["kernels"] > kernels[winner]
+    assert cost == "learned" or not any("settled by the prior" in c for c in kernels)
+
+
 def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, tmp_path):
     """`estimate --plan max` is the max grouping with the calibrated analytic model's tiles;
     the learned study measures that plan too, so it can only end at or below it."""

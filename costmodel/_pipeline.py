@@ -36,6 +36,7 @@ class Breakdown:
     split_mte2: np.ndarray  # per tile: MTE2 time on misses, on hits
     split_hits: np.ndarray
     hbm_share_limited: np.ndarray
+    resident_share: np.ndarray  # of the bytes loaded, the share earlier kernels left in L2
 
 
 @dataclass
@@ -51,6 +52,7 @@ class _Transfers:
     miss_bytes: np.ndarray
     hit_bytes: np.ndarray
     raw_bytes: np.ndarray
+    warm_bytes: np.ndarray  # loaded bytes of tensors earlier kernels left in L2
     writeback: np.ndarray
     lat_side: dict[str, np.ndarray]  # per-step load latency of the cube / vector side
     side_step: dict[str, np.ndarray]  # per-step load time each side issues (one queue or two)
@@ -62,7 +64,7 @@ class _Transfers:
         z = np.zeros(n)
         return cls(
             {p: z.copy() for p in pipes}, {p: z.copy() for p in pipes}, z.copy(), z.copy(),
-            z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
+            z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
             {"cube": z.copy(), "vector": z.copy()}, {"cube": z.copy(), "vector": z.copy()},
         )  # fmt: skip
 
@@ -209,6 +211,9 @@ def score(
         split_mte2=t.miss_time,
         split_hits=t.hit_time,
         hbm_share_limited=hbm_share < read_cap,
+        resident_share=np.divide(
+            t.warm_bytes, t.raw_bytes, out=np.zeros(len(batch)), where=t.raw_bytes > 0
+        ),
     )
 
 
@@ -249,7 +254,7 @@ def _transfers(
     # the AIV pair of a split mixed group shares each vector-side block, half each
     pair = float(max(1, spec.vector_cores // spec.cube_cores)) if sides else 1.0
     t = _Transfers.zeros(len(batch))
-    for s, (h, hc) in zip(loads, hits, strict=True):
+    for s, (h, hc), r in zip(loads, hits, resident, strict=True):
         padded = _padded(spec, s)
         conv = spec.nd2nz_rate * c.nd2nz if s.nd2nz else 1.0
         conv *= pair if s.side == "vector" else 1.0
@@ -278,6 +283,8 @@ def _transfers(
         t.miss_bytes += padded * (1 - h) * reps
         t.hit_bytes += s.bytes * h * reps
         t.raw_bytes += s.bytes * reps
+        if s.tensor not in handed:
+            t.warm_bytes += s.bytes * reps * r
     for s in batch.streams:
         if s.pipe == "MTE2":
             continue

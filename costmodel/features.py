@@ -27,7 +27,7 @@ FEATURES: tuple[str, ...] = (
     "log_grid_b", "log_grid_i", "log_grid_j", "log_steps", "log_tiles", "cores_share",
     "log_waves", "tail", "double_buffer", "log_mmads", "log_vector_instrs", "syncs",
     "n_loads", "n_stores", "log_unique_l2", "log_reuse", "log_wave_set_l2", "max_load_share",
-    "handoff_to_cube_share", "handoff_to_vector_share",
+    "handoff_to_cube_share", "handoff_to_vector_share", "resident_share",
     *(f"use_{b}" for b in BUFFERS),
     *(f"unit_{u}" for u in _UNITS), *(f"kind_{k}" for k in _KINDS),
 )  # fmt: skip
@@ -152,6 +152,7 @@ def kernel_features(
         biggest / np.maximum(loaded, 1.0),
         to_cube / np.maximum(loaded, 1.0),
         to_vector / np.maximum(loaded, 1.0),
+        b.resident_share,
         *(
             batch.footprint.get(buf, np.zeros(n)) / float(getattr(spec, f"{buf}_bytes"))
             for buf in BUFFERS

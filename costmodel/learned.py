@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from .analytic import AnalyticConstants, AnalyticModel
+from ._batching import tensor_bytes
+from .analytic import AnalyticConstants, AnalyticModel, _blocks
 from .base import CostModel, KernelCost, read_model_doc
 from .calibration import Calibration, RowBatches, fit_constants
 from .corrector import LatencyCorrector
 from .dataset import kernel_from_json, read_table
 from .exceptions import CostModelError
 from .features import FEATURES, kernel_features
-from .kernel import PIPES, Kernel, KernelBatch
+from .kernel import PIPES, Kernel, KernelBatch, handoffs
 from .spec import Target
 
 __all__ = ["LearnedModel", "fit_learned", "select_params", "shipped_model_path", "table_arrays"]
@@ -159,15 +160,26 @@ class LearnedModel(CostModel):
         spec = self.target.spec
         b = self.analytic.breakdown_batch(batch, resident)
         out = b.latency_us * np.exp(self._correction(kernel_features(spec, batch, b)))
-        out = np.maximum(out, self._floor_us(batch.cube_flops, batch.compulsory_bytes))
+        warm = np.zeros(len(batch))  # input bytes earlier kernels left in L2
+        skip = handoffs(batch.streams)
+        sizes = {
+            s.tensor: np.maximum(1.0, s.tensor_bytes or s.bytes * _blocks(s.key, batch))
+            for s in batch.streams
+            if s.pipe == "MTE2" and s.tensor not in skip
+        }
+        for tensor, size in sizes.items():
+            warm = warm + np.minimum((resident or {}).get(tensor, 0.0), size)
+        out = np.maximum(out, self._floor_us(batch.cube_flops, batch.compulsory_bytes - warm))
         return np.where(batch.feasible_mask(spec), out, np.inf)
 
-    def _floor_us(self, cube_flops: Any, compulsory: Any) -> Any:
-        """No correction may take a kernel below its roofline (cube peak, HBM peak)."""
+    def _floor_us(self, cube_flops: Any, cold: Any) -> Any:
+        """No correction may take a kernel below its roofline: the cube peak, and the HBM
+        peak over its compulsory bytes less the inputs earlier kernels left in L2 (``cold``;
+        a warm kernel can run far under its whole I/O over HBM)."""
         spec = self.target.spec
         return 1e6 * np.maximum(
             np.asarray(cube_flops, float) / spec.cube_peak_flops,
-            np.asarray(compulsory, float) / spec.hbm_peak_bytes_per_s,
+            np.maximum(np.asarray(cold, float), 0.0) / spec.hbm_peak_bytes_per_s,
         )
 
     def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
@@ -176,8 +188,10 @@ class LearnedModel(CostModel):
         Raises:
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
         """
+        res = self.analytic.residency(kernels)
         floor = self._floor_us(
-            [k.cube_flops for k in kernels], [k.compulsory_bytes for k in kernels]
+            [k.cube_flops for k in kernels],
+            [k.compulsory_bytes - _warm_bytes(k, r) for k, r in zip(kernels, res, strict=True)],
         )
         costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
         for rows, batch, b in self.analytic.breakdowns(kernels):
@@ -215,6 +229,18 @@ class LearnedModel(CostModel):
         self.local = LatencyCorrector(**LOCAL_PARAMS).fit(X, y)
         self.refits += 1
         self.generation += 1
+
+
+def _warm_bytes(kernel: Kernel, resident: Sequence[float]) -> float:
+    """Bytes of the kernel's inputs that earlier kernels left in L2 (each tensor once)."""
+    skip = handoffs(kernel.streams)
+    loads = [s for s in kernel.streams if s.pipe == "MTE2"]
+    warm = {
+        s.tensor: r * tensor_bytes(s, kernel)
+        for s, r in zip(loads, resident, strict=True)
+        if s.tensor not in skip
+    }
+    return float(sum(warm.values()))
 
 
 def _json(x: Any) -> Any:

@@ -138,21 +138,26 @@ def _warm(
             kernels = [oracle.lowering.kernel(g, pick(g)) for g in groups]
         except InfeasibleConfig:
             continue
-        resident = residency.residency(kernels)
         for i in range(1, len(kernels)):
-            k, res = kernels[i], resident[i]
-            key = f"{k.signature}|{k.config.short()}|{json.dumps([round(r, 3) for r in res])}"
-            if not any(res) or key in seen or k.tiles * max(1, k.steps) > MAX_WORK:
+            k, before = kernels[i], tuple(kernels[max(0, i - CONTEXT) : i])
+            if any(x.tiles * max(1, x.steps) > MAX_WORK for x in (*before, k)):
+                continue
+            # what the context that runs before it leaves in L2 (not the whole plan's prefix)
+            res = residency.residency([*before, k])[-1]
+            key = f"{k.signature}|{k.config.short()}|{json.dumps([round(r, 6) for r in res])}"
+            if not any(res) or key in seen:
                 continue
             seen.add(key)
-            before = tuple(kernels[max(0, i - CONTEXT) : i])
             out.append(Sample(k, family, source, rank, before, tuple(res)))
     return out
 
 
 def _budget(samples: Sequence[Sample], n: int, rng: random.Random) -> list[Sample]:
     """At most ``n`` samples, covering as many signatures as possible: every signature's
-    default first, then every signature's next config, and so on."""
+    default first, then every signature's next config, and so on (for warm samples: the
+    default plan's, then the favourite's)."""
+    if n <= 0:
+        return []  # and no draw from ``rng``: --warm 0 picks the cold rows it always did
     if len(samples) <= n:
         return list(samples)
     by_rank: dict[int, list[Sample]] = {}

@@ -334,9 +334,10 @@ def tune_graph(
     def hedge_prior(incumbent: optuna.trial.FrozenTrial) -> None:
         """Measure where descents under the prior end: from the incumbent, and from the trial
         the prior itself scores best (its grouping measured even where it cannot descend), so
-        a grouping the correction ranks too low is still measured and learned from. Only these
-        descents try swap moves: scoring every exchange under the study's model (each a new
-        group to tile) made a learned study several times slower."""
+        a grouping the correction ranks too low is still measured and learned from. These
+        descents try swap moves, the study model's own do not: scoring every exchange under
+        the study's model (each a new group to tile) made a learned study several times
+        slower (only the final :func:`settle` does, once)."""
         measure_descent(incumbent, prior_cost, swaps)
         done = [
             t
@@ -443,8 +444,9 @@ def tune_graph(
         ):
             plan = SpacePlan(groups, configs)
             candidates.append((ev.measure(plan), plan, f"{label}, {tiles} tiles"))
-    if not multi and not interrupted:
-        candidates += settle(min(candidates, key=lambda c: c[0]))
+    counted = [c for c in candidates if fits(c[1].groups)]  # the limit drops the others
+    if counted and not multi and not interrupted:
+        candidates += settle(min(counted, key=lambda c: c[0]))
     pareto = []
     if multi:
         front = sorted(study.best_trials, key=lambda t: t.values[0])

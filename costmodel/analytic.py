@@ -295,12 +295,12 @@ def _touch(l2: L2Residency, kernel: Kernel) -> None:
     streams interleave, so every tensor's head is evicted and only tails remain, and a reader
     that starts at the head evicts those tails (the oldest lines) before it reaches them."""
     skip = handoffs(kernel.streams)
-    sizes = {s.tensor: tensor_bytes(s, kernel) for s in kernel.streams if s.tensor not in skip}
-    if sum(sizes.values()) > l2.capacity:
+    streams = [s for s in kernel.streams if s.tensor not in skip]
+    if sum({s.tensor: tensor_bytes(s, kernel) for s in streams}.values()) > l2.capacity:
         l2.flush()
         return
-    for tensor, nbytes in sizes.items():
-        l2.touch(tensor, nbytes)
+    for s in streams:
+        l2.touch(s.tensor, tensor_bytes(s, kernel))
 
 
 def calibrated_constants(target: Target) -> AnalyticConstants:

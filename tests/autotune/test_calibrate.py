@@ -16,6 +16,7 @@ from autotune.cli import app
 from autotune.msprof import read_op_summary
 from autotune.synthetic import synthetic_models
 from autotune.zoo import build
+from costmodel.analytic import AnalyticModel
 from costmodel.dataset import kernel_from_json, read_table
 from costmodel.learned import LearnedModel
 from costmodel.registry import make_cost_model
@@ -79,8 +80,12 @@ def test_a_warm_sample_finds_the_inputs_its_plan_context_left_in_l2(target: str)
     t = load_target(target)
     graph = load_graph(build("mobilenetv3", weights="inputs"))
     samples = sample_graph(graph, t, family="f", source="s", rng=random.Random(0), seen=set())
-    warm = [s for s in samples if s.before][:16]
-    assert len(warm) == 16 and all(any(s.resident) for s in warm)
+    every = [s for s in samples if s.before]
+    model = AnalyticModel(t)  # the row records what the context that runs leaves in L2
+    for s in every:
+        assert model.residency([*s.before, s.kernel])[-1] == list(s.resident)
+    warm = every[:: max(1, len(every) // 24)][:24]  # spread over the model, early to late
+    assert len(warm) == 24 and all(any(s.resident) for s in warm)
     hot = run_on_simulator([(*s.before, s.kernel) for s in warm], t)
     cold = run_on_simulator([s.kernel for s in warm], t)
     for s, h, c in zip(warm, hot, cold, strict=True):
@@ -218,7 +223,6 @@ def test_eval_rows_carry_each_models_prediction_of_the_held_out_kernels(
     """The kept test rows are the held-out ones; the raw analytic prediction is the spec
     model's on each cold row's kernel alone (cold L2, as those rows ran), and the learned MAPE
     is theirs (the warm rows' alone too)."""
-    from costmodel.analytic import AnalyticModel
     from costmodel.evaluation import evaluate_models
 
     frame = read_table(small_table)

@@ -478,3 +478,4 @@ def test_the_roofline_floor_never_rises_above_a_warm_kernel_the_simulator_runs(
     after = learned.analytic.residency_after([first])
     (batch_floor,) = learned.predict_batch(batch_of([second]), after)
     assert 0 < batch_floor <= sim[1].latency_us
+    assert batch_floor == pytest.approx(floored[1], rel=1e-9)  # one floor, two paths

@@ -60,7 +60,7 @@ from ._l2model import L2Residency
 from ._pipeline import Breakdown, bound, score
 from .base import CostModel, KernelCost
 from .exceptions import CostModelError, InfeasibleConfig
-from .kernel import Kernel, KernelBatch, handoffs
+from .kernel import Kernel, KernelBatch, StreamBatch, handoffs
 from .spec import Target
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "L2Residency",
     "batch_of",
     "calibrated_constants",
+    "load_size",
 ]
 
 STATE_SCHEMA = 1
@@ -207,11 +208,11 @@ class AnalyticModel(CostModel):
     ) -> Breakdown:
         """Every term of the model for every config of ``batch`` (feasible or not)."""
         resident = resident or {}
-        res = []
-        for s in batch.streams:
-            if s.pipe == "MTE2":
-                size = np.maximum(1.0, s.tensor_bytes or s.bytes * _blocks(s.key, batch))
-                res.append(np.minimum(1.0, resident.get(s.tensor, 0.0) / size))
+        res = [
+            np.minimum(1.0, resident.get(s.tensor, 0.0) / load_size(s, batch))
+            for s in batch.streams
+            if s.pipe == "MTE2"
+        ]
         return score(self.target.spec, self.constants, batch, res)
 
     def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
@@ -309,6 +310,12 @@ def calibrated_constants(target: Target) -> AnalyticConstants:
 
     cal = load_calibration(target.spec.name)
     return cal.constants if cal is not None else AnalyticConstants()
+
+
+def load_size(stream: StreamBatch, batch: KernelBatch) -> np.ndarray:
+    """Bytes of a loaded stream's whole tensor, per config of ``batch`` (from its blocks when
+    the lowering left it 0)."""
+    return np.maximum(1.0, stream.tensor_bytes or stream.bytes * _blocks(stream.key, batch))
 
 
 def _blocks(key: str, batch: KernelBatch) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ._batching import tensor_bytes
-from .analytic import AnalyticConstants, AnalyticModel, _blocks
+from .analytic import AnalyticConstants, AnalyticModel, load_size
 from .base import CostModel, KernelCost, read_model_doc
 from .calibration import Calibration, RowBatches, fit_constants
 from .corrector import LatencyCorrector
@@ -163,7 +163,7 @@ class LearnedModel(CostModel):
         warm = np.zeros(len(batch))  # input bytes earlier kernels left in L2
         skip = handoffs(batch.streams)
         sizes = {
-            s.tensor: np.maximum(1.0, s.tensor_bytes or s.bytes * _blocks(s.key, batch))
+            s.tensor: load_size(s, batch)
             for s in batch.streams
             if s.pipe == "MTE2" and s.tensor not in skip
         }

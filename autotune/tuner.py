@@ -382,6 +382,14 @@ def tune_graph(
             if hedge:
                 hedge_prior(t)
 
+    def tilings(groups: tuple[FusionGroup, ...]) -> list[tuple[str, SpacePlan]]:
+        """A grouping at each model's favourite tiles: the study's model (the bilevel answer)
+        and the ranking model (calibrated analytic, which never refits)."""
+        return [
+            ("tuned", SpacePlan(groups, tuple(oracle.best(g)[0] for g in groups))),
+            ("ranked", SpacePlan(groups, tuple(oracle.grid(g)[0] for g in groups))),
+        ]
+
     def settle(winner: tuple[float, SpacePlan, str]) -> list[tuple[float, SpacePlan, str]]:
         """The measured winner's grouping descended in the study's model and (a learned study)
         under its prior, with swap moves, each end measured at both tilings. The winner may be
@@ -389,22 +397,15 @@ def tune_graph(
         it, and an exchange one swap away can still lower it."""
         parts = [frozenset(n for n in g.ops if n in ctx.index) for g in winner[1].groups]
         start = space.params_for(parts)
+        costs = [(mutant_cost, "in the model")] + ([(prior_cost, "by the prior")] if hedge else [])
         out: list[tuple[float, SpacePlan, str]] = []
-        for cost, how in ((mutant_cost, "in the model"), (prior_cost, "by the prior")):
-            if cost is prior_cost and not hedge:
-                continue
+        for cost, how in costs:
             end, _ = descend(start, cost, blocks, DESCENT, config.seed, swaps=swaps)
             groups = space.plan(space.chosen(end)).groups
             if end is start or not fits(groups):
                 continue
-            for tiles, configs in (
-                ("tuned", tuple(oracle.best(g)[0] for g in groups)),
-                ("ranked", tuple(oracle.grid(g)[0] for g in groups)),
-            ):
-                plan = SpacePlan(groups, configs)
-                if all(plan.key() != c[1].key() for c in out):
-                    label = f"{winner[2]}, settled {how}, {tiles} tiles"
-                    out.append((ev.measure(plan), plan, label))
+            for tiles, plan in tilings(groups):  # measured once each (a plan both pick too)
+                out.append((ev.measure(plan), plan, f"{winner[2]}, settled {how}, {tiles} tiles"))
         return out
 
     interrupted = False
@@ -427,9 +428,8 @@ def tune_graph(
     candidates.append((base_us["greedy"], baselines["greedy"], "greedy"))
     max_plan = baselines["max"]
     candidates.append((ev.measure(max_plan), max_plan, "max"))
-    # the rule-based groupings and the best measured grouping with each model's favourite
-    # tiles: the study's model (bilevel answer) and the ranking model (calibrated analytic,
-    # which never refits); a plan both pick is measured once
+    # the rule-based groupings and the best measured grouping at both tilings (a plan both
+    # pick is measured once)
     best_trial = min(measured.values(), key=lambda m: m[0], default=None)
     regroup = [("greedy groups", baselines["greedy"].groups), ("max groups", max_plan.groups)]
     if best_trial is not None:
@@ -438,11 +438,7 @@ def tune_graph(
         regroup = []  # a Pareto pick replaces every candidate below; Ctrl-C wants out now
     regroup = [r for r in regroup if fits(r[1])]  # never simulate a plan the limit will drop
     for label, groups in regroup:
-        for tiles, configs in (
-            ("tuned", tuple(oracle.best(g)[0] for g in groups)),
-            ("ranked", tuple(oracle.grid(g)[0] for g in groups)),
-        ):
-            plan = SpacePlan(groups, configs)
+        for tiles, plan in tilings(groups):
             candidates.append((ev.measure(plan), plan, f"{label}, {tiles} tiles"))
     counted = [c for c in candidates if fits(c[1].groups)]  # the limit drops the others
     if counted and not multi and not interrupted:

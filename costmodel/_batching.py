@@ -15,7 +15,7 @@ import numpy as np
 from .exceptions import CostModelError
 from .kernel import BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
 
-__all__ = ["batch_of", "layout", "stack", "tensor_bytes"]
+__all__ = ["batch_of", "layout", "load_size", "stack", "tensor_bytes"]
 
 
 def layout(kernel: Kernel) -> Hashable:
@@ -37,6 +37,20 @@ def tensor_bytes(stream: Stream, kernel: Kernel) -> float:
     return max(
         1.0, float(stream.bytes * math.prod(extents[x] for x in stream.key if x in extents))
     )
+
+
+def load_size(stream: StreamBatch, batch: KernelBatch) -> np.ndarray:
+    """Bytes of a loaded stream's whole tensor, per config of ``batch`` (from its blocks when
+    the lowering left it 0)."""
+    return np.maximum(1.0, stream.tensor_bytes or stream.bytes * _blocks(stream.key, batch))
+
+
+def _blocks(key: str, batch: KernelBatch) -> np.ndarray:
+    extents = dict(zip("bijk", (*batch.grid.T, batch.steps), strict=True))
+    out = np.ones(len(batch))
+    for letter in key:
+        out = out * extents[letter]
+    return out
 
 
 def batch_of(kernels: Sequence[Kernel]) -> KernelBatch:

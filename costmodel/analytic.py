@@ -55,12 +55,12 @@ from typing import Any
 
 import numpy as np
 
-from ._batching import batch_of, layout, stack, tensor_bytes
+from ._batching import batch_of, layout, load_size, stack, tensor_bytes
 from ._l2model import L2Residency
 from ._pipeline import Breakdown, bound, score
 from .base import CostModel, KernelCost
 from .exceptions import CostModelError, InfeasibleConfig
-from .kernel import Kernel, KernelBatch, StreamBatch, handoffs
+from .kernel import Kernel, KernelBatch, handoffs
 from .spec import Target
 
 __all__ = [
@@ -69,7 +69,6 @@ __all__ = [
     "L2Residency",
     "batch_of",
     "calibrated_constants",
-    "load_size",
 ]
 
 STATE_SCHEMA = 1
@@ -230,9 +229,10 @@ class AnalyticModel(CostModel):
         return costs
 
     def breakdowns(
-        self, kernels: Sequence[Kernel]
+        self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]] | None = None
     ) -> list[tuple[list[int], KernelBatch, Breakdown]]:
         """The plan's kernels stacked by layout: (their positions, the batch, its breakdown).
+        ``resident``: the plan's :meth:`residency`, when the caller has it already.
 
         Raises:
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
@@ -241,7 +241,7 @@ class AnalyticModel(CostModel):
             ok, why = kernel.feasible(self.target.spec)
             if not ok:
                 raise InfeasibleConfig(f"kernel '{kernel.name}' ({kernel.config.short()}): {why}")
-        res_rows = self.residency(kernels)
+        res_rows = self.residency(kernels) if resident is None else resident
         groups: dict[Any, list[int]] = defaultdict(list)
         for i, kernel in enumerate(kernels):
             groups[layout(kernel)].append(i)
@@ -297,11 +297,12 @@ def _touch(l2: L2Residency, kernel: Kernel) -> None:
     that starts at the head evicts those tails (the oldest lines) before it reaches them."""
     skip = handoffs(kernel.streams)
     streams = [s for s in kernel.streams if s.tensor not in skip]
-    if sum({s.tensor: tensor_bytes(s, kernel) for s in streams}.values()) > l2.capacity:
+    sizes = {s.tensor: tensor_bytes(s, kernel) for s in streams}
+    if sum(sizes.values()) > l2.capacity:
         l2.flush()
         return
-    for s in streams:
-        l2.touch(s.tensor, tensor_bytes(s, kernel))
+    for s in streams:  # in stream order: a tensor read again becomes the most recent
+        l2.touch(s.tensor, sizes[s.tensor])
 
 
 def calibrated_constants(target: Target) -> AnalyticConstants:
@@ -310,17 +311,3 @@ def calibrated_constants(target: Target) -> AnalyticConstants:
 
     cal = load_calibration(target.spec.name)
     return cal.constants if cal is not None else AnalyticConstants()
-
-
-def load_size(stream: StreamBatch, batch: KernelBatch) -> np.ndarray:
-    """Bytes of a loaded stream's whole tensor, per config of ``batch`` (from its blocks when
-    the lowering left it 0)."""
-    return np.maximum(1.0, stream.tensor_bytes or stream.bytes * _blocks(stream.key, batch))
-
-
-def _blocks(key: str, batch: KernelBatch) -> np.ndarray:
-    extents = dict(zip("bijk", (*batch.grid.T, batch.steps), strict=True))
-    out = np.ones(len(batch))
-    for letter in key:
-        out = out * extents[letter]
-    return out

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ._batching import tensor_bytes
-from .analytic import AnalyticConstants, AnalyticModel, load_size
+from ._batching import load_size, tensor_bytes
+from .analytic import AnalyticConstants, AnalyticModel
 from .base import CostModel, KernelCost, read_model_doc
 from .calibration import Calibration, RowBatches, fit_constants
 from .corrector import LatencyCorrector
@@ -194,7 +194,7 @@ class LearnedModel(CostModel):
             [k.compulsory_bytes - _warm_bytes(k, r) for k, r in zip(kernels, res, strict=True)],
         )
         costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
-        for rows, batch, b in self.analytic.breakdowns(kernels):
+        for rows, batch, b in self.analytic.breakdowns(kernels, res):
             X = kernel_features(self.target.spec, batch, b, *_per_row(kernels, rows))
             factor = np.exp(self._correction(X))
             for n, i in enumerate(rows):

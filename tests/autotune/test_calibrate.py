@@ -60,6 +60,8 @@ def test_rows_are_what_the_simulator_says_for_the_kernel_they_record(small_table
 
 
 def test_a_share_of_the_rows_run_warm_each_ranked_within_its_context(small_table: Path) -> None:
+    """A fifth of the rows are warm, with a resident fraction per load stream; configs are
+    ranked (tau, regret) within a group of one kernel signature in one L2 context."""
     frame = read_table(small_table)
     warm = frame[_warm(frame)]
     assert len(warm) == round(60 * WARM)  # the synthetic models offer more than enough
@@ -68,7 +70,8 @@ def test_a_share_of_the_rows_run_warm_each_ranked_within_its_context(small_table
         kernel = kernel_from_json(json.loads(row["kernel"]))
         assert len(resident) == sum(1 for s in kernel.streams if s.is_load)
         assert all(0.0 <= r <= 1.0 for r in resident)
-        assert row["group_id"] == f"{row['signature']}|{json.dumps(resident)}"
+    for _, group in frame.groupby("group_id"):
+        assert group["signature"].nunique() == 1 and group["resident"].nunique() == 1
 
 
 @pytest.mark.parametrize("target", ["ascend910b", "ascend910", "ascend310p"])

@@ -5,11 +5,10 @@ The public Python surface; the CLI (``autotune ...``) is :mod:`autotune.cli`.
 
 from __future__ import annotations
 
+from autotune.api import Plan, load_plan, tune
+from autotune.exceptions import AutotuneError
+from autotune.models import ZooOptions, load_model_spec
 from search_space import Graph, load_graph
-
-from .api import Plan, load_plan, tune
-from .exceptions import AutotuneError
-from .models import ZooOptions, load_model_spec
 
 __all__ = [
     "AutotuneError",

@@ -9,12 +9,11 @@ from typing import Any
 
 import onnx
 
+from autotune.models import ZooOptions, resolve_model
+from autotune.tuner import TuneConfig, TuneResult, tune_graph
 from search_space.loader import load_graph
 from search_space.onnx_io import ModelSource, read_model
 from search_space.plan import FusionPlan
-
-from .models import ZooOptions, resolve_model
-from .tuner import TuneConfig, TuneResult, tune_graph
 
 __all__ = ["Plan", "load_plan", "tune"]
 
@@ -48,7 +47,7 @@ class Plan:
         Raises:
             PlanError: the plan was made for another model.
         """
-        from .apply import apply_plan
+        from autotune.apply import apply_plan
 
         # a file is read once, with its weights (the fused model must run); the graph is
         # built from that same proto
@@ -63,7 +62,7 @@ class Plan:
 
     def report(self) -> dict[str, Any]:
         """The safe-fusion report and per-kernel table (what ``autotune report`` prints)."""
-        from .report import plan_report
+        from autotune.report import plan_report
 
         return plan_report(self.record)
 
@@ -95,9 +94,8 @@ def tune(
 ) -> Plan:
     """Tune a model (a path, a ModelProto, or ``zoo:NAME``); ``options`` are
     :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
+    from autotune.safety import make_safety
     from costmodel.spec import load_target
-
-    from .safety import make_safety
 
     source = resolve_model(model, zoo) if isinstance(model, str) else model
     graph = load_graph(source, input_shapes=input_shapes)

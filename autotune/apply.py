@@ -28,12 +28,11 @@ from typing import Any
 import onnx
 from onnx import helper, inliner
 
+from autotune.exceptions import AutotuneError
 from search_space.exceptions import GraphError, check
 from search_space.graph import Graph
 from search_space.onnx_io import node_names, topological_order
 from search_space.plan import FusionPlan, PlanGroup
-
-from .exceptions import AutotuneError
 
 __all__ = ["FUSED_DOMAIN", "apply_plan", "apply_plan_file"]
 

@@ -18,9 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autotune.models import ZooOptions, load_model_spec
 from search_space import AutofusionError, Graph, parse_input_shapes
-
-from .models import ZooOptions, load_model_spec
 
 __all__ = ["app", "main"]
 
@@ -222,7 +221,7 @@ def estimate(
     seq_len: SeqLen = None,
 ) -> None:
     """Estimate a model's latency on an Ascend target under a plan."""
-    from .estimate import estimate_graph
+    from autotune.estimate import estimate_graph
 
     shapes = parse_input_shapes(input_shape or [])
     graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
@@ -299,9 +298,8 @@ def candidates(
     seq_len: SeqLen = None,
 ) -> None:
     """What fusion would buy: every candidate group, its benefit and verdict."""
+    from autotune.candidates import analyse_candidates
     from costmodel.spec import load_target
-
-    from .candidates import analyse_candidates
 
     shapes = parse_input_shapes(input_shape or [])
     graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
@@ -363,7 +361,7 @@ def candidates(
 @user_errors
 def zoo_list(json_out: JsonOpt = False) -> None:
     """List the built-in models."""
-    from .zoo import list_models
+    from autotune.zoo import list_models
 
     infos = list_models()
     if json_out:
@@ -392,8 +390,8 @@ def zoo_export(
     seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
 ) -> None:
     """Write a zoo model to an ONNX file."""
-    from .io import save_model
-    from .zoo import build
+    from autotune.io import save_model
+    from autotune.zoo import build
 
     name = name.removeprefix("zoo:")
     model = build(
@@ -408,8 +406,8 @@ def main() -> None:
     app()
 
 
-from . import cmd_costmodel as _cmd_costmodel  # noqa: E402  (calibrate, costmodel eval)
-from . import commands as _commands  # noqa: E402  (registers tune, report, apply, verify)
+from autotune import cmd_costmodel as _cmd_costmodel  # noqa: E402
+from autotune import commands as _commands  # noqa: E402
 
 del _commands, _cmd_costmodel
 

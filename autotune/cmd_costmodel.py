@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .cli import app, err, out, user_errors
-from .exceptions import AutotuneError
+from autotune.cli import app, err, out, user_errors
+from autotune.exceptions import AutotuneError
 
 __all__: list[str] = []
 
@@ -31,10 +31,9 @@ SetOpt = Annotated[
 
 def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
     """(source, family, graph) for each --models entry; ``synthetic`` expands to its set."""
+    from autotune.models import load_model_spec
+    from autotune.synthetic import synthetic_models
     from search_space import load_graph
-
-    from .models import load_model_spec
-    from .synthetic import synthetic_models
 
     found = []
     for spec in models:
@@ -50,7 +49,7 @@ def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
         family = spec[4:] if spec.startswith("zoo:") else Path(spec).stem
         found.append((spec, family, load_model_spec(spec)))
         if spec.startswith("zoo:"):  # a small variant too: other shapes of the same family
-            from .models import ZooOptions
+            from autotune.models import ZooOptions
 
             small = load_model_spec(spec, zoo=ZooOptions(scale=0.25))
             found.append((f"{spec}@0.25", family, small))
@@ -104,10 +103,9 @@ def calibrate(
     optionally fit the analytic constants and the learned model on it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    from autotune.calibrate import DEFAULT_MODELS, calibrate_tables
     from costmodel.spec import load_target
     from search_space.atomic import output_path
-
-    from .calibrate import DEFAULT_MODELS, calibrate_tables
 
     if samples < 1:
         raise AutotuneError(f"--samples must be >= 1, but got {samples}")
@@ -119,7 +117,7 @@ def calibrate(
         output_path(fit)
     command = "autotune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if from_msprof is not None:
-        from .msprof import msprof_table
+        from autotune.msprof import msprof_table
 
         if model is None:
             raise AutotuneError("--from-msprof needs --model (the ONNX model the profile ran)")

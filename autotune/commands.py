@@ -14,9 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from search_space import parse_input_shapes
-
-from .cli import (
+from autotune.cli import (
     Batch,
     BenefitOpt,
     ConfigOpt,
@@ -37,7 +35,8 @@ from .cli import (
     out,
     user_errors,
 )
-from .models import ZooOptions, load_model_spec
+from autotune.models import ZooOptions, load_model_spec
+from search_space import parse_input_shapes
 
 __all__: list[str] = []
 
@@ -112,9 +111,8 @@ def tune(
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from autotune.tuner import TuneConfig, tune_graph
     from search_space.atomic import output_path
-
-    from .tuner import TuneConfig, tune_graph
 
     output_path(output)  # fail before the study, not after it
     if dataset is not None:
@@ -156,9 +154,8 @@ def tune(
         policy=policy,
     )
     name = Path(model.removeprefix("zoo:")).stem
+    from autotune.safety import make_safety
     from costmodel.spec import load_target
-
-    from .safety import make_safety
 
     safety = make_safety(
         graph, model, zoo, shapes, policy, load_target(target, tuple(set_ or ()), precision)
@@ -212,9 +209,8 @@ def report(
     json_out: JsonOpt = False,
 ) -> None:
     """Report on a saved plan: safe-fusion counts, per-kernel table, speedups."""
+    from autotune.report import plan_report
     from search_space.plan import FusionPlan
-
-    from .report import plan_report
 
     rep = plan_report(FusionPlan.load(plan))
     if json_out:
@@ -266,13 +262,12 @@ def apply(
     """Write the fused model: each fused group one ai.autofusion node (a local function)."""
     import onnx
 
+    from autotune.apply import apply_plan
+    from autotune.io import save_model
+    from autotune.models import resolve_model
     from search_space.atomic import output_path
     from search_space.loader import load_graph
     from search_space.plan import FusionPlan
-
-    from .apply import apply_plan
-    from .io import save_model
-    from .models import resolve_model
 
     output_path(output)
     shapes = parse_input_shapes(input_shape or [])
@@ -303,14 +298,13 @@ def verify(
     """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics."""
     import onnx
 
+    from autotune.apply import apply_plan
+    from autotune.equivalence import graph_equivalence
+    from autotune.models import resolve_model
+    from autotune.verify import verify_kernels
     from costmodel.spec import load_target
     from search_space.loader import load_graph
     from search_space.plan import FusionPlan
-
-    from .apply import apply_plan
-    from .equivalence import graph_equivalence
-    from .models import resolve_model
-    from .verify import verify_kernels
 
     shapes = parse_input_shapes(input_shape or [])
     source = resolve_model(model, ZooOptions("random", scale, layers, batch, seq_len))

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from autotune.exceptions import AutotuneError
 from costmodel.analytic import AnalyticModel
 from costmodel.base import CostModel
 from costmodel.dataset import SIMULATOR_VERSION, measurement_rows, read_table, write_table
@@ -26,8 +27,6 @@ from costmodel.spec import Target
 from search_space.config import KernelConfig
 from search_space.graph import Graph
 from search_space.space import SpacePlan
-
-from .exceptions import AutotuneError
 
 __all__ = ["COSTS", "Evaluator", "make_study_model"]
 

@@ -31,7 +31,7 @@ def resolve_model(spec: str, zoo: ZooOptions | None = None) -> str | onnx.ModelP
     """
     if not spec.startswith("zoo:"):
         return spec
-    from .zoo import build
+    from autotune.zoo import build
 
     opts = zoo or ZooOptions()
     return build(

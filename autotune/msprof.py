@@ -29,15 +29,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autotune.exceptions import AutotuneError
+from autotune.models import load_model_spec
 from costmodel.base import KernelCost
 from costmodel.dataset import measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.lower import Lowering
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
-
-from .exceptions import AutotuneError
-from .models import load_model_spec
 
 __all__ = ["CANN_TYPES", "msprof_table", "read_op_summary"]
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import onnx
 
+from autotune.models import ZooOptions, resolve_model
+from autotune.verify import safe_groups, verify_kernels
 from costmodel.lower import Lowering
 from costmodel.spec import Target
 from search_space.graph import Graph
@@ -15,9 +17,6 @@ from search_space.onnx_io import read_model
 from search_space.plan import PlanGroup
 from search_space.policy import Policy
 from search_space.space import SpacePlan
-
-from .models import ZooOptions, resolve_model
-from .verify import safe_groups, verify_kernels
 
 __all__ = ["Safety", "make_safety"]
 

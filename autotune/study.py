@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from .exceptions import AutotuneError
+from autotune.exceptions import AutotuneError
 
 __all__ = [
     "DEFAULT_STORAGE",

@@ -18,6 +18,17 @@ from typing import Any
 
 import optuna
 
+from autotune.evaluator import COSTS, Evaluator, make_study_model
+from autotune.exceptions import AutotuneError
+from autotune.study import (
+    SAMPLERS,
+    descend,
+    enqueue_neighbours,
+    knee,
+    make_sampler,
+    open_storage,
+    picked,
+)
 from costmodel.analytic import AnalyticModel
 from costmodel.learned import LearnedModel
 from costmodel.oracle import CostOracle
@@ -29,18 +40,6 @@ from search_space.groups import FusionGroup
 from search_space.plan import FusionPlan, PlanGroup
 from search_space.policy import Policy
 from search_space.space import SpacePlan, build_space, peak_live_bytes
-
-from .evaluator import COSTS, Evaluator, make_study_model
-from .exceptions import AutotuneError
-from .study import (
-    SAMPLERS,
-    descend,
-    enqueue_neighbours,
-    knee,
-    make_sampler,
-    open_storage,
-    picked,
-)
 
 __all__ = ["SAMPLERS", "TuneConfig", "TuneResult", "open_storage", "tune_graph"]
 
@@ -549,7 +548,7 @@ def _kernel_rows(
 
 def _census(graph: Graph, target: Target, policy: Policy) -> dict[str, int]:
     """How many candidate fusions were skipped for low benefit or buffer overflow."""
-    from .candidates import analyse_candidates
+    from autotune.candidates import analyse_candidates
 
     verdicts = [c["verdict"] for c in analyse_candidates(graph, target, policy)["candidates"]]
     return {

@@ -12,8 +12,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from .exceptions import CostModelError
-from .kernel import BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
 
 __all__ = ["batch_of", "layout", "load_size", "stack", "tensor_bytes"]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernel import StreamBatch, handoffs
+from costmodel.kernel import StreamBatch, handoffs
 
 __all__ = ["GridView", "L2Residency", "distinct_blocks", "line_openers", "load_hit_fractions"]
 

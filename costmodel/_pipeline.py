@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._l2model import GridView, line_openers, load_hit_fractions
-from .kernel import KernelBatch, StreamBatch, handoffs, prologue_handoffs
-from .spec import HardwareSpec
+from costmodel._l2model import GridView, line_openers, load_hit_fractions
+from costmodel.kernel import KernelBatch, StreamBatch, handoffs, prologue_handoffs
+from costmodel.spec import HardwareSpec
 
 if TYPE_CHECKING:
-    from .analytic import AnalyticConstants
+    from costmodel.analytic import AnalyticConstants
 
 __all__ = ["Breakdown", "bound", "score"]
 

@@ -55,13 +55,13 @@ from typing import Any
 
 import numpy as np
 
-from ._batching import batch_of, layout, load_size, stack, tensor_bytes
-from ._l2model import L2Residency
-from ._pipeline import Breakdown, bound, score
-from .base import CostModel, KernelCost
-from .exceptions import CostModelError, InfeasibleConfig
-from .kernel import Kernel, KernelBatch, handoffs
-from .spec import Target
+from costmodel._batching import batch_of, layout, load_size, stack, tensor_bytes
+from costmodel._l2model import L2Residency
+from costmodel._pipeline import Breakdown, bound, score
+from costmodel.base import CostModel, KernelCost
+from costmodel.exceptions import CostModelError, InfeasibleConfig
+from costmodel.kernel import Kernel, KernelBatch, handoffs
+from costmodel.spec import Target
 
 __all__ = [
     "AnalyticConstants",
@@ -307,7 +307,7 @@ def _touch(l2: L2Residency, kernel: Kernel) -> None:
 
 def calibrated_constants(target: Target) -> AnalyticConstants:
     """The constants fitted for the target's spec name (the spec as written when none are)."""
-    from .calibration import load_calibration
+    from costmodel.calibration import load_calibration
 
     cal = load_calibration(target.spec.name)
     return cal.constants if cal is not None else AnalyticConstants()

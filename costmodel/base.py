@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import Kernel
+from costmodel.spec import HardwareSpec, Target
 from search_space.atomic import atomic_write_bytes
-
-from .exceptions import CostModelError
-from .kernel import Kernel
-from .spec import HardwareSpec, Target
 
 __all__ = ["CostModel", "KernelCost", "read_model_doc"]
 

@@ -19,14 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from costmodel._batching import layout, stack
+from costmodel._pipeline import score
+from costmodel.analytic import _RATES, AnalyticConstants
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import PIPES, Kernel, KernelBatch
+from costmodel.spec import HardwareSpec
 from search_space.atomic import atomic_write_text
-
-from ._batching import layout, stack
-from ._pipeline import score
-from .analytic import _RATES, AnalyticConstants
-from .exceptions import CostModelError
-from .kernel import PIPES, Kernel, KernelBatch
-from .spec import HardwareSpec
 
 __all__ = [
     "CALIBRATION_SCHEMA",

@@ -18,7 +18,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from .exceptions import CostModelError
+from costmodel.exceptions import CostModelError
 
 __all__ = ["KINDS", "LatencyCorrector"]
 

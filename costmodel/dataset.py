@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from costmodel.base import KernelCost
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import PIPES, Kernel, Stream
 from search_space.atomic import atomic_write_bytes, atomic_write_text
 from search_space.config import KernelConfig
-
-from .base import KernelCost
-from .exceptions import CostModelError
-from .kernel import PIPES, Kernel, Stream
 
 __all__ = [
     "PIPE_COLUMNS",

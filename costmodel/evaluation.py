@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from .analytic import AnalyticConstants
-from .calibration import RowBatches
-from .corrector import LatencyCorrector
-from .exceptions import CostModelError
-from .learned import DEFAULT_PARAMS, LearnedModel, _features, fit_learned, table_arrays
-from .spec import Target
+from costmodel.analytic import AnalyticConstants
+from costmodel.calibration import RowBatches
+from costmodel.corrector import LatencyCorrector
+from costmodel.exceptions import CostModelError
+from costmodel.learned import DEFAULT_PARAMS, LearnedModel, _features, fit_learned, table_arrays
+from costmodel.spec import Target
 
 __all__ = ["METRICS", "accuracy", "evaluate_models", "heldout_split", "pair_tau"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._pipeline import Breakdown
-from .kernel import BUFFERS, PIPES, KernelBatch
-from .spec import HardwareSpec
+from costmodel._pipeline import Breakdown
+from costmodel.kernel import BUFFERS, PIPES, KernelBatch
+from costmodel.spec import HardwareSpec
 
 __all__ = ["FEATURES", "kernel_features"]
 

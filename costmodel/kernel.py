@@ -66,9 +66,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from costmodel.spec import HardwareSpec
 from search_space.config import KernelConfig
-
-from .spec import HardwareSpec
 
 __all__ = [
     "BUFFERS",

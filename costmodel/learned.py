@@ -19,16 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from ._batching import load_size, tensor_bytes
-from .analytic import AnalyticConstants, AnalyticModel
-from .base import CostModel, KernelCost, read_model_doc
-from .calibration import Calibration, RowBatches, fit_constants
-from .corrector import LatencyCorrector
-from .dataset import kernel_from_json, read_table
-from .exceptions import CostModelError
-from .features import FEATURES, kernel_features
-from .kernel import PIPES, Kernel, KernelBatch, handoffs
-from .spec import Target
+from costmodel._batching import load_size, tensor_bytes
+from costmodel.analytic import AnalyticConstants, AnalyticModel
+from costmodel.base import CostModel, KernelCost, read_model_doc
+from costmodel.calibration import Calibration, RowBatches, fit_constants
+from costmodel.corrector import LatencyCorrector
+from costmodel.dataset import kernel_from_json, read_table
+from costmodel.exceptions import CostModelError
+from costmodel.features import FEATURES, kernel_features
+from costmodel.kernel import PIPES, Kernel, KernelBatch, handoffs
+from costmodel.spec import Target
 
 __all__ = ["LearnedModel", "fit_learned", "select_params", "shipped_model_path", "table_arrays"]
 
@@ -259,7 +259,7 @@ def _features(
     analytic: AnalyticModel, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Features and analytic latency of measured rows, each scored in its own context."""
-    from ._pipeline import score
+    from costmodel._pipeline import score
 
     spec = analytic.target.spec
     batches = RowBatches(kernels, resident)

@@ -19,16 +19,15 @@ from typing import Protocol
 
 import numpy as np
 
+from costmodel.analytic import AnalyticModel
+from costmodel.exceptions import InfeasibleConfig
+from costmodel.kernel import KernelBatch
+from costmodel.lower import Lowering
+from costmodel.spec import Target
 from search_space.config import KernelConfig
 from search_space.fusion import FusionContext
 from search_space.graph import Graph
 from search_space.groups import FusionGroup, make_group
-
-from .analytic import AnalyticModel
-from .exceptions import InfeasibleConfig
-from .kernel import KernelBatch
-from .lower import Lowering
-from .spec import Target
 
 __all__ = ["BatchModel", "CostOracle"]
 

@@ -10,9 +10,9 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from .base import CostModel, read_model_doc
-from .exceptions import CostModelError
-from .spec import Target
+from costmodel.base import CostModel, read_model_doc
+from costmodel.exceptions import CostModelError
+from costmodel.spec import Target
 
 __all__ = ["available_cost_models", "load_cost_model", "make_cost_model"]
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from costmodel.lower.common import is_compile_time, mem_itemsize
+from costmodel.spec import Target
 from search_space.graph import Graph
 from search_space.ops import OpClass
-
-from .lower.common import is_compile_time, mem_itemsize
-from .spec import Target
 
 __all__ = ["compulsory_bytes", "roofline_us"]
 

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .exceptions import SpecError
+from costmodel.exceptions import SpecError
 
 __all__ = ["PRECISIONS", "HardwareSpec", "Target", "available_targets", "load_spec", "load_target"]
 

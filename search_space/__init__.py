@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from .exceptions import AutofusionError, DynamicShapeError, GraphError, ModelLoadError, check
-from .graph import Graph, Op, Tensor
-from .loader import WEIGHT_INPUTS_KEY, load_graph
-from .onnx_io import parse_input_shapes, read_model
-from .ops import OpClass
+from search_space.exceptions import (
+    AutofusionError,
+    DynamicShapeError,
+    GraphError,
+    ModelLoadError,
+    check,
+)
+from search_space.graph import Graph, Op, Tensor
+from search_space.loader import WEIGHT_INPUTS_KEY, load_graph
+from search_space.onnx_io import parse_input_shapes, read_model
+from search_space.ops import OpClass
 
 __all__ = [
     "WEIGHT_INPUTS_KEY",

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .exceptions import AutofusionError
+from search_space.exceptions import AutofusionError
 
 __all__ = ["OutputError", "atomic_write_bytes", "atomic_write_text", "output_path"]
 

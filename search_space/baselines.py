@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .fusion import FusionContext
-from .policy import Policy
-from .rules import Rule, RuleRegistry, default_registry, greedy
-from .space import GroupOracle, SpacePlan
+from search_space.fusion import FusionContext
+from search_space.policy import Policy
+from search_space.rules import Rule, RuleRegistry, default_registry, greedy
+from search_space.space import GroupOracle, SpacePlan
 
 __all__ = [
     "BASELINES",
@@ -60,7 +60,7 @@ def baseline_partition(
     if kind == "max":
         return ctx.repair(ctx.edges, oracle.feasible)
     if kind == "optimal":
-        from .optimal import optimal_partition
+        from search_space.optimal import optimal_partition
 
         extra = [
             *baseline_partition("greedy", ctx, oracle, policy),
@@ -74,7 +74,7 @@ def baseline_partition(
             ctx, cost, feasible=oracle.feasible, extra_groups=extra, time_limit=optimal_time_limit
         )
         return result.partition
-    from .exceptions import AutofusionError
+    from search_space.exceptions import AutofusionError
 
     raise AutofusionError(
         f"unknown plan '{kind}'; available: {', '.join(BASELINES)}, or a plan file"

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
 
-from .graph import Graph, Op
-from .groups import FusionGroup, alias_root, make_group
-from .ops import OpClass, reduction_axes
+from search_space.graph import Graph, Op
+from search_space.groups import FusionGroup, alias_root, make_group
+from search_space.ops import OpClass, reduction_axes
 
 __all__ = ["Edge", "FusionContext", "Verdict"]
 

@@ -10,9 +10,9 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .exceptions import GraphError, check
-from .graph import Graph, Op
-from .ops import OpClass
+from search_space.exceptions import GraphError, check
+from search_space.graph import Graph, Op
+from search_space.ops import OpClass
 
 __all__ = ["GROUP_KINDS", "FusionGroup", "alias_root", "make_group", "singleton_groups"]
 

@@ -21,10 +21,10 @@ import numpy as np
 import onnx
 from onnx import helper, inliner, numpy_helper, shape_inference
 
-from .exceptions import GraphError
-from .fold import FOLD_LIMIT, attributes_of, evaluate
-from .graph import Graph, Op, Tensor
-from .onnx_io import (
+from search_space.exceptions import GraphError
+from search_space.fold import FOLD_LIMIT, attributes_of, evaluate
+from search_space.graph import Graph, Op, Tensor
+from search_space.onnx_io import (
     ModelSource,
     default_opset,
     load_tensor_data,
@@ -33,7 +33,7 @@ from .onnx_io import (
     static_input_dims,
     topological_order,
 )
-from .ops import CUBE_OPS, GATHER_OPS, classify
+from search_space.ops import CUBE_OPS, GATHER_OPS, classify
 
 __all__ = ["WEIGHT_INPUTS_KEY", "load_graph"]
 

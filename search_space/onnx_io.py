@@ -16,7 +16,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
-from .exceptions import DynamicShapeError, GraphError, ModelLoadError, check
+from search_space.exceptions import DynamicShapeError, GraphError, ModelLoadError, check
 
 __all__ = [
     "MIN_OPSET",

@@ -23,10 +23,10 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_array
 
-from .exceptions import AutofusionError, GraphError
-from .fusion import FusionContext
-from .groups import alias_root
-from .ops import OpClass
+from search_space.exceptions import AutofusionError, GraphError
+from search_space.fusion import FusionContext
+from search_space.groups import alias_root
+from search_space.ops import OpClass
 
 __all__ = [
     "OptimalResult",

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_text
-from .config import KernelConfig
-from .exceptions import AutofusionError, check
-from .graph import Graph
+from search_space.atomic import atomic_write_text
+from search_space.config import KernelConfig
+from search_space.exceptions import AutofusionError, check
+from search_space.graph import Graph
 
 __all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanError", "PlanGroup"]
 
@@ -143,7 +143,7 @@ class FusionPlan:
                 )
                 check(op not in seen, f"plan puts op '{op}' in two groups", PlanError)
                 seen.add(op)
-        from .fusion import FusionContext
+        from search_space.fusion import FusionContext
 
         ctx = FusionContext(graph, max_fused_ops=10**6)
         for g in self.groups:

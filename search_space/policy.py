@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .exceptions import AutofusionError
+from search_space.exceptions import AutofusionError
 
 __all__ = ["Policy", "PolicyError", "load_policy", "parse_bytes"]
 

@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .fusion import FusionContext
-from .groups import alias_root
-from .rule_pattern import INF, Pattern, Side, Step
+from search_space.fusion import FusionContext
+from search_space.groups import alias_root
+from search_space.rule_pattern import INF, Pattern, Side, Step
 
 __all__ = ["Failure", "PatternMatcher"]
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .fusion import Edge, FusionContext
-from .rule_match import PatternMatcher
-from .rule_pattern import RuleError, compile_pattern
-from .rule_registry import (
+from search_space.fusion import Edge, FusionContext
+from search_space.rule_match import PatternMatcher
+from search_space.rule_pattern import RuleError, compile_pattern
+from search_space.rule_registry import (
     DEFAULT_RULES,
     PRESETS,
     Rule,

@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .config import KernelConfig
-from .fusion import Edge, FusionContext
-from .graph import Graph
-from .groups import FusionGroup, alias_root
-from .rules import edges_of
+from search_space.config import KernelConfig
+from search_space.fusion import Edge, FusionContext
+from search_space.graph import Graph
+from search_space.groups import FusionGroup, alias_root
+from search_space.rules import edges_of
 
 __all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "peak_live_bytes"]
 
@@ -108,7 +108,7 @@ class SearchSpace:
         blocks: Iterable[Iterable[str]] = (),
     ) -> None:
         if strategy not in STRATEGIES:
-            from .exceptions import AutofusionError
+            from search_space.exceptions import AutofusionError
 
             raise AutofusionError(f"unknown strategy '{strategy}'; available: joint, bilevel")
         self.ctx = ctx
@@ -295,8 +295,8 @@ def build_space(
     ``benefit_threshold`` closes an edge whose two ops fused alone save less than that fraction
     of their time; ``share_repeated`` shares classes across repeated layers.
     """
-    from .baselines import policy_rules
-    from .rules import greedy, match
+    from search_space.baselines import policy_rules
+    from search_space.rules import greedy, match
 
     rules = policy_rules(policy)
     share = policy.share_repeated

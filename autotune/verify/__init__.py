@@ -7,14 +7,21 @@ with a float64 reference of the unfused ops, and unfuse the kernels that fail (s
 
 from __future__ import annotations
 
-from .check import Errors, KernelVerdict, compare, safe_groups, verify_group, verify_kernels
-from .cube import flash_attention, online_softmax, split_k_matmul
-from .emulate import emulate, kernel_roles
-from .extract import SkipVerification, Subgraph, extract_group
-from .numerics import Numerics, numerics_for
-from .reference import reference_outputs
-from .shrink import NotShrinkable
-from .sources import ModelSource
+from autotune.verify.check import (
+    Errors,
+    KernelVerdict,
+    compare,
+    safe_groups,
+    verify_group,
+    verify_kernels,
+)
+from autotune.verify.cube import flash_attention, online_softmax, split_k_matmul
+from autotune.verify.emulate import emulate, kernel_roles
+from autotune.verify.extract import SkipVerification, Subgraph, extract_group
+from autotune.verify.numerics import Numerics, numerics_for
+from autotune.verify.reference import reference_outputs
+from autotune.verify.shrink import NotShrinkable
+from autotune.verify.sources import ModelSource
 
 __all__ = [
     "Errors",

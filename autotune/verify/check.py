@@ -19,6 +19,10 @@ from typing import Any
 import numpy as np
 import onnx
 
+from autotune.verify import extract
+from autotune.verify.emulate import emulate
+from autotune.verify.numerics import f64, numerics_for
+from autotune.verify.reference import reference_outputs
 from costmodel.lower import Lowering
 from costmodel.spec import Target
 from search_space.config import KernelConfig
@@ -26,11 +30,6 @@ from search_space.graph import Graph
 from search_space.groups import FusionGroup, make_group
 from search_space.plan import PlanGroup
 from search_space.policy import Policy
-
-from . import extract
-from .emulate import emulate
-from .numerics import f64, numerics_for
-from .reference import reference_outputs
 
 __all__ = ["Errors", "KernelVerdict", "compare", "safe_groups", "verify_group", "verify_kernels"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .numerics import Numerics, f64, rnd, tree_sum
-from .ops import OpCall, kernel
+from autotune.verify.numerics import Numerics, f64, rnd, tree_sum
+from autotune.verify.ops import OpCall, kernel
 
 __all__ = ["conv2d", "flash_attention", "im2col", "online_softmax", "split_k_matmul"]
 

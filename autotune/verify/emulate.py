@@ -22,13 +22,11 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from autotune.verify.cube import flash_attention
+from autotune.verify.extract import Subgraph
+from autotune.verify.numerics import Numerics, f64, is_float, rnd
+from autotune.verify.ops import KERNELS, OpCall
 from search_space.fold import attributes_of
-
-from . import cube, reduce  # noqa: F401  (register their kernels)
-from .cube import flash_attention
-from .extract import Subgraph
-from .numerics import Numerics, f64, is_float, rnd
-from .ops import KERNELS, OpCall
 
 __all__ = ["emulate", "kernel_roles"]
 

@@ -19,13 +19,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from autotune.verify.shrink import NotShrinkable, Shrink, group_rows, plan_shrinks, validate_shapes
+from autotune.verify.sources import ModelSource, np_dtype
 from costmodel.lower import template_of
 from costmodel.lower.common import is_compile_time
 from search_space.graph import Graph
 from search_space.groups import FusionGroup
-
-from .shrink import NotShrinkable, Shrink, group_rows, plan_shrinks, validate_shapes
-from .sources import ModelSource, np_dtype
 
 __all__ = ["SkipVerification", "Subgraph", "extract_group"]
 

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from scipy import special
 
-from .numerics import Numerics, f64, is_float, rnd
+from autotune.verify.numerics import Numerics, f64, is_float, rnd
 
 __all__ = ["KERNELS", "OpCall", "kernel"]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .numerics import f64, rnd, tree_sum
-from .ops import Arr, OpCall, axes_of, input_at, kernel
+from autotune.verify.numerics import f64, rnd, tree_sum
+from autotune.verify.ops import Arr, OpCall, axes_of, input_at, kernel
 
 __all__: list[str] = []
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from onnx.reference import ReferenceEvaluator
 
-from .extract import Subgraph
+from autotune.verify.extract import Subgraph
 
 __all__ = ["reference_outputs"]
 

@@ -14,16 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from costmodel.exceptions import InfeasibleConfig
+from costmodel.kernel import Kernel, KernelBatch, KernelConfig
+from costmodel.lower.attention import analyse_attention, attention_grid, lower_attention
+from costmodel.lower.cube import analyse_cube, cube_grid, lower_cube
+from costmodel.lower.vector import analyse_vector, lower_vector, vector_grid
+from costmodel.spec import Target
 from search_space.graph import Graph
 from search_space.groups import FusionGroup
 from search_space.ops import OpClass
-
-from ..exceptions import InfeasibleConfig
-from ..kernel import Kernel, KernelBatch, KernelConfig
-from ..spec import Target
-from .attention import analyse_attention, attention_grid, lower_attention
-from .cube import analyse_cube, cube_grid, lower_cube
-from .vector import analyse_vector, lower_vector, vector_grid
 
 __all__ = ["Lowering", "config_grid", "default_config", "lower", "lower_many", "template_of"]
 

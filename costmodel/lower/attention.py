@@ -16,13 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
+from costmodel.lower.common import ceil_div, ceil_to, mem_itemsize, pow2_choices, vector_cost
+from costmodel.spec import Target
 from search_space.graph import Graph, Op
 from search_space.groups import FusionGroup, alias_root
 from search_space.ops import OpClass
-
-from ..kernel import KernelBatch, KernelConfig, StreamBatch, workspace
-from ..spec import Target
-from .common import ceil_div, ceil_to, mem_itemsize, pow2_choices, vector_cost
 
 __all__ = ["AttentionWork", "analyse_attention", "attention_grid", "lower_attention"]
 

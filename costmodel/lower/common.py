@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.spec import Target
 from search_space.graph import Graph, Op
 from search_space.groups import alias_root
-
-from ..spec import Target
 
 __all__ = [
     "VectorCost",

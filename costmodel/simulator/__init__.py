@@ -7,6 +7,6 @@ with HBM as a shared fluid resource and an LRU L2 carried across kernels; see
 
 from __future__ import annotations
 
-from .model import SHORTCUTS, SimulatorModel
+from costmodel.simulator.model import SHORTCUTS, SimulatorModel
 
 __all__ = ["SHORTCUTS", "SimulatorModel"]

@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .dma import EV_OP, EV_WAKE, P_M, P_MTE1, P_V, RING, RING_MASK, STORE_FIX, DmaPorts, WriteBack
-from .program import LOAD, STORE_MTE3, Side
+from costmodel.simulator.dma import (
+    EV_OP,
+    EV_WAKE,
+    P_M,
+    P_MTE1,
+    P_V,
+    RING,
+    RING_MASK,
+    STORE_FIX,
+    DmaPorts,
+    WriteBack,
+)
+from costmodel.simulator.program import LOAD, STORE_MTE3, Side
 
 if TYPE_CHECKING:
-    from .engine import Sim
+    from costmodel.simulator.engine import Sim
 
 __all__ = ["Unit"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from .program import LOAD, STORE_FIX, SStream
+from costmodel.simulator.program import LOAD, STORE_FIX, SStream
 
 if TYPE_CHECKING:
-    from .engine import Sim
+    from costmodel.simulator.engine import Sim
 
 __all__ = ["RING", "DmaPorts", "WriteBack", "Xfer"]
 

@@ -27,12 +27,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec import HardwareSpec
-from .core import Unit
-from .dma import EV_OP, EV_WAKE, EV_XF, RING, Xfer
-from .hbm import Fluid
-from .l2 import L2Cache
-from .program import Program
+from costmodel.simulator.core import Unit
+from costmodel.simulator.dma import EV_OP, EV_WAKE, EV_XF, RING, Xfer
+from costmodel.simulator.hbm import Fluid
+from costmodel.simulator.l2 import L2Cache
+from costmodel.simulator.program import Program
+from costmodel.spec import HardwareSpec
 
 __all__ = ["Sim", "SimResult", "can_represent", "load_residency", "shares_lines"]
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from ..base import CostModel, KernelCost
-from ..exceptions import CostModelError, InfeasibleConfig
-from ..kernel import PIPES, Kernel
-from ..spec import Target
-from .engine import Sim, SimResult
-from .l2 import L2Cache
-from .program import compile_kernel
+from costmodel.base import CostModel, KernelCost
+from costmodel.exceptions import CostModelError, InfeasibleConfig
+from costmodel.kernel import PIPES, Kernel
+from costmodel.simulator.engine import Sim, SimResult
+from costmodel.simulator.l2 import L2Cache
+from costmodel.simulator.program import compile_kernel
+from costmodel.spec import Target
 
 __all__ = ["SHORTCUTS", "SimulatorModel"]
 

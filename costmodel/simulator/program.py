@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..exceptions import CostModelError
-from ..kernel import Kernel, Stream, handoffs, prologue_handoffs
-from ..spec import HardwareSpec
-from .l2 import L2Cache
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import Kernel, Stream, handoffs, prologue_handoffs
+from costmodel.simulator.l2 import L2Cache
+from costmodel.spec import HardwareSpec
 
 __all__ = ["LOAD", "STORE_FIX", "STORE_MTE3", "Program", "SStream", "Side", "compile_kernel"]
 

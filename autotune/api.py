@@ -11,9 +11,8 @@ import onnx
 
 from autotune.models import ZooOptions, resolve_model
 from autotune.tuner import TuneConfig, TuneResult, tune_graph
-from search_space.loader import load_graph
-from search_space.onnx_io import ModelSource, read_model
-from search_space.plan import FusionPlan
+from search_space.onnx import ModelSource, load_graph, read_model
+from search_space.space import FusionPlan
 
 __all__ = ["Plan", "load_plan", "tune"]
 

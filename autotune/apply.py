@@ -30,9 +30,9 @@ from onnx import helper, inliner
 
 from autotune.exceptions import AutotuneError
 from search_space.exceptions import GraphError, check
-from search_space.graph import Graph
-from search_space.onnx_io import node_names, topological_order
-from search_space.plan import FusionPlan, PlanGroup
+from search_space.ir import Graph
+from search_space.onnx import node_names, topological_order
+from search_space.space import FusionPlan, PlanGroup
 
 __all__ = ["FUSED_DOMAIN", "apply_plan", "apply_plan_file"]
 

@@ -28,10 +28,10 @@ from costmodel.kernel import Kernel
 from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
 from costmodel.spec import HardwareSpec, Target
-from search_space.baselines import baseline_partition
 from search_space.fusion import FusionContext
-from search_space.graph import Graph
-from search_space.policy import Policy
+from search_space.ir import Graph
+from search_space.rules import Policy
+from search_space.space import baseline_partition
 
 __all__ = ["DEFAULT_MODELS", "Sample", "calibrate_tables", "run_on_simulator", "sample_graph"]
 

@@ -13,12 +13,9 @@ from typing import Any
 
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target
-from search_space.baselines import policy_rules
 from search_space.fusion import FusionContext
-from search_space.graph import Graph
-from search_space.groups import make_group
-from search_space.policy import Policy
-from search_space.rules import match, unmatched_report
+from search_space.ir import Graph, make_group
+from search_space.rules import Policy, match, policy_rules, unmatched_report
 from search_space.space import SearchSpace
 
 __all__ = ["analyse_candidates"]

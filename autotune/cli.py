@@ -71,7 +71,7 @@ SeqLen = Annotated[int | None, typer.Option("--seq-len", help="Zoo: sequence len
 
 
 def _policy(config: Path | None, **flags: Any) -> Any:
-    from search_space.policy import load_policy
+    from search_space.rules import load_policy
 
     return load_policy(config, flags)
 
@@ -263,7 +263,7 @@ def estimate(
     table = Table(title=f"slowest {top} kernels")
     for col in ("kernel", "kind", "config", "us", "bound"):
         table.add_column(col, justify="right" if col == "us" else "left")
-    from search_space.config import KernelConfig
+    from search_space.ir import KernelConfig
 
     for k in sorted(result["per_kernel"], key=lambda k: -k["latency_us"])[:top]:
         name = k["ops"][0] + (f" +{len(k['ops']) - 1}" if len(k["ops"]) > 1 else "")

@@ -210,7 +210,7 @@ def report(
 ) -> None:
     """Report on a saved plan: safe-fusion counts, per-kernel table, speedups."""
     from autotune.report import plan_report
-    from search_space.plan import FusionPlan
+    from search_space.space import FusionPlan
 
     rep = plan_report(FusionPlan.load(plan))
     if json_out:
@@ -266,8 +266,8 @@ def apply(
     from autotune.io import save_model
     from autotune.models import resolve_model
     from search_space.atomic import output_path
-    from search_space.loader import load_graph
-    from search_space.plan import FusionPlan
+    from search_space.onnx import load_graph
+    from search_space.space import FusionPlan
 
     output_path(output)
     shapes = parse_input_shapes(input_shape or [])
@@ -303,8 +303,8 @@ def verify(
     from autotune.models import resolve_model
     from autotune.verify import verify_kernels
     from costmodel.spec import load_target
-    from search_space.loader import load_graph
-    from search_space.plan import FusionPlan
+    from search_space.onnx import load_graph
+    from search_space.space import FusionPlan
 
     shapes = parse_input_shapes(input_shape or [])
     source = resolve_model(model, ZooOptions("random", scale, layers, batch, seq_len))

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from search_space.graph import Graph
+from search_space.ir import Graph
 
 __all__ = ["draw_inputs", "graph_equivalence"]
 

@@ -13,12 +13,10 @@ from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
 from costmodel.roofline import roofline_us
 from costmodel.spec import Target, load_target
-from search_space.baselines import BASELINES, baseline_plan
 from search_space.fusion import FusionContext
-from search_space.graph import Graph
-from search_space.groups import FusionGroup, make_group, singleton_groups
-from search_space.plan import FusionPlan, PlanError
-from search_space.policy import Policy
+from search_space.ir import FusionGroup, Graph, make_group, singleton_groups
+from search_space.rules import Policy
+from search_space.space import BASELINES, FusionPlan, PlanError, baseline_plan
 
 __all__ = ["estimate_graph", "plan_kernels"]
 

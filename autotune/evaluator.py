@@ -24,8 +24,7 @@ from costmodel.learned import LearnedModel
 from costmodel.lower import Lowering
 from costmodel.registry import make_cost_model
 from costmodel.spec import Target
-from search_space.config import KernelConfig
-from search_space.graph import Graph
+from search_space.ir import Graph, KernelConfig
 from search_space.space import SpacePlan
 
 __all__ = ["COSTS", "Evaluator", "make_study_model"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from search_space.plan import FusionPlan
+from search_space.space import FusionPlan
 
 __all__ = ["plan_report"]
 

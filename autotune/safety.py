@@ -11,12 +11,10 @@ from autotune.models import ZooOptions, resolve_model
 from autotune.verify import safe_groups, verify_kernels
 from costmodel.lower import Lowering
 from costmodel.spec import Target
-from search_space.graph import Graph
-from search_space.groups import make_group
-from search_space.onnx_io import read_model
-from search_space.plan import PlanGroup
-from search_space.policy import Policy
-from search_space.space import SpacePlan
+from search_space.ir import Graph, make_group
+from search_space.onnx import read_model
+from search_space.rules import Policy
+from search_space.space import PlanGroup, SpacePlan
 
 __all__ = ["Safety", "make_safety"]
 

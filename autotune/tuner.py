@@ -33,13 +33,17 @@ from costmodel.analytic import AnalyticModel
 from costmodel.learned import LearnedModel
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target, load_target
-from search_space.baselines import baseline_plan
 from search_space.fusion import FusionContext
-from search_space.graph import Graph
-from search_space.groups import FusionGroup
-from search_space.plan import FusionPlan, PlanGroup
-from search_space.policy import Policy
-from search_space.space import SpacePlan, build_space, peak_live_bytes
+from search_space.ir import FusionGroup, Graph
+from search_space.rules import Policy
+from search_space.space import (
+    FusionPlan,
+    PlanGroup,
+    SpacePlan,
+    baseline_plan,
+    build_space,
+    peak_live_bytes,
+)
 
 __all__ = ["SAMPLERS", "TuneConfig", "TuneResult", "open_storage", "tune_graph"]
 

@@ -24,7 +24,7 @@ from costmodel.base import KernelCost
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import PIPES, Kernel, Stream
 from search_space.atomic import atomic_write_bytes, atomic_write_text
-from search_space.config import KernelConfig
+from search_space.ir import KernelConfig
 
 __all__ = [
     "PIPE_COLUMNS",

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.spec import HardwareSpec
-from search_space.config import KernelConfig
+from search_space.ir import KernelConfig
 
 __all__ = [
     "BUFFERS",

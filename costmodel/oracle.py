@@ -24,10 +24,8 @@ from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import KernelBatch
 from costmodel.lower import Lowering
 from costmodel.spec import Target
-from search_space.config import KernelConfig
 from search_space.fusion import FusionContext
-from search_space.graph import Graph
-from search_space.groups import FusionGroup, make_group
+from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 
 __all__ = ["BatchModel", "CostOracle"]
 

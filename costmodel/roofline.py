@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from costmodel.lower.common import is_compile_time, mem_itemsize
 from costmodel.spec import Target
-from search_space.graph import Graph
-from search_space.ops import OpClass
+from search_space.ir import Graph, OpClass
 
 __all__ = ["compulsory_bytes", "roofline_us"]
 

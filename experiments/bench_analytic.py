@@ -105,7 +105,7 @@ def throughput(model: AnalyticModel, configs: int, zoo: str, repeat: int) -> lis
         from autotune.zoo import build
         from costmodel.lower import Lowering
         from search_space import load_graph
-        from search_space.groups import singleton_groups
+        from search_space.ir import singleton_groups
     except ImportError as err:  # the lowering is optional for this benchmark
         print(f"skipping lowered batches: {err}")
         return rows

@@ -23,9 +23,9 @@ from costmodel.lower import Lowering
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.baselines import baseline_plan
 from search_space.fusion import FusionContext
-from search_space.policy import Policy
+from search_space.rules import Policy
+from search_space.space import baseline_plan
 
 
 def main() -> None:

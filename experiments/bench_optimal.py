@@ -26,7 +26,7 @@ from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
-from search_space.optimal import OptimalUnavailable, optimal_partition
+from search_space.space import OptimalUnavailable, optimal_partition
 
 CASES = [
     "bert-base@scale=0.1",

@@ -28,9 +28,8 @@ from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.baselines import baseline_plan, plan_cost
 from search_space.fusion import FusionContext
-from search_space.space import SearchSpace
+from search_space.space import SearchSpace, baseline_plan, plan_cost
 
 CASES = [
     ("bert-base", {"layers": 1}),

@@ -111,7 +111,7 @@ def zoo_plan(name: str, layers: int | None) -> list[Kernel] | None:
         from autotune.zoo import build
         from costmodel.lower import Lowering
         from search_space import load_graph
-        from search_space.groups import singleton_groups
+        from search_space.ir import singleton_groups
 
         graph = load_graph(build(name, weights="inputs", layers=layers).SerializeToString())
         return Lowering(graph, load_target("ascend910b")).kernels(singleton_groups(graph))

@@ -21,10 +21,8 @@ from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.baselines import rule_registry
 from search_space.fusion import FusionContext
-from search_space.policy import Policy
-from search_space.rules import match
+from search_space.rules import Policy, match, rule_registry
 from search_space.space import SearchSpace
 
 

@@ -24,7 +24,7 @@ from costmodel.lower import Lowering
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.groups import singleton_groups
+from search_space.ir import singleton_groups
 
 
 def main() -> None:

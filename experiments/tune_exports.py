@@ -17,7 +17,7 @@ from _table import RESULTS, emit
 
 from autotune.tuner import TuneConfig, tune_graph
 from search_space import load_graph
-from search_space.policy import Policy
+from search_space.rules import Policy
 
 EXPORTS = Path(__file__).parents[1] / "tests" / "fixtures" / "exports"
 

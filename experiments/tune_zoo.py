@@ -25,9 +25,9 @@ from costmodel.registry import make_cost_model
 from costmodel.roofline import roofline_us
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.baselines import baseline_plan
 from search_space.fusion import FusionContext
-from search_space.policy import Policy
+from search_space.rules import Policy
+from search_space.space import baseline_plan
 
 
 def main() -> None:

@@ -1,4 +1,10 @@
-"""Search space: the graph IR, operator classes, and (later) fusion candidates and plans."""
+"""search_space: the graph IR, fusion legality, rules and the Optuna search space.
+
+Subpackages, each importing only those before it: :mod:`~search_space.ir` (graph, ops,
+groups, configs), :mod:`~search_space.onnx` (model files in), :mod:`~search_space.fusion`
+(legal groups), :mod:`~search_space.rules` (rules, presets, policy, greedy) and
+:mod:`~search_space.space` (the Optuna space, baselines, optimal, plan records).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,8 @@ from search_space.exceptions import (
     ModelLoadError,
     check,
 )
-from search_space.graph import Graph, Op, Tensor
-from search_space.loader import WEIGHT_INPUTS_KEY, load_graph
-from search_space.onnx_io import parse_input_shapes, read_model
-from search_space.ops import OpClass
+from search_space.ir import Graph, Op, OpClass, Tensor
+from search_space.onnx import WEIGHT_INPUTS_KEY, load_graph, parse_input_shapes, read_model
 
 __all__ = [
     "WEIGHT_INPUTS_KEY",

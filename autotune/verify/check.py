@@ -25,11 +25,9 @@ from autotune.verify.numerics import f64, numerics_for
 from autotune.verify.reference import reference_outputs
 from costmodel.lower import Lowering
 from costmodel.spec import Target
-from search_space.config import KernelConfig
-from search_space.graph import Graph
-from search_space.groups import FusionGroup, make_group
-from search_space.plan import PlanGroup
-from search_space.policy import Policy
+from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
+from search_space.rules import Policy
+from search_space.space import PlanGroup
 
 __all__ = ["Errors", "KernelVerdict", "compare", "safe_groups", "verify_group", "verify_kernels"]
 

@@ -26,7 +26,7 @@ from autotune.verify.cube import flash_attention
 from autotune.verify.extract import Subgraph
 from autotune.verify.numerics import Numerics, f64, is_float, rnd
 from autotune.verify.ops import KERNELS, OpCall
-from search_space.fold import attributes_of
+from search_space.onnx import attributes_of
 
 __all__ = ["emulate", "kernel_roles"]
 

@@ -23,8 +23,7 @@ from autotune.verify.shrink import NotShrinkable, Shrink, group_rows, plan_shrin
 from autotune.verify.sources import ModelSource, np_dtype
 from costmodel.lower import template_of
 from costmodel.lower.common import is_compile_time
-from search_space.graph import Graph
-from search_space.groups import FusionGroup
+from search_space.ir import FusionGroup, Graph
 
 __all__ = ["SkipVerification", "Subgraph", "extract_group"]
 

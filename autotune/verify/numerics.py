@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.spec import Target
-from search_space.config import KernelConfig
+from search_space.ir import KernelConfig
 
 try:  # ml_dtypes ships with onnx; keep a bit-rounding fallback all the same
     import ml_dtypes

@@ -26,9 +26,7 @@ import numpy as np
 import onnx
 
 from costmodel.lower.common import is_compile_time
-from search_space.graph import Graph, Op
-from search_space.groups import FusionGroup
-from search_space.ops import REDUCE_OPS, OpClass
+from search_space.ir import REDUCE_OPS, FusionGroup, Graph, Op, OpClass
 
 __all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks", "validate_shapes"]
 

@@ -20,9 +20,7 @@ from costmodel.lower.attention import analyse_attention, attention_grid, lower_a
 from costmodel.lower.cube import analyse_cube, cube_grid, lower_cube
 from costmodel.lower.vector import analyse_vector, lower_vector, vector_grid
 from costmodel.spec import Target
-from search_space.graph import Graph
-from search_space.groups import FusionGroup
-from search_space.ops import OpClass
+from search_space.ir import FusionGroup, Graph, OpClass
 
 __all__ = ["Lowering", "config_grid", "default_config", "lower", "lower_many", "template_of"]
 

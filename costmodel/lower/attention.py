@@ -19,9 +19,7 @@ import numpy as np
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from costmodel.lower.common import ceil_div, ceil_to, mem_itemsize, pow2_choices, vector_cost
 from costmodel.spec import Target
-from search_space.graph import Graph, Op
-from search_space.groups import FusionGroup, alias_root
-from search_space.ops import OpClass
+from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root
 
 __all__ = ["AttentionWork", "analyse_attention", "attention_grid", "lower_attention"]
 

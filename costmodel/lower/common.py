@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.spec import Target
-from search_space.graph import Graph, Op
-from search_space.groups import alias_root
+from search_space.ir import Graph, Op, alias_root
 
 __all__ = [
     "VectorCost",

@@ -28,9 +28,7 @@ from costmodel.lower.common import (
     vector_cost,
 )
 from costmodel.spec import Target
-from search_space.graph import Graph, Op
-from search_space.groups import FusionGroup, alias_root
-from search_space.ops import OpClass
+from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root
 
 __all__ = ["CubeWork", "analyse_cube", "cube_grid", "lower_cube"]
 

@@ -17,9 +17,7 @@ import numpy as np
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch
 from costmodel.lower.common import ceil_div, is_compile_time, mem_itemsize, vector_cost
 from costmodel.spec import Target
-from search_space.graph import Graph, Op
-from search_space.groups import FusionGroup, alias_root
-from search_space.ops import GATHER_OPS, OpClass, reduction_axes
+from search_space.ir import GATHER_OPS, FusionGroup, Graph, Op, OpClass, alias_root, reduction_axes
 
 __all__ = ["VectorWork", "analyse_vector", "lower_vector", "vector_grid"]
 

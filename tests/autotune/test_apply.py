@@ -28,11 +28,10 @@ from autotune.zoo import INPUT_RANGES_KEY, build, list_models
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import Graph, load_graph
-from search_space.baselines import baseline_plan
-from search_space.config import KernelConfig
 from search_space.fusion import FusionContext
-from search_space.onnx_io import node_names
-from search_space.plan import FusionPlan, PlanError, PlanGroup
+from search_space.ir import KernelConfig
+from search_space.onnx import node_names
+from search_space.space import FusionPlan, PlanError, PlanGroup, baseline_plan
 
 TOKENS = ("bert", "gpt2", "llama")
 EXPORT_FILES = sorted(p.name for p in EXPORTS.glob("*.onnx"))

@@ -151,8 +151,8 @@ def test_estimate_json_for_every_baseline_and_a_what_if() -> None:
 
 
 def test_estimate_replays_a_plan_file_and_refuses_another_models_plan(tmp_path: Path) -> None:
-    from search_space.config import KernelConfig
-    from search_space.plan import FusionPlan, PlanGroup
+    from search_space.ir import KernelConfig
+    from search_space.space import FusionPlan, PlanGroup
 
     args = ["zoo:bert-base", "--layers", "1", "--scale", "0.25"]
     greedy = _json("estimate", *args, "--plan", "greedy", "--json")

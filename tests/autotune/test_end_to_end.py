@@ -12,7 +12,7 @@ from autotune.verify import verify_kernels
 from autotune.zoo import build, list_models
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.policy import Policy
+from search_space.rules import Policy
 
 SMALL = {"llama3-8b": {"scale": 0.05, "layers": 2}}
 

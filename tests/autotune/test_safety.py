@@ -14,10 +14,9 @@ from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.baselines import baseline_plan
 from search_space.fusion import FusionContext
-from search_space.policy import Policy
-from search_space.space import SpacePlan
+from search_space.rules import Policy
+from search_space.space import SpacePlan, baseline_plan
 
 
 def test_planted_fp16_statistics_are_caught_and_unfused() -> None:

@@ -194,7 +194,7 @@ def test_cli_tune_json_and_report(tmp_path, monkeypatch) -> None:
 
 
 def test_max_mem_usage_limits_the_chosen_plan(graph, tmp_path) -> None:
-    from search_space.policy import Policy
+    from search_space.rules import Policy
     from search_space.space import peak_live_bytes
 
     free = tune_graph(graph, _cfg(tmp_path, study="free"), name="bert")
@@ -202,7 +202,7 @@ def test_max_mem_usage_limits_the_chosen_plan(graph, tmp_path) -> None:
     tight = tune_graph(
         graph, _cfg(tmp_path, study="tight", policy=Policy(max_mem_usage=limit)), name="bert"
     )
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     def peak(plan) -> int:
         return peak_live_bytes(graph, [make_group(graph, g.ops, g.kind) for g in plan.groups])
@@ -290,7 +290,7 @@ def test_a_dataset_path_in_a_missing_folder_fails_before_the_study(tmp_path) -> 
 def test_the_answer_is_the_best_measured_candidate(graph, tmp_path) -> None:
     """Every plan measured as a candidate is listed with its simulated latency; the answer is
     the cheapest of them (before safe mode, off here)."""
-    from search_space.policy import Policy
+    from search_space.rules import Policy
 
     cfg = _cfg(tmp_path, study="cands", trials=8, policy=Policy(safe_mode=False))
     result = tune_graph(graph, cfg, name="bert")
@@ -308,7 +308,7 @@ def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monk
     replaced by the kernel count, so each such descent ends on fewer kernels than the trial it
     started from, and the fewest kernels of any trial are measured."""
     from autotune.evaluator import Evaluator
-    from search_space.policy import Policy
+    from search_space.rules import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: float(len(plan.groups)))
     cfg = _cfg(tmp_path, study="prior", trials=8, cost=cost, policy=Policy(safe_mode=False))
@@ -338,7 +338,7 @@ def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, mo
     of any trial are among the measured candidates."""
     from autotune import tuner
     from autotune.evaluator import Evaluator
-    from search_space.policy import Policy
+    from search_space.rules import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: -float(len(plan.groups)))
     monkeypatch.setattr(tuner, "DESCENT", 0)
@@ -361,7 +361,7 @@ def test_the_measured_winner_is_settled_by_a_descent_from_its_grouping(
     the model in an analytic one, is measured. With that cost replaced by minus the kernel
     count, each such settled plan has more kernels than the winner it came from."""
     from autotune.evaluator import Evaluator
-    from search_space.policy import Policy
+    from search_space.rules import Policy
 
     how = "by the prior" if cost == "learned" else "in the model"
     patched = "prior_score" if cost == "learned" else "score"
@@ -382,7 +382,7 @@ def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, 
     """`estimate --plan max` is the max grouping with the calibrated analytic model's tiles;
     the learned study measures that plan too, so it can only end at or below it."""
     from autotune.estimate import estimate_graph
-    from search_space.policy import Policy
+    from search_space.rules import Policy
 
     cfg = _cfg(tmp_path, study="vs-max", trials=6, policy=Policy(safe_mode=False))
     result = tune_graph(graph, cfg, name="bert")  # (safe mode may unfuse after the pick)
@@ -643,7 +643,7 @@ def test_the_local_search_spends_no_trial_on_a_plan_over_max_mem_usage(graph, tm
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from search_space.policy import Policy
+    from search_space.rules import Policy
 
     def trials(cfg: TuneConfig) -> list[optuna.trial.FrozenTrial]:
         tune_graph(graph, cfg, name="bert")

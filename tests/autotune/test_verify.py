@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import search_space
-import search_space.config
+import search_space.ir.config
 from autotune.verify import (
     KernelVerdict,
     ModelSource,
@@ -38,12 +38,10 @@ from autotune.verify import (
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target, load_target
-from search_space.baselines import baseline_plan
 from search_space.fusion import FusionContext
-from search_space.graph import Graph
-from search_space.groups import FusionGroup, make_group
-from search_space.plan import PlanGroup
-from search_space.policy import Policy
+from search_space.ir import FusionGroup, Graph, make_group
+from search_space.rules import Policy
+from search_space.space import PlanGroup, baseline_plan
 
 NAMES = [
     "bert-base",

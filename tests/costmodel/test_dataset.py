@@ -31,7 +31,7 @@ from costmodel.kernel import PIPES, Kernel
 from costmodel.lower import Lowering
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.groups import make_group, singleton_groups
+from search_space.ir import make_group, singleton_groups
 
 T910B = load_target("ascend910b")
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,7 @@ from costmodel.lower import Lowering
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.groups import make_group
+from search_space.ir import make_group
 
 TARGET = load_target("ascend910b")
 KINDS = ["analytic", "simulator"]

@@ -13,7 +13,7 @@ from costmodel.kernel import KernelConfig
 from costmodel.lower import Lowering, template_of
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.groups import alias_root, make_group, singleton_groups
+from search_space.ir import alias_root, make_group, singleton_groups
 
 T910B = load_target("ascend910b")
 

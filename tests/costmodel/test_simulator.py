@@ -606,7 +606,7 @@ def test_a_prologue_hands_its_operand_to_the_cube_through_l2(
     operand block per step (plus the epilogue's output per tile)."""
     from costmodel.analytic import AnalyticModel
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     m, k, n = 2048, 1024, 1024
     graph, ops = _prologue_graph(m, k, n, epilogue)
@@ -630,7 +630,7 @@ def test_a_prologue_hand_off_takes_no_l2_from_the_operands_it_feeds() -> None:
     bytes as on an L2 that holds everything. (When the hand-off took lines at its tensor's own
     addresses it evicted the weight panels: 1.2x the big-L2 bytes at 512x32x64.)"""
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     m, k, n = 1024, 4096, 1024  # x, y, w: 8 MB each; the hand-off another 8 MB
     graph, ops = _prologue_graph(m, k, n, False)
@@ -653,7 +653,7 @@ def test_the_closed_form_gives_a_prologue_hand_off_no_l2_either() -> None:
     counted the hand-off's blocks, 42 of the 546 configs cost up to 1.25x more)."""
     from costmodel.analytic import AnalyticModel
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph, ops = _prologue_graph(1024, 4096, 1024, False)
     small = load_target("ascend910b", {"l2_bytes": 28 << 20})
@@ -670,7 +670,7 @@ def test_the_closed_form_gives_a_prologue_hand_off_no_l2_either() -> None:
 @pytest.mark.parametrize("epilogue", [False, True])
 def test_a_prologue_kernel_runs_the_same_with_and_without_shortcuts(epilogue: bool) -> None:
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph, ops = _prologue_graph(512, 512, 1024, epilogue)
     target = load_target("ascend910b")
@@ -693,7 +693,7 @@ def test_a_slow_prologue_paces_the_kernel() -> None:
     slows the kernel to the prologue's pace, and a cheap prologue leaves the matmul's pace.
     (The workspace bound on the vector side's run-ahead does not show in a kernel's cost.)"""
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph, ops = _prologue_graph(1024, 1024, 1024, False)
     target = load_target("ascend910b")
@@ -722,7 +722,7 @@ def test_the_closed_form_ranks_a_prologue_groups_configs_like_the_simulator(
 
     from costmodel.analytic import AnalyticModel
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph, ops = _prologue_graph(1024, 1024, 1024, epilogue)
     target = load_target(target_name)
@@ -771,7 +771,7 @@ def test_attention_hand_offs_never_reach_hbm_on_the_split_chip() -> None:
     group's grid; the cube's read of the probabilities, which does not wait for their store,
     used to miss and fetch them from HBM (up to 3x the external bytes)."""
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     b, h, s, d = 2, 8, 512, 256  # 512-byte rows: whole bursts, no waste
     graph, ops = _attention_graph(b, h, s, d)
@@ -796,7 +796,7 @@ def test_an_extra_per_step_vector_store_does_not_make_attention_a_prologue() -> 
     from costmodel.simulator.l2 import L2Cache
     from costmodel.simulator.program import compile_kernel
     from search_space import load_graph
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph = load_graph(exporter_attention(), input_shapes={"x": (2, 512, 16)})
     ops = ["qk", "scale", "add_mask", "softmax", "isnan", "nan_guard", "pv"]
@@ -825,7 +825,7 @@ def test_a_prologue_without_vector_cycles_still_runs(
     sources issued earlier can get ahead of the cube's read-back (2% on the 910, single
     buffered)."""
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph, ops = _prologue_graph(512, 512, 512, True)
     target = load_target(target_name)
@@ -937,7 +937,7 @@ def test_a_hand_off_a_later_kernel_reads_is_written_once_and_found_in_l2(
     from costmodel.analytic import AnalyticModel
     from costmodel.kernel import handoffs
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     m, k, n = 1024, 1024, 1024
     graph, fused, shared = _shared_handoff_graph(m, k, n, prologue)
@@ -970,7 +970,7 @@ def test_a_coupled_core_moves_both_sides_loads_through_its_one_mte2(
     is at least the average of those over the cores, and so is the kernel. (With a queue per
     side a prologue's sources moved beside the cube's read-back: MTE2 0.75x of the bound.)"""
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph, ops = _prologue_graph(2048, 1024, 1024, epilogue)
     target = load_target(target_name)
@@ -1009,7 +1009,7 @@ def test_the_closed_form_follows_a_coupled_single_buffered_prologue(
     was 0.74-1.72x when it chained the queue's total with the cube's latency only."""
     from costmodel.analytic import AnalyticModel
     from costmodel.lower import Lowering
-    from search_space.groups import make_group
+    from search_space.ir import make_group
 
     graph, ops = _prologue_graph(256, 4096, 256, epilogue)
     target = load_target(target_name)

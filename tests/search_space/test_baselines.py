@@ -9,10 +9,9 @@ from autotune.zoo import build, list_models
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.baselines import baseline_plan, plan_cost, rule_registry
 from search_space.fusion import FusionContext
-from search_space.policy import Policy
-from search_space.rules import greedy
+from search_space.rules import Policy, greedy, rule_registry
+from search_space.space import baseline_plan, plan_cost
 
 SMALL = {"llama3-8b": {"scale": 0.05, "layers": 2}}
 

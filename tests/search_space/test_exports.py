@@ -16,7 +16,7 @@ from conftest import EXPORTS
 from oracles import random_feeds, run_all
 
 from search_space import GraphError, load_graph
-from search_space.ops import CUBE_OPS
+from search_space.ir import CUBE_OPS
 
 TOKENS = ("bert", "gpt2", "llama")
 FILES = sorted(p.name for p in EXPORTS.glob("*.onnx"))

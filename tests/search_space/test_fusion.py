@@ -173,9 +173,7 @@ def test_attention_and_horizontal_templates_are_legal_only_in_shape() -> None:
 
 
 def test_policy_levels_and_pattern_modes_shape_the_space() -> None:
-    from search_space.baselines import rule_registry
-    from search_space.policy import Policy
-    from search_space.rules import edges_of, match
+    from search_space.rules import Policy, edges_of, match, rule_registry
     from search_space.space import build_space
 
     graph = load_graph(build("bert-base", weights="inputs", layers=2, scale=0.5))
@@ -223,7 +221,7 @@ def test_swap_moves_pair_classes_that_share_an_operator() -> None:
     """Every swap pair shares an operator; mobilenetv3's HardSwish between an expand
     convolution's epilogue and the depthwise convolution's prologue is one of them, and the
     exchange moves that HardSwish from the one group to the other."""
-    from search_space.policy import Policy
+    from search_space.rules import Policy
     from search_space.space import build_space
 
     graph = load_graph(build("mobilenetv3", weights="inputs", scale=0.25))
@@ -262,10 +260,8 @@ def test_block_moves_fuse_whole_patterns_and_the_first_saves_time() -> None:
     """The local search's block moves: switching one block's classes on (nothing else) repairs
     into a plan that fuses that pattern's every occurrence whole, and the top-ranked block,
     applied to the unfused plan, makes it cheaper under the ranking model."""
-    from search_space.baselines import plan_cost, policy_rules
-    from search_space.policy import Policy
-    from search_space.rules import edges_of, match
-    from search_space.space import build_space
+    from search_space.rules import Policy, edges_of, match, policy_rules
+    from search_space.space import build_space, plan_cost
 
     graph = load_graph(build("llama3-8b", weights="inputs", layers=2, scale=0.25))
     ctx = FusionContext(graph)

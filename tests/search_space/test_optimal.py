@@ -21,12 +21,8 @@ from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.exceptions import AutofusionError, GraphError
 from search_space.fusion import FusionContext
-from search_space.graph import Graph
-from search_space.optimal import (
-    OptimalUnavailable,
-    connected_subsets,
-    optimal_partition,
-)
+from search_space.ir import Graph
+from search_space.space import OptimalUnavailable, connected_subsets, optimal_partition
 
 D = 32
 Group = frozenset[str]

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from search_space import load_graph
-from search_space.config import KernelConfig
-from search_space.plan import SCHEMA_VERSION, FusionPlan, PlanError, PlanGroup
+from search_space.ir import KernelConfig
+from search_space.space import SCHEMA_VERSION, FusionPlan, PlanError, PlanGroup
 
 configs = st.builds(
     KernelConfig,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from search_space.policy import Policy, PolicyError, load_policy, parse_bytes
+from search_space.rules import Policy, PolicyError, load_policy, parse_bytes
 
 
 def test_defaults_and_file(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from onnx import helper
 
 from search_space import AutofusionError, load_graph
 from search_space.fusion import FusionContext
-from search_space.rule_table import TABLE
 from search_space.rules import (
     DEFAULT_RULES,
     Match,
@@ -33,6 +32,7 @@ from search_space.rules import (
     resolve,
     unmatched_report,
 )
+from search_space.rules.table import TABLE
 
 TOKENS = {"input_ids": (2, 16), "attention_mask": (2, 16)}
 

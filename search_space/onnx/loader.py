@@ -22,9 +22,9 @@ import onnx
 from onnx import helper, inliner, numpy_helper, shape_inference
 
 from search_space.exceptions import GraphError
-from search_space.fold import FOLD_LIMIT, attributes_of, evaluate
-from search_space.graph import Graph, Op, Tensor
-from search_space.onnx_io import (
+from search_space.ir import CUBE_OPS, GATHER_OPS, Graph, Op, Tensor, classify
+from search_space.onnx.fold import FOLD_LIMIT, attributes_of, evaluate
+from search_space.onnx.io import (
     ModelSource,
     default_opset,
     load_tensor_data,
@@ -33,7 +33,6 @@ from search_space.onnx_io import (
     static_input_dims,
     topological_order,
 )
-from search_space.ops import CUBE_OPS, GATHER_OPS, classify
 
 __all__ = ["WEIGHT_INPUTS_KEY", "load_graph"]
 

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["FOLD_LIMIT", "evaluate"]
+__all__ = ["FOLD_LIMIT", "attributes_of", "evaluate"]
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from search_space.fusion import FusionContext
-from search_space.groups import alias_root
-from search_space.rule_pattern import INF, Pattern, Side, Step
+from search_space.ir import alias_root
+from search_space.rules.pattern import INF, Pattern, Side, Step
 
 __all__ = ["Failure", "PatternMatcher"]
 

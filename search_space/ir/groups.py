@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from search_space.exceptions import GraphError, check
-from search_space.graph import Graph, Op
-from search_space.ops import OpClass
+from search_space.ir.graph import Graph, Op
+from search_space.ir.ops import OpClass
 
 __all__ = ["GROUP_KINDS", "FusionGroup", "alias_root", "make_group", "singleton_groups"]
 

@@ -8,33 +8,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from search_space.fusion import FusionContext
-from search_space.policy import Policy
-from search_space.rules import Rule, RuleRegistry, default_registry, greedy
-from search_space.space import GroupOracle, SpacePlan
+from search_space.rules import Policy, greedy, policy_rules
+from search_space.space.search import GroupOracle, SpacePlan
 
 __all__ = [
     "BASELINES",
     "baseline_partition",
     "baseline_plan",
     "plan_cost",
-    "policy_rules",
-    "rule_registry",
 ]
 
 BASELINES = ("none", "greedy", "max", "optimal")
-
-
-def rule_registry(policy: Policy) -> RuleRegistry:
-    """Built-in rules plus the policy's own ``[[rules]]`` (which may replace built-ins)."""
-    return RuleRegistry.from_config(policy.rules) if policy.rules else default_registry()
-
-
-def policy_rules(policy: Policy) -> Sequence[Rule]:
-    """The rules a policy's preset selects, highest priority first."""
-    return rule_registry(policy).rules(policy.preset)
 
 
 def baseline_partition(
@@ -60,7 +47,7 @@ def baseline_partition(
     if kind == "max":
         return ctx.repair(ctx.edges, oracle.feasible)
     if kind == "optimal":
-        from search_space.optimal import optimal_partition
+        from search_space.space.optimal import optimal_partition
 
         extra = [
             *baseline_partition("greedy", ctx, oracle, policy),

@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass
 
 from search_space.exceptions import AutofusionError
-from search_space.ops import CUBE_OPS, ELEMENTWISE_OPS, LAYOUT_OPS, REDUCE_OPS, VIEW_OPS
+from search_space.ir import CUBE_OPS, ELEMENTWISE_OPS, LAYOUT_OPS, REDUCE_OPS, VIEW_OPS
 
 __all__ = ["INF", "PREDICATES", "Pattern", "RuleError", "Side", "Step", "compile_pattern"]
 

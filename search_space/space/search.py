@@ -16,10 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from search_space.config import KernelConfig
 from search_space.fusion import Edge, FusionContext
-from search_space.graph import Graph
-from search_space.groups import FusionGroup, alias_root
+from search_space.ir import FusionGroup, Graph, KernelConfig, alias_root
 from search_space.rules import edges_of
 
 __all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "peak_live_bytes"]
@@ -295,8 +293,7 @@ def build_space(
     ``benefit_threshold`` closes an edge whose two ops fused alone save less than that fraction
     of their time; ``share_repeated`` shares classes across repeated layers.
     """
-    from search_space.baselines import policy_rules
-    from search_space.rules import greedy, match
+    from search_space.rules import greedy, match, policy_rules
 
     rules = policy_rules(policy)
     share = policy.share_repeated

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from search_space.rule_pattern import RuleError, compile_pattern
-from search_space.rule_table import TABLE
+from search_space.rules.pattern import RuleError, compile_pattern
+from search_space.rules.table import TABLE
 
 __all__ = [
     "DEFAULT_RULES",

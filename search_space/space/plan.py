@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from search_space.atomic import atomic_write_text
-from search_space.config import KernelConfig
 from search_space.exceptions import AutofusionError, check
-from search_space.graph import Graph
+from search_space.ir import Graph, KernelConfig
 
 __all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanError", "PlanGroup"]
 

@@ -1,10 +1,11 @@
-"""Fusion rules as data: records, a registry with presets, matching, resolution and greedy.
+"""Fusion rules applied: matching, resolution and the greedy (rule-based) plan.
 
-A :class:`Rule` names a pattern (language: :mod:`search_space.rule_pattern`) and a priority.
-:func:`match` finds every occurrence on the kernel graph of a
-:class:`~search_space.fusion.FusionContext`, :func:`resolve` keeps the highest-priority
-non-overlapping ones (equal priorities claiming the same ops are a :class:`RuleConflict`, never a
-silent pick), and :func:`greedy` is the seed tools' rule-based plan built from them.
+A :class:`~search_space.rules.registry.Rule` names a pattern (language:
+:mod:`search_space.rules.pattern`) and a priority. :func:`match` finds every occurrence on the
+kernel graph of a :class:`~search_space.fusion.FusionContext`, :func:`resolve` keeps the
+highest-priority non-overlapping ones (equal priorities claiming the same ops are a
+``RuleConflict``, never a silent pick), and :func:`greedy` is the seed tools' rule-based plan
+built from them.
 
     >>> reg = default_registry()
     >>> reg.register(Rule("my_gelu", 77, "Gelu > Mul[scalar]", presets=("transformer",)))
@@ -19,26 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from search_space.fusion import Edge, FusionContext
-from search_space.rule_match import PatternMatcher
-from search_space.rule_pattern import RuleError, compile_pattern
-from search_space.rule_registry import (
-    DEFAULT_RULES,
-    PRESETS,
-    Rule,
-    RuleConflict,
-    RuleRegistry,
-    default_registry,
-)
+from search_space.rules.match import PatternMatcher
+from search_space.rules.pattern import compile_pattern
+from search_space.rules.registry import Rule, RuleConflict
 
 __all__ = [
-    "DEFAULT_RULES",
-    "PRESETS",
     "Match",
-    "Rule",
-    "RuleConflict",
-    "RuleError",
-    "RuleRegistry",
-    "default_registry",
     "edges_of",
     "greedy",
     "match",

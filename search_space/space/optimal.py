@@ -25,8 +25,7 @@ from scipy.sparse import csr_array
 
 from search_space.exceptions import AutofusionError, GraphError
 from search_space.fusion import FusionContext
-from search_space.groups import alias_root
-from search_space.ops import OpClass
+from search_space.ir import OpClass, alias_root
 
 __all__ = [
     "OptimalResult",

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from search_space.ops import GATHER_OPS, OpClass
+from search_space.ir.ops import GATHER_OPS, OpClass
 
 __all__ = ["Graph", "Op", "Tensor", "TensorKind"]
 

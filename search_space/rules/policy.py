@@ -32,14 +32,22 @@ from __future__ import annotations
 import dataclasses
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from search_space.exceptions import AutofusionError
+from search_space.rules.registry import Rule, RuleRegistry, default_registry
 
-__all__ = ["Policy", "PolicyError", "load_policy", "parse_bytes"]
+__all__ = [
+    "Policy",
+    "PolicyError",
+    "load_policy",
+    "parse_bytes",
+    "policy_rules",
+    "rule_registry",
+]
 
 MODES = ("always", "never", "search")
 PRESETS = ("all", "transformer", "cnn")
@@ -223,3 +231,13 @@ def load_policy(
         origin = f"'{p}'"
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return _validate(values, origin)
+
+
+def rule_registry(policy: Policy) -> RuleRegistry:
+    """Built-in rules plus the policy's own ``[[rules]]`` (which may replace built-ins)."""
+    return RuleRegistry.from_config(policy.rules) if policy.rules else default_registry()
+
+
+def policy_rules(policy: Policy) -> Sequence[Rule]:
+    """The rules a policy's preset selects, highest priority first."""
+    return rule_registry(policy).rules(policy.preset)

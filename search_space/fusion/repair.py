@@ -1,0 +1,124 @@
+"""The deterministic repair (DESIGN §5): any set of chosen edges becomes a legal partition,
+and a partition becomes FusionGroups (views between members included)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from search_space.fusion.kernel_graph import Edge, KernelGraph
+from search_space.fusion.legality import check
+from search_space.ir import FusionGroup, Graph, Op, make_group
+
+__all__ = ["repair", "to_groups"]
+
+
+def repair(
+    kg: KernelGraph,
+    edges: Sequence[Edge],
+    chosen: Iterable[Edge],
+    feasible: Callable[[frozenset[str]], bool] | None = None,
+) -> list[frozenset[str]]:
+    """Union the chosen edges into groups, skipping (splitting at) any edge whose merge would
+    be illegal. Deterministic: edges are taken in the order of ``edges`` (every fusible edge).
+
+    Returns:
+        A partition of the kernel ops into legal, convex groups whose contraction is acyclic.
+    """
+    group: dict[str, frozenset[str]] = {n: frozenset([n]) for n in kg.nodes}
+    order = {e: i for i, e in enumerate(edges)}
+    pending = sorted(set(chosen), key=lambda e: order.get(e, len(order)))
+    while pending:  # an edge refused now may become legal once others have merged
+        skipped = []
+        for edge in pending:
+            a, b = group[edge.src], group[edge.dst]
+            if a is b:
+                continue
+            merged = a | b
+            if (
+                _cycle_through(kg, a, b, group)
+                or not check(kg, merged).ok
+                or (feasible is not None and not feasible(merged))
+            ):
+                skipped.append(edge)
+                continue
+            for n in merged:
+                group[n] = merged
+        if len(skipped) == len(pending):
+            break
+        pending = skipped
+    seen: dict[frozenset[str], None] = {}
+    for n in kg.nodes:
+        seen.setdefault(group[n])
+    return list(seen)
+
+
+def _cycle_through(
+    kg: KernelGraph, a: frozenset[str], b: frozenset[str], group: dict[str, frozenset[str]]
+) -> bool:
+    """Would merging ``a`` and ``b`` close a cycle through other groups?"""
+    return _path_via_others(kg, a, b, group) or _path_via_others(kg, b, a, group)
+
+
+def _path_via_others(
+    kg: KernelGraph, a: frozenset[str], b: frozenset[str], group: dict[str, frozenset[str]]
+) -> bool:
+    limit = max(kg.index[n] for n in b)
+    start = {group[m] for n in a for m in kg.succ[n]} - {a, b}
+    todo = [g for g in start if min(kg.index[n] for n in g) < limit]
+    seen = set(todo)
+    while todo:
+        cur = todo.pop()
+        for n in cur:
+            for m in kg.succ[n]:
+                if m in b:
+                    return True
+                nxt = group[m]
+                if nxt is a or nxt in seen:
+                    continue
+                if min(kg.index[x] for x in nxt) < limit:
+                    seen.add(nxt)
+                    todo.append(nxt)
+    return False
+
+
+def to_groups(kg: KernelGraph, partition: Iterable[frozenset[str]]) -> list[FusionGroup]:
+    """FusionGroups (views between members included) in kernel-graph order."""
+    g = kg.graph
+    out = []
+    parts = sorted(partition, key=lambda p: min(kg.index[n] for n in p))
+    inside = {n: p for p in parts for n in p}
+    for part in parts:
+        names = set(part)
+        if len(part) > 1:
+            names |= _inner_views(g, part, inside)
+        out.append(make_group(g, names))
+    return out
+
+
+def _inner_views(g: Graph, part: frozenset[str], inside: dict[str, frozenset[str]]) -> set[str]:
+    """Views fed by the group whose every (transitive) reader is in the group too."""
+    views = set()
+    for n in part:
+        for t in g.op(n).outputs:
+            stack = [c for c in g.consumers(t) if c.is_view] if t else []
+            while stack:
+                v = stack.pop()
+                readers = _view_readers(g, v)
+                if readers and all(inside.get(r) is part for r in readers):
+                    views.add(v.name)
+                    stack += [c for c in g.consumers(v.outputs[0]) if c.is_view]
+    return views
+
+
+def _view_readers(g: Graph, view: Op) -> list[str]:
+    out, stack = [], [view]
+    while stack:
+        v = stack.pop()
+        for c in g.consumers(v.outputs[0]):
+            if c.is_view:
+                stack.append(c)
+            else:
+                out.append(c.name)
+        if v.outputs[0] in g.outputs:
+            out.append("")
+    return out

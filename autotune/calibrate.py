@@ -22,7 +22,7 @@ from typing import Any
 
 from costmodel.analytic import AnalyticConstants, AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.dataset import SIMULATOR_VERSION, measurement_rows, update_manifest, write_table
+from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
 from costmodel.oracle import CostOracle

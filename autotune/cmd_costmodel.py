@@ -191,10 +191,8 @@ def costmodel_eval(
 ) -> None:
     """Accuracy of the raw analytic, calibrated analytic and learned models on held-out
     kernels (families held out, then signatures seen in training removed)."""
-    from costmodel.corrector import KINDS
-    from costmodel.dataset import read_table
-    from costmodel.evaluation import METRICS, evaluate_models
-    from costmodel.learned import DEFAULT_PARAMS
+    from costmodel.calibration import read_table
+    from costmodel.learned import DEFAULT_PARAMS, KINDS, METRICS, evaluate_models
     from costmodel.spec import load_target
 
     if kind not in KINDS:

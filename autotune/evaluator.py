@@ -17,7 +17,7 @@ from typing import Any
 from autotune.exceptions import AutotuneError
 from costmodel.analytic import AnalyticModel
 from costmodel.base import CostModel
-from costmodel.dataset import SIMULATOR_VERSION, measurement_rows, read_table, write_table
+from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
 from costmodel.learned import LearnedModel

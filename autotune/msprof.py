@@ -32,7 +32,7 @@ from typing import Any
 from autotune.exceptions import AutotuneError
 from autotune.models import load_model_spec
 from costmodel.base import KernelCost
-from costmodel.dataset import measurement_rows, update_manifest, write_table
+from costmodel.calibration import measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.lower import Lowering
 from costmodel.spec import Target

@@ -1,12 +1,11 @@
 """Cost models by kind: ``make_cost_model("analytic", target)`` and a JSON loader.
 
-Implementations are imported lazily by dotted path, so a kind whose module is not there yet
-(or pulls heavy dependencies) costs nothing until someone asks for it.
+Implementations are imported lazily, so a kind (and what it pulls in: scikit-learn for
+``learned``) costs nothing until someone asks for it.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
@@ -14,30 +13,31 @@ from costmodel.base import CostModel, read_model_doc
 from costmodel.exceptions import CostModelError
 from costmodel.spec import Target
 
-__all__ = ["available_cost_models", "load_cost_model", "make_cost_model"]
+__all__ = ["KINDS", "available_cost_models", "load_cost_model", "make_cost_model"]
 
-_KINDS: dict[str, str] = {
-    "analytic": "costmodel.analytic:AnalyticModel",
-    "learned": "costmodel.learned:LearnedModel",
-    "simulator": "costmodel.simulator:SimulatorModel",
-}
+KINDS = ("analytic", "learned", "simulator")
 
 
 def available_cost_models() -> list[str]:
-    return sorted(_KINDS)
+    return sorted(KINDS)
 
 
 def _model_class(kind: str) -> type[CostModel]:
-    if kind not in _KINDS:
-        raise CostModelError(
-            f"unknown cost model '{kind}'; available: {', '.join(available_cost_models())}"
-        )
-    module_name, _, attr = _KINDS[kind].partition(":")
-    try:
-        cls: type[CostModel] = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise CostModelError(f"cost model '{kind}' is not available: {err}") from err
-    return cls
+    if kind == "analytic":
+        from costmodel.analytic import AnalyticModel
+
+        return AnalyticModel
+    if kind == "learned":
+        from costmodel.learned import LearnedModel
+
+        return LearnedModel
+    if kind == "simulator":
+        from costmodel.simulator import SimulatorModel
+
+        return SimulatorModel
+    raise CostModelError(
+        f"unknown cost model '{kind}'; available: {', '.join(available_cost_models())}"
+    )
 
 
 def make_cost_model(kind: str, target: Target, **kw: Any) -> CostModel:

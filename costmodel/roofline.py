@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from costmodel.lower.common import is_compile_time, mem_itemsize
+from costmodel.lower import mem_itemsize
 from costmodel.spec import Target
-from search_space.ir import Graph, OpClass
+from search_space.ir import Graph, OpClass, is_compile_time
 
 __all__ = ["compulsory_bytes", "roofline_us"]
 

@@ -20,8 +20,8 @@ import argparse
 import json
 from pathlib import Path
 
-from costmodel.calibration import Calibration, shipped_calibration_path
-from costmodel.dataset import read_table
+from costmodel.analytic import Calibration, shipped_calibration_path
+from costmodel.calibration import read_table
 from costmodel.learned import fit_learned, shipped_model_path
 from costmodel.spec import load_target
 

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from autotune.verify import cube, reduce  # noqa: F401  (register their kernels)
 from autotune.verify.cube import flash_attention
 from autotune.verify.extract import Subgraph
 from autotune.verify.numerics import Numerics, f64, is_float, rnd

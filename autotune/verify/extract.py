@@ -22,8 +22,7 @@ from onnx import helper, numpy_helper
 from autotune.verify.shrink import NotShrinkable, Shrink, group_rows, plan_shrinks, validate_shapes
 from autotune.verify.sources import ModelSource, np_dtype
 from costmodel.lower import template_of
-from costmodel.lower.common import is_compile_time
-from search_space.ir import FusionGroup, Graph
+from search_space.ir import FusionGroup, Graph, is_compile_time
 
 __all__ = ["SkipVerification", "Subgraph", "extract_group"]
 

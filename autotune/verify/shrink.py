@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from costmodel.lower.common import is_compile_time
-from search_space.ir import REDUCE_OPS, FusionGroup, Graph, Op, OpClass
+from search_space.ir import REDUCE_OPS, FusionGroup, Graph, Op, OpClass, is_compile_time
 
 __all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks", "validate_shapes"]
 

@@ -22,8 +22,7 @@ from onnx import external_data_helper, inliner, numpy_helper
 
 from autotune.verify.numerics import stable_rng
 from autotune.zoo import INPUT_RANGES_KEY
-from costmodel.lower.common import is_compile_time
-from search_space.ir import Graph, Op, OpClass, alias_root
+from search_space.ir import Graph, Op, OpClass, alias_root, is_compile_time
 from search_space.onnx import attributes_of, evaluate, node_names
 
 __all__ = ["ModelSource", "np_dtype"]

@@ -9,13 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.spec import Target
-from search_space.ir import Graph, Op, alias_root
+from search_space.ir import Graph, Op, alias_root, is_compile_time
 
 __all__ = [
     "VectorCost",
     "ceil_div",
     "ceil_to",
-    "is_compile_time",
     "mem_itemsize",
     "pow2_choices",
     "vector_cost",
@@ -70,15 +69,6 @@ def pow2_choices(limit: int, lo: int = 16, hi: int = 512) -> list[int]:
             break
         v *= 2
     return out
-
-
-def is_compile_time(graph: Graph, tensor: str) -> bool:
-    """Weights, constants, and outputs of constant-only ops (prepared offline)."""
-    ten = graph.tensors[tensor]
-    if ten.kind in ("weight", "constant"):
-        return True
-    op = graph.producer(tensor)
-    return op is not None and op.constant
 
 
 def mem_itemsize(graph: Graph, tensor: str, target: Target, *, cube_operand: bool = False) -> int:

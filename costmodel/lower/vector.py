@@ -15,9 +15,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch
-from costmodel.lower.common import ceil_div, is_compile_time, mem_itemsize, vector_cost
+from costmodel.lower.common import ceil_div, mem_itemsize, vector_cost
 from costmodel.spec import Target
-from search_space.ir import GATHER_OPS, FusionGroup, Graph, Op, OpClass, alias_root, reduction_axes
+from search_space.ir import (
+    GATHER_OPS,
+    FusionGroup,
+    Graph,
+    Op,
+    OpClass,
+    alias_root,
+    is_compile_time,
+    reduction_axes,
+)
 
 __all__ = ["VectorWork", "analyse_vector", "lower_vector", "vector_grid"]
 

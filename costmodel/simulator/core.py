@@ -9,24 +9,9 @@ mixed kernel); its HBM flows then count that many times.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from costmodel.simulator.dma import (
-    EV_OP,
-    EV_WAKE,
-    P_M,
-    P_MTE1,
-    P_V,
-    RING,
-    RING_MASK,
-    STORE_FIX,
-    DmaPorts,
-    WriteBack,
-)
+from costmodel.simulator.dma import P_M, P_MTE1, P_V, STORE_FIX, DmaPorts, WriteBack
+from costmodel.simulator.events import EV_OP, EV_WAKE, RING, RING_MASK, Engine
 from costmodel.simulator.program import LOAD, STORE_MTE3, Side
-
-if TYPE_CHECKING:
-    from costmodel.simulator.engine import Sim
 
 __all__ = ["Unit"]
 
@@ -40,7 +25,7 @@ class Unit(DmaPorts):
     """The pipes of one core (or of a class of identical cores)."""
 
     def __init__(
-        self, eng: Sim, side: Side, core: int, members: list[int], ntiles: int, copies_w: int
+        self, eng: Engine, side: Side, core: int, members: list[int], ntiles: int, copies_w: int
     ) -> None:
         self.eng = eng
         self.side = side

@@ -11,20 +11,15 @@ completes, in channel order, once every fill it merged into has landed.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from costmodel.simulator.events import EV_XF, RING, RING_MASK, Engine
 from costmodel.simulator.program import LOAD, STORE_FIX, SStream
 
-if TYPE_CHECKING:
-    from costmodel.simulator.engine import Sim
+__all__ = ["DmaPorts", "WriteBack", "Xfer"]
 
-__all__ = ["RING", "DmaPorts", "WriteBack", "Xfer"]
-
-RING = 64
-RING_MASK = RING - 1
 P_MTE2, P_MTE1, P_M, P_FIX, P_V, P_MTE3 = range(6)
 _CHAN_PIPE = (P_MTE2, P_FIX, P_MTE3)
-EV_XF, EV_OP, EV_WAKE = 0, 1, 2
 _SIGMASK = (1 << 48) - 1
 
 
@@ -85,7 +80,7 @@ class WriteBack:
 class DmaPorts:
     """The DMA half of a unit (see :class:`~costmodel.simulator.core.Unit`)."""
 
-    eng: Sim
+    eng: Engine
     core: int
     shadows: list[int]
     weight: float

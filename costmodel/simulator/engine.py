@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.simulator.core import Unit
-from costmodel.simulator.dma import EV_OP, EV_WAKE, EV_XF, RING, Xfer
+from costmodel.simulator.dma import Xfer
+from costmodel.simulator.events import EV_OP, EV_WAKE, EV_XF, RING
 from costmodel.simulator.hbm import Fluid
 from costmodel.simulator.l2 import L2Cache
 from costmodel.simulator.program import Program

@@ -20,7 +20,7 @@ import numpy as np
 
 from search_space.ir.ops import GATHER_OPS, OpClass
 
-__all__ = ["Graph", "Op", "Tensor", "TensorKind"]
+__all__ = ["Graph", "Op", "Tensor", "TensorKind", "is_compile_time"]
 
 Dim = int | str
 TensorKind = str  # "input" | "weight" | "constant" | "intermediate"
@@ -301,3 +301,12 @@ class Graph:
             "tensors": len(self.tensors),
             "dynamic_tensors": list(self.dynamic_tensors),
         }
+
+
+def is_compile_time(graph: Graph, tensor: str) -> bool:
+    """Weights, constants, and outputs of constant-only ops (prepared offline)."""
+    ten = graph.tensors[tensor]
+    if ten.kind in ("weight", "constant"):
+        return True
+    op = graph.producer(tensor)
+    return op is not None and op.constant

@@ -17,7 +17,7 @@ from autotune.msprof import read_op_summary
 from autotune.synthetic import synthetic_models
 from autotune.zoo import build
 from costmodel.analytic import AnalyticModel
-from costmodel.dataset import kernel_from_json, read_table
+from costmodel.calibration import kernel_from_json, read_table
 from costmodel.learned import LearnedModel
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
@@ -226,7 +226,7 @@ def test_eval_rows_carry_each_models_prediction_of_the_held_out_kernels(
     """The kept test rows are the held-out ones; the raw analytic prediction is the spec
     model's on each cold row's kernel alone (cold L2, as those rows ran), and the learned MAPE
     is theirs (the warm rows' alone too)."""
-    from costmodel.evaluation import evaluate_models
+    from costmodel.learned import evaluate_models
 
     frame = read_table(small_table)
     res = evaluate_models(frame, T, ["synth-b"], keep_rows=True)

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import search_space
-import search_space.ir.config
 from autotune.verify import (
     KernelVerdict,
     ModelSource,
@@ -39,7 +38,7 @@ from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
-from search_space.ir import FusionGroup, Graph, make_group
+from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 from search_space.rules import Policy
 from search_space.space import PlanGroup, baseline_plan
 
@@ -385,7 +384,7 @@ def test_fused_attention_runs_online_softmax_through_an_isnan_guard() -> None:
     graph = search_space.load_graph(model)
     group = make_group(graph, ["qk", "softmax", "isnan", "guard", "pv"])
     assert group.kind == "attention"
-    config = search_space.config.KernelConfig(block_dim=1, base_k=16, knobs=(("kv_tile", 32),))
+    config = KernelConfig(block_dim=1, base_k=16, knobs=(("kv_tile", 32),))
     source = ModelSource(model, graph)
     sub = extract_group(source, group)
     flash = kernel_roles(sub, fused=True).flash

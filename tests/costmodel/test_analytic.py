@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
-from costmodel._l2model import (
+from costmodel.analytic import AnalyticConstants, AnalyticModel, batch_of
+from costmodel.analytic.l2 import (
     GridView,
     L2Residency,
     distinct_blocks,
     line_openers,
     load_hit_fractions,
 )
-from costmodel.analytic import AnalyticConstants, AnalyticModel, batch_of
 from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import PIPES, Kernel, Stream, StreamBatch
 from costmodel.spec import Target, load_target

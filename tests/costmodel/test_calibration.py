@@ -18,14 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
-from costmodel.analytic import AnalyticConstants, AnalyticModel, batch_of
-from costmodel.calibration import (
+from costmodel.analytic import (
     CALIBRATION_SCHEMA,
+    AnalyticConstants,
+    AnalyticModel,
     Calibration,
-    RowBatches,
-    fit_constants,
+    batch_of,
     load_calibration,
 )
+from costmodel.calibration import RowBatches, fit_constants
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
 from costmodel.spec import load_target

@@ -20,8 +20,8 @@ from sklearn.ensemble import HistGradientBoostingRegressor, RandomForestRegresso
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from threadpoolctl import threadpool_limits
 
-from costmodel.corrector import KINDS, LatencyCorrector
 from costmodel.exceptions import CostModelError
+from costmodel.learned import KINDS, LatencyCorrector
 
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
 from costmodel.base import KernelCost
-from costmodel.dataset import (
+from costmodel.calibration import (
     PIPE_COLUMNS,
     REQUIRED_COLUMNS,
     kernel_from_json,

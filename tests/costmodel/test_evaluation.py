@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import kendalltau, spearmanr
 
-from costmodel.evaluation import METRICS, TIE, accuracy, heldout_split, pair_tau
 from costmodel.exceptions import CostModelError
+from costmodel.learned.evaluation import METRICS, TIE, accuracy, heldout_split, pair_tau
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -22,23 +22,14 @@ from kernels_by_hand import add, gelu, matmul, matmul_gelu
 from sklearn.model_selection import GroupKFold
 from threadpoolctl import threadpool_limits
 
-from costmodel._pipeline import score
-from costmodel.analytic import AnalyticModel, batch_of
+from costmodel.analytic import AnalyticModel, batch_of, score
 from costmodel.base import KernelCost
-from costmodel.calibration import RowBatches
-from costmodel.corrector import LatencyCorrector
-from costmodel.dataset import measurement_rows, write_table
+from costmodel.calibration import RowBatches, measurement_rows, write_table
 from costmodel.exceptions import CostModelError
-from costmodel.features import FEATURES, kernel_features
 from costmodel.kernel import Kernel
-from costmodel.learned import (
-    CANDIDATE_PARAMS,
-    MIN_LOCAL_ROWS,
-    SELECT_MARGIN,
-    LearnedModel,
-    fit_learned,
-    select_params,
-)
+from costmodel.learned import FEATURES, LatencyCorrector, kernel_features
+from costmodel.learned.fit import CANDIDATE_PARAMS, SELECT_MARGIN, fit_learned, select_params
+from costmodel.learned.model import MIN_LOCAL_ROWS, LearnedModel
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 

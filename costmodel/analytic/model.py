@@ -26,7 +26,7 @@ Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, `
     the time the fetching core's fill takes beyond the sharer's own L2 read (the sharer's
     port is free meanwhile, so this is latency, not transfer time). A block smaller than an
     L2 line exposes the miss or concurrent part only where it opens a line its neighbours
-    have not (``_l2model.line_openers``); elsewhere it pays an L2 latency. A tile's own loads
+    have not (``l2.line_openers``); elsewhere it pays an L2 latency. A tile's own loads
     go out in one queue with its first step's, so their latency counts only beyond the step
     loads' own. A prologue's step stages are the vector side's source loads, V, the operand
     store with its latency and the sync, the cube's read-back, MTE1, M; on a coupled core
@@ -38,7 +38,7 @@ per-step FIX stores, V and per-step MTE3 stores. A load moves its burst-padded b
 converting). The HBM term is a core's misses plus write-backs over its share ``hbm / C``, and
 its misses over its read path ``core_gm`` (every store is written back, except a kernel's own
 L2 hand-off; stores themselves run at the FixPipe / L2 write rates). Hit fractions come from
-:mod:`costmodel._l2model`, the numpy evaluation from :mod:`costmodel._pipeline`.
+:mod:`costmodel.analytic.l2`, the numpy evaluation from :mod:`costmodel.analytic.pipeline`.
 Every number is a spec value times one factor of :class:`AnalyticConstants` (all 1.0 by
 default), which calibration fits.
 """
@@ -47,95 +47,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from costmodel._batching import batch_of, layout, load_size, stack, tensor_bytes
-from costmodel._l2model import L2Residency
-from costmodel._pipeline import Breakdown, bound, score
+from costmodel.analytic.batching import layout, load_size, stack, tensor_bytes
+from costmodel.analytic.constants import AnalyticConstants, calibrated_constants
+from costmodel.analytic.l2 import L2Residency
+from costmodel.analytic.pipeline import Breakdown, bound, score
 from costmodel.base import CostModel, KernelCost
 from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import Kernel, KernelBatch, handoffs
 from costmodel.spec import Target
 
-__all__ = [
-    "AnalyticConstants",
-    "AnalyticModel",
-    "L2Residency",
-    "batch_of",
-    "calibrated_constants",
-]
+__all__ = ["AnalyticModel"]
 
 STATE_SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class AnalyticConstants:
-    """The analytic model's free constants: factors on spec values (1.0 = the spec as written).
-
-    Rate factors multiply a bandwidth or throughput (``hbm`` the effective HBM bandwidth,
-    ``cube`` the cube's cycles-per-step divisor, ...); ``*_latency``, ``head`` and ``gap``
-    multiply fixed costs; ``l2_capacity`` scales the usable L2 bytes, ``l2_window`` is how
-    many steps of a wave's working set must fit for cores of one wave to share blocks, and
-    ``l2_fill_wait`` is the fraction of the fill in flight a core sharing a block concurrently
-    waits for beyond its own L2 read (0: it completes at the L2 rate; 1: with the fill, the
-    whole block at the miss rate) and ``share_latency`` where such a sharer's first-byte
-    latency lies between an L2 hit's (0) and a GM miss's (1).
-    """
-
-    hbm: float = 1.0
-    core_gm: float = 1.0
-    l2_read: float = 1.0
-    l2_write: float = 1.0
-    fixpipe: float = 1.0
-    mte1: float = 1.0
-    cube: float = 1.0
-    vector: float = 1.0
-    nd2nz: float = 1.0
-    gm_latency: float = 1.0
-    l2_latency: float = 1.0
-    store_latency: float = 1.0
-    head: float = 1.0
-    gap: float = 1.0
-    sync: float = 1.0
-    l2_capacity: float = 1.0
-    l2_window: float = 1.0
-    l2_fill_wait: float = 0.0
-    share_latency: float = 1.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise CostModelError(f"analytic constant {f.name} must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0 or (value == 0 and f.name in _RATES):
-                rule = "> 0" if f.name in _RATES else ">= 0"
-                raise CostModelError(f"analytic constant {f.name} must be {rule}, got {value!r}")
-
-    def to_json(self) -> dict[str, float]:
-        return {k: float(v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AnalyticConstants:
-        """Raises: CostModelError on an unknown name (a typo would silently be ignored)."""
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            names = ", ".join(f.name for f in fields(cls))
-            raise CostModelError(f"unknown analytic constant(s) {unknown}; known: {names}")
-        try:
-            return cls(**{k: float(v) for k, v in data.items()})
-        except (TypeError, ValueError) as err:
-            raise CostModelError(f"analytic constants must be numbers: {err}") from None
-
-
-_RATES = frozenset(
-    {"hbm", "core_gm", "l2_read", "l2_write", "fixpipe", "mte1", "cube", "vector", "nd2nz"}
-)
 
 
 class AnalyticModel(CostModel):
@@ -303,11 +232,3 @@ def _touch(l2: L2Residency, kernel: Kernel) -> None:
         return
     for s in streams:  # in stream order: a tensor read again becomes the most recent
         l2.touch(s.tensor, sizes[s.tensor])
-
-
-def calibrated_constants(target: Target) -> AnalyticConstants:
-    """The constants fitted for the target's spec name (the spec as written when none are)."""
-    from costmodel.calibration import load_calibration
-
-    cal = load_calibration(target.spec.name)
-    return cal.constants if cal is not None else AnalyticConstants()

@@ -1,22 +1,19 @@
 """The analytic model's closed form: every term of a kernel's time, for many configs at once.
 
-See :mod:`costmodel.analytic` for the formulas; this module evaluates them with numpy.
+See :mod:`costmodel.analytic.model` for the formulas; this module evaluates them with numpy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from costmodel._l2model import GridView, line_openers, load_hit_fractions
+from costmodel.analytic.constants import AnalyticConstants
+from costmodel.analytic.l2 import GridView, line_openers, load_hit_fractions
 from costmodel.kernel import KernelBatch, StreamBatch, handoffs, prologue_handoffs
 from costmodel.spec import HardwareSpec
-
-if TYPE_CHECKING:
-    from costmodel.analytic import AnalyticConstants
 
 __all__ = ["Breakdown", "bound", "score"]
 

@@ -17,9 +17,11 @@ from scipy.stats import spearmanr
 
 from costmodel.analytic import AnalyticConstants
 from costmodel.calibration import RowBatches
-from costmodel.corrector import LatencyCorrector
 from costmodel.exceptions import CostModelError
-from costmodel.learned import DEFAULT_PARAMS, LearnedModel, _features, fit_learned, table_arrays
+from costmodel.learned.corrector import LatencyCorrector
+from costmodel.learned.features import row_features
+from costmodel.learned.fit import DEFAULT_PARAMS, fit_learned, table_arrays
+from costmodel.learned.model import LearnedModel
 from costmodel.spec import Target
 
 __all__ = ["METRICS", "accuracy", "evaluate_models", "heldout_split", "pair_tau"]
@@ -120,14 +122,14 @@ def evaluate_models(
     kernels, resident, measured = table_arrays(test)
     rows = RowBatches(kernels, resident)
     raw = rows.latency(target.spec, AnalyticConstants())
-    X, calibrated = _features(learned.analytic, kernels, resident)
+    X, calibrated = row_features(learned.analytic, kernels, resident)
     corrected = calibrated * np.exp(learned._correction(X))
     groups = list(test["group_id"])
     warm = np.array([any(r) for r in resident], dtype=bool)
     others = {}
     if compare:
         ktr, rtr, mtr = table_arrays(train)
-        Xtr, atr = _features(learned.analytic, ktr, rtr)
+        Xtr, atr = row_features(learned.analytic, ktr, rtr)
         for kind in compare:
             est = LatencyCorrector(**{**(params or DEFAULT_PARAMS), "kind": kind})
             est.fit(Xtr, np.log(mtr / atr))

@@ -1,7 +1,7 @@
 """The learned cost model: calibrated analytic latency times a learned correction (DESIGN §6).
 
 ``latency = analytic(kernel; fitted constants) * exp(base(x) + local(x))`` where ``x`` are the
-kernel's features (:mod:`costmodel.features`), ``base`` is the corrector trained on a
+kernel's features (:mod:`costmodel.learned.features`), ``base`` is the corrector trained on a
 calibration table (the one shipped with the package for the target, or one the user fits with
 ``autotune calibrate --fit``), and ``local`` is refitted by :meth:`LearnedModel.update` on the
 rows a tuning run measures (TVM's measure-retrain loop). State round-trips as JSON.
@@ -19,42 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from costmodel._batching import load_size, tensor_bytes
-from costmodel.analytic import AnalyticConstants, AnalyticModel
+from costmodel.analytic import AnalyticModel, load_size, tensor_bytes
 from costmodel.base import CostModel, KernelCost, read_model_doc
-from costmodel.calibration import Calibration, RowBatches, fit_constants
-from costmodel.corrector import LatencyCorrector
-from costmodel.dataset import kernel_from_json, read_table
+from costmodel.calibration import kernel_from_json
 from costmodel.exceptions import CostModelError
-from costmodel.features import FEATURES, kernel_features
-from costmodel.kernel import PIPES, Kernel, KernelBatch, handoffs
+from costmodel.kernel import Kernel, KernelBatch, handoffs
+from costmodel.learned.corrector import LatencyCorrector
+from costmodel.learned.features import FEATURES, kernel_features, per_row, row_features
 from costmodel.spec import Target
 
-__all__ = ["LearnedModel", "fit_learned", "select_params", "shipped_model_path", "table_arrays"]
+__all__ = ["LearnedModel", "shipped_model_path"]
 
 log = logging.getLogger(__name__)
 
 STATE_SCHEMA = 1
-CANDIDATE_PARAMS: tuple[dict[str, Any], ...] = (
-    {
-        "kind": "hgb",
-        "max_iter": 150,
-        "learning_rate": 0.1,
-        "max_leaf_nodes": 15,
-        "min_samples_leaf": 8,
-        "l2_regularization": 1.0,
-    },
-    {
-        "kind": "hgb",
-        "max_iter": 100,
-        "learning_rate": 0.1,
-        "max_leaf_nodes": 63,
-        "min_samples_leaf": 4,
-        "l2_regularization": 1.0,
-    },
-)  # smallest first: a bigger one must beat the choice by SELECT_MARGIN
-SELECT_MARGIN = 0.02
-DEFAULT_PARAMS: dict[str, Any] = CANDIDATE_PARAMS[0]  # also the comparison kinds' settings
 LOCAL_PARAMS: dict[str, Any] = {
     "kind": "hgb",
     "max_iter": 40,
@@ -64,7 +42,6 @@ LOCAL_PARAMS: dict[str, Any] = {
     "l2_regularization": 5.0,
 }
 MIN_LOCAL_ROWS = 24
-CALIBRATION_ROWS = 2000
 
 
 def shipped_model_path(target: str) -> Path:
@@ -101,6 +78,20 @@ class LearnedModel(CostModel):
             self.load_state(state)
 
     # -- state ------------------------------------------------------------------------------
+    @classmethod
+    def uncorrected(cls, target: Target) -> LearnedModel:
+        """A model with no correction yet: the target's calibrated analytic model alone (not
+        the shipped learned model), the start of :func:`~costmodel.learned.fit_learned`."""
+        state = {
+            "schema_version": STATE_SCHEMA,
+            "features": list(FEATURES),
+            "analytic": AnalyticModel(target).state(),
+            "base": None,
+            "local": None,
+            "trained_on": {},
+        }
+        return cls(target, state=state)
+
     def state(self) -> dict[str, Any]:
         return {
             "schema_version": STATE_SCHEMA,
@@ -195,7 +186,7 @@ class LearnedModel(CostModel):
         )
         costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
         for rows, batch, b in self.analytic.breakdowns(kernels, res):
-            X = kernel_features(self.target.spec, batch, b, *_per_row(kernels, rows))
+            X = kernel_features(self.target.spec, batch, b, *per_row(kernels, rows))
             factor = np.exp(self._correction(X))
             for n, i in enumerate(rows):
                 c = self.analytic._cost(b, n)
@@ -223,7 +214,7 @@ class LearnedModel(CostModel):
         kernels = [k for k, _, _ in self._rows]
         resident = [r for _, r, _ in self._rows]
         measured = np.array([m for _, _, m in self._rows])
-        X, analytic = _features(self.analytic, kernels, resident)
+        X, analytic = row_features(self.analytic, kernels, resident)
         base = self.base.predict(X) if self.base is not None else 0.0
         y = np.log(measured / analytic) - base
         self.local = LatencyCorrector(**LOCAL_PARAMS).fit(X, y)
@@ -245,165 +236,3 @@ def _warm_bytes(kernel: Kernel, resident: Sequence[float]) -> float:
 
 def _json(x: Any) -> Any:
     return json.loads(x) if isinstance(x, str | bytes) else x
-
-
-def _per_row(kernels: Sequence[Kernel], rows: Sequence[int]) -> tuple[np.ndarray, ...]:
-    return (
-        np.array([kernels[i].flops for i in rows], dtype=np.float64),
-        np.array([kernels[i].cube_flops for i in rows], dtype=np.float64),
-        np.array([kernels[i].compulsory_bytes for i in rows], dtype=np.float64),
-    )
-
-
-def _features(
-    analytic: AnalyticModel, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Features and analytic latency of measured rows, each scored in its own context."""
-    from costmodel._pipeline import score
-
-    spec = analytic.target.spec
-    batches = RowBatches(kernels, resident)
-    X = np.empty((len(kernels), len(FEATURES)))
-    lat = np.empty(len(kernels))
-    for rows, batch, res in batches.parts:
-        b = score(spec, analytic.constants, batch, res)
-        X[rows] = kernel_features(spec, batch, b, *_per_row(kernels, list(rows)))
-        lat[rows] = b.latency_us
-    return X, lat
-
-
-def table_arrays(frame: Any) -> tuple[list[Kernel], list[list[float]], np.ndarray]:
-    """Kernels, residencies and measured latencies of a calibration table's rows."""
-    kernels = [kernel_from_json(json.loads(k)) for k in frame["kernel"]]
-    resident = [json.loads(r) for r in frame["resident"]]
-    return kernels, resident, frame["latency_us"].to_numpy(dtype=np.float64)
-
-
-def fit_learned(
-    tables: Any,
-    target: Target,
-    *,
-    params: Mapping[str, Any] | None = None,
-    calibrate: bool = True,
-) -> LearnedModel:
-    """Fit the analytic constants, then the correction, on calibration rows.
-
-    Args:
-        tables: parquet paths, or a DataFrame of rows (:func:`costmodel.dataset.read_table`).
-        target: the target the rows were measured on.
-        params: corrector hyperparameters (default: the best of :data:`CANDIDATE_PARAMS` by
-            :func:`select_params`).
-        calibrate: fit the analytic constants first (else keep the target's current ones).
-
-    Raises:
-        CostModelError: unreadable tables, or rows of another target.
-    """
-    frame = tables if hasattr(tables, "columns") else read_table(list(tables))
-    names = set(frame["target"])
-    if names != {target.spec.name}:
-        raise CostModelError(
-            f"rows were measured on {sorted(names)}, not on '{target.spec.name}'; "
-            "pass tables of one target"
-        )
-    digests = set(frame["spec_digest"]) - {target.spec.digest()}
-    if digests:
-        raise CostModelError(
-            f"rows were measured on another spec of '{target.spec.name}' (spec digest "
-            f"{sorted(digests)}, this one is {target.spec.digest()}; a --set changes it): "
-            "calibrate on this spec first"
-        )
-    kernels, resident, measured = table_arrays(frame)
-    model = LearnedModel(target, state=_empty_state(target))
-    cal: Calibration | None = None
-    if calibrate:  # the constants are few: a fixed subsample of rows pins them down
-        pick = np.random.default_rng(0).permutation(len(kernels))[:CALIBRATION_ROWS]
-        cal = fit_constants(
-            target.spec,
-            RowBatches([kernels[i] for i in pick], [resident[i] for i in pick]),
-            measured[pick],
-            start=AnalyticConstants(),  # from the spec as written: no earlier fit leaks in
-            source="fit_learned",
-            pipes={
-                p: frame[f"pipe_{p}_us"].to_numpy(dtype=np.float64)[pick]
-                for p in PIPES
-                if f"pipe_{p}_us" in frame.columns
-            },
-        )
-        model.analytic.constants = cal.constants
-    X, analytic = _features(model.analytic, kernels, resident)
-    y = np.log(measured / analytic)
-    cv: dict[str, Any] = {}
-    if params is None:
-        params, cv = select_params(X, y, frame["family"].to_numpy())
-    model.base = LatencyCorrector(**params).fit(X, y)
-    model.generation += 1
-    model.trained_on = {
-        "rows": len(kernels),
-        "signatures": len(set(frame["signature"])),
-        "families": sorted(set(frame["family"])),
-        "calibration": cal.to_json() if cal is not None else None,
-        **({"selection": cv} if cv else {}),  # the choice itself is the corrector's params
-    }
-    return model
-
-
-def _latency_mape(log_ratio: np.ndarray, predicted: np.ndarray) -> float:
-    """Mean relative latency error of predicted log ratios (analytic x exp(ratio))."""
-    return float(np.mean(np.abs(np.expm1(np.asarray(predicted) - np.asarray(log_ratio)))))
-
-
-def select_params(
-    X: np.ndarray,
-    y: np.ndarray,
-    families: np.ndarray,
-    candidates: Sequence[Mapping[str, Any]] = CANDIDATE_PARAMS,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The corrector hyperparameters that predict held-out families best, and the scores.
-
-    Each candidate (smallest first) is cross-validated with whole model families held out in
-    turn (signatures two families share are not removed, unlike the held-out evaluation); its
-    score is the mean over folds of the latency MAPE. A later, bigger candidate replaces the
-    choice only if it beats it by more than ``SELECT_MARGIN`` (relative): bigger trees cost
-    file size and prediction time. Fewer than three families: the first candidate.
-
-    Returns:
-        The chosen parameters and ``{"folds", "mape"}`` (one score per candidate, in order;
-        empty when nothing was compared).
-
-    Raises:
-        ValueError: a candidate's parameters fail to fit (never chosen silently).
-    """
-    from sklearn.metrics import make_scorer
-    from sklearn.model_selection import GridSearchCV, GroupKFold
-
-    families = np.asarray(families).astype(str)
-    n = len(set(families))
-    if n < 3 or len(candidates) < 2:
-        return dict(candidates[0]), {}
-    folds = min(4, n)
-    search = GridSearchCV(
-        LatencyCorrector(),
-        [{k: [v] for k, v in c.items()} for c in candidates],
-        scoring=make_scorer(_latency_mape, greater_is_better=False),
-        cv=GroupKFold(n_splits=folds),
-        refit=False,
-        error_score="raise",
-    ).fit(X, y, groups=families)
-    scores = [-float(s) for s in search.cv_results_["mean_test_score"]]
-    best = 0
-    for i, score in enumerate(scores):
-        if score < scores[best] * (1.0 - SELECT_MARGIN):
-            best = i
-    log.info("corrector candidates, fold MAPE %s: chose %s", scores, candidates[best])
-    return dict(candidates[best]), {"folds": folds, "mape": [round(x, 5) for x in scores]}
-
-
-def _empty_state(target: Target) -> dict[str, Any]:
-    return {
-        "schema_version": STATE_SCHEMA,
-        "features": list(FEATURES),
-        "analytic": AnalyticModel(target).state(),
-        "base": None,
-        "local": None,
-        "trained_on": {},
-    }

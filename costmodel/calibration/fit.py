@@ -9,105 +9,28 @@ per target in a versioned JSON file that :class:`AnalyticModel` loads by default
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from importlib import resources
-from pathlib import Path
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
 
-from costmodel._batching import layout, stack
-from costmodel._pipeline import score
-from costmodel.analytic import _RATES, AnalyticConstants
+from costmodel.analytic import RATES, AnalyticConstants, Calibration, layout, score, stack
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import PIPES, Kernel, KernelBatch
 from costmodel.spec import HardwareSpec
-from search_space.atomic import atomic_write_text
 
-__all__ = [
-    "CALIBRATION_SCHEMA",
-    "Calibration",
-    "RowBatches",
-    "fit_constants",
-    "load_calibration",
-    "shipped_calibration_path",
-]
+__all__ = ["RowBatches", "fit_constants"]
 
-CALIBRATION_SCHEMA = 1
 _BOUNDS: dict[str, tuple[float, float]] = {
-    **{name: (0.3, 1.0) for name in _RATES},
+    **{name: (0.3, 1.0) for name in RATES},
     "l2_capacity": (0.25, 1.0),
     "l2_window": (0.25, 4.0),
     "l2_fill_wait": (0.0, 1.0),
     "share_latency": (0.0, 1.0),
 }
 _DEFAULT_BOUNDS = (0.25, 4.0)
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Fitted constants for one target, with what they were fitted on."""
-
-    target: str
-    spec_digest: str
-    constants: AnalyticConstants
-    rows: int
-    rmse_log_before: float
-    rmse_log_after: float
-    source: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": CALIBRATION_SCHEMA,
-            "target": self.target,
-            "spec_digest": self.spec_digest,
-            "constants": self.constants.to_json(),
-            "rows": self.rows,
-            "rmse_log_before": self.rmse_log_before,
-            "rmse_log_after": self.rmse_log_after,
-            "source": self.source,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
-        """Raises: CostModelError for another schema version or a malformed file."""
-        try:
-            version = data["schema_version"]
-            if version != CALIBRATION_SCHEMA:
-                raise CostModelError(
-                    f"calibration file has schema_version {version}; this tool reads "
-                    f"{CALIBRATION_SCHEMA}"
-                )
-            return cls(
-                target=str(data["target"]),
-                spec_digest=str(data["spec_digest"]),
-                constants=AnalyticConstants.from_json(data["constants"]),
-                rows=int(data["rows"]),
-                rmse_log_before=float(data["rmse_log_before"]),
-                rmse_log_after=float(data["rmse_log_after"]),
-                source=str(data.get("source", "")),
-            )
-        except (KeyError, TypeError, ValueError) as err:
-            raise CostModelError(f"malformed calibration file: {err!r}") from None
-
-    def save(self, path: str | Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
-
-
-def shipped_calibration_path(target: str) -> Path:
-    """Where the package keeps the fitted constants of ``target`` (may not exist)."""
-    return Path(str(resources.files("costmodel") / "data" / f"calibration-{target}.json"))
-
-
-def load_calibration(target: str) -> Calibration | None:
-    """The shipped calibration of a target name, or None when there is none."""
-    path = shipped_calibration_path(target)
-    if not path.is_file():
-        return None
-    return Calibration.from_json(json.loads(path.read_text()))
 
 
 class RowBatches:

@@ -8,13 +8,16 @@ analytic stage times are among the features (DESIGN §6).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from costmodel._pipeline import Breakdown
-from costmodel.kernel import BUFFERS, PIPES, KernelBatch
+from costmodel.analytic import AnalyticModel, Breakdown, score
+from costmodel.calibration import RowBatches
+from costmodel.kernel import BUFFERS, PIPES, Kernel, KernelBatch
 from costmodel.spec import HardwareSpec
 
-__all__ = ["FEATURES", "kernel_features"]
+__all__ = ["FEATURES", "kernel_features", "per_row", "row_features"]
 
 _UNITS = ("cube", "vector", "mixed")
 _KINDS = ("attention", "row_reduce", "cube_epilogue", "vector_chain")
@@ -161,3 +164,28 @@ def kernel_features(
         *(one * (batch.kind == k) for k in _KINDS),
     ]
     return np.column_stack(cols).astype(np.float64)
+
+
+def per_row(kernels: Sequence[Kernel], rows: Sequence[int]) -> tuple[np.ndarray, ...]:
+    """FLOPs, cube FLOPs and compulsory bytes of the chosen kernels (the per-row features
+    a stacked batch does not carry)."""
+    return (
+        np.array([kernels[i].flops for i in rows], dtype=np.float64),
+        np.array([kernels[i].cube_flops for i in rows], dtype=np.float64),
+        np.array([kernels[i].compulsory_bytes for i in rows], dtype=np.float64),
+    )
+
+
+def row_features(
+    analytic: AnalyticModel, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features and analytic latency of measured rows, each scored in its own context."""
+    spec = analytic.target.spec
+    batches = RowBatches(kernels, resident)
+    X = np.empty((len(kernels), len(FEATURES)))
+    lat = np.empty(len(kernels))
+    for rows, batch, res in batches.parts:
+        b = score(spec, analytic.constants, batch, res)
+        X[rows] = kernel_features(spec, batch, b, *per_row(kernels, list(rows)))
+        lat[rows] = b.latency_us
+    return X, lat

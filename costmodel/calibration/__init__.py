@@ -1,0 +1,31 @@
+"""Calibration data and fits: tables of simulated (or measured) kernel runs as parquet rows,
+and the least-squares fit of the analytic constants to them."""
+
+from __future__ import annotations
+
+from costmodel.calibration.dataset import (
+    PIPE_COLUMNS,
+    REQUIRED_COLUMNS,
+    SIMULATOR_VERSION,
+    kernel_from_json,
+    kernel_to_json,
+    measurement_rows,
+    read_table,
+    update_manifest,
+    write_table,
+)
+from costmodel.calibration.fit import RowBatches, fit_constants
+
+__all__ = [
+    "PIPE_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "SIMULATOR_VERSION",
+    "RowBatches",
+    "fit_constants",
+    "kernel_from_json",
+    "kernel_to_json",
+    "measurement_rows",
+    "read_table",
+    "update_manifest",
+    "write_table",
+]

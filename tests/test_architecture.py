@@ -1,0 +1,140 @@
+"""The layout holds (docs/architecture.md): imports flow search_space -> costmodel -> autotune,
+never back; no import cycle between modules or between subpackages, counting imports inside
+functions and under ``TYPE_CHECKING``; no module imports another's private names."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("search_space", "costmodel", "autotune")
+RANK = {p: i for i, p in enumerate(PACKAGES)}
+
+
+def _module(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            found[_module(path, root)] = path
+    return found
+
+
+def _imports(path: Path, module: str, known: set[str]) -> Iterator[tuple[str, str, int]]:
+    """(imported module, imported name or '', line) for every import anywhere in the file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, "", node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:
+                    yield sub, "", node.lineno
+                else:
+                    yield base, alias.name, node.lineno
+
+
+def import_graph(root: Path = ROOT) -> nx.DiGraph:
+    """Modules of the three packages and the imports between them (edge attribute ``names``)."""
+    modules = _modules(root)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for module, path in modules.items():
+        for target, name, line in _imports(path, module, set(modules)):
+            if target in modules and target != module:
+                graph.add_edge(module, target)
+                graph.edges[module, target].setdefault("names", []).append((name, line))
+    return graph
+
+
+def subpackage(module: str) -> str:
+    """The unit a module belongs to: ``costmodel.analytic`` for costmodel/analytic/*.py, the
+    module itself for a top-level module (``costmodel.base``) or a package root."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(modules: nx.DiGraph) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    for a, b in modules.edges:
+        if subpackage(a) != subpackage(b):
+            graph.add_edge(subpackage(a), subpackage(b))
+    return graph
+
+
+def _cycles(graph: nx.DiGraph) -> list[list[str]]:
+    return [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+
+
+def test_no_back_edges_between_packages() -> None:
+    bad = [
+        f"{a} imports {b}"
+        for a, b in import_graph().edges
+        if RANK[b.split(".")[0]] > RANK[a.split(".")[0]]
+    ]
+    assert not bad, "back edges: " + "; ".join(bad)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert _cycles(import_graph()) == []
+
+
+def test_no_import_cycle_between_subpackages() -> None:
+    assert _cycles(package_graph(import_graph())) == []
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    graph = import_graph()
+    bad = []
+    for a, b, data in graph.edges(data=True):
+        for name, line in data["names"]:
+            private_name = name.startswith("_") and not name.startswith("__")
+            parent = b.rpartition(".")[0]
+            private_module = any(p.startswith("_") for p in b.split(".")[1:]) and not (
+                a == parent or a.startswith(parent + ".")
+            )
+            if private_name or private_module:
+                bad.append(f"{a}:{line} imports {name or b} from {b}")
+    assert not bad, "; ".join(bad)
+
+
+def test_datasets_is_not_an_import_package() -> None:
+    assert not (ROOT / "datasets" / "__init__.py").exists()
+
+
+def test_the_checks_see_a_cycle_a_back_edge_and_a_private_import(tmp_path: Path) -> None:
+    for package in PACKAGES:
+        (tmp_path / package / "sub").mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / "sub" / "__init__.py").write_text("")
+    (tmp_path / "costmodel" / "a.py").write_text("def f():\n    from costmodel.b import g\n")
+    (tmp_path / "costmodel" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from costmodel import a\n"
+    )
+    (tmp_path / "search_space" / "sub" / "m.py").write_text("from autotune.sub import x\n")
+    (tmp_path / "autotune" / "sub" / "x.py").write_text("from search_space.sub.m import _y\n")
+    graph = import_graph(tmp_path)
+    assert sorted(_cycles(graph)) == [
+        ["autotune.sub.x", "search_space.sub.m"],
+        ["costmodel.a", "costmodel.b"],
+    ]
+    assert ("search_space.sub.m", "autotune.sub.x") in graph.edges
+    assert sorted(_cycles(package_graph(graph))) == [
+        ["autotune.sub", "search_space.sub"],
+        ["costmodel.a", "costmodel.b"],
+    ]
+    assert graph.edges["autotune.sub.x", "search_space.sub.m"]["names"] == [("_y", 1)]

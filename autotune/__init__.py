@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from autotune.api import Plan, load_plan, tune
 from autotune.exceptions import AutotuneError
-from autotune.models import ZooOptions, load_model_spec
+from autotune.zoo import ZooOptions, load_model_spec
 from search_space import Graph, load_graph
 
 __all__ = [

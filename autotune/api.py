@@ -9,8 +9,8 @@ from typing import Any
 
 import onnx
 
-from autotune.models import ZooOptions, resolve_model
-from autotune.tuner import TuneConfig, TuneResult, tune_graph
+from autotune.tune import TuneConfig, TuneResult, tune_graph
+from autotune.zoo import ZooOptions, resolve_model
 from search_space.onnx import ModelSource, load_graph, read_model
 from search_space.space import FusionPlan
 
@@ -93,7 +93,7 @@ def tune(
 ) -> Plan:
     """Tune a model (a path, a ModelProto, or ``zoo:NAME``); ``options`` are
     :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
-    from autotune.safety import make_safety
+    from autotune.tune import make_safety
     from costmodel.spec import load_target
 
     source = resolve_model(model, zoo) if isinstance(model, str) else model
@@ -105,6 +105,6 @@ def tune(
         ref: str | onnx.ModelProto = model
     else:
         ref = str(model) if isinstance(model, os.PathLike) else read_model(model)[0]
-    safety = make_safety(graph, ref, zoo, input_shapes or {}, config.policy, target)
+    safety = make_safety(graph, ref, zoo, config.policy, target)
     result = tune_graph(graph, config, name=Path(name).stem, safety=safety)
     return Plan(result.plan, None, result)

@@ -1,5 +1,6 @@
-"""Kernel numerics (DESIGN §8, level 2): emulate each fused kernel as it would run, compare it
-with a float64 reference of the unfused ops, and unfuse the kernels that fail (safe mode).
+"""Verification (DESIGN §8): graph equivalence of the fused model in onnxruntime (level 1),
+and kernel numerics (level 2): emulate each fused kernel as it would run, compare it with a
+float64 reference of the unfused ops, and unfuse the kernels that fail (safe mode).
 
     >>> verdicts = verify_kernels(model, graph, plan_groups, target, policy)
     >>> groups, counts = safe_groups(plan_groups, verdicts)
@@ -17,6 +18,7 @@ from autotune.verify.check import (
 )
 from autotune.verify.cube import flash_attention, online_softmax, split_k_matmul
 from autotune.verify.emulate import emulate, kernel_roles
+from autotune.verify.equivalence import draw_inputs, graph_equivalence
 from autotune.verify.extract import SkipVerification, Subgraph, extract_group
 from autotune.verify.numerics import Numerics, numerics_for
 from autotune.verify.reference import reference_outputs
@@ -32,9 +34,11 @@ __all__ = [
     "SkipVerification",
     "Subgraph",
     "compare",
+    "draw_inputs",
     "emulate",
     "extract_group",
     "flash_attention",
+    "graph_equivalence",
     "kernel_roles",
     "numerics_for",
     "online_softmax",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import onnx
 
-from autotune.zoo._builder import BuildArgs, Builder, ModelSpec, make_divisible, scaled
-from autotune.zoo._layers import gemm
+from autotune.zoo.builder import BuildArgs, Builder, ModelSpec, make_divisible, scaled
+from autotune.zoo.layers import gemm
 
 
 def conv(

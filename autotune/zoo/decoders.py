@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from autotune.zoo._builder import BuildArgs, Builder, ModelSpec, scaled, scaled_heads
-from autotune.zoo._layers import (
+from autotune.zoo.builder import BuildArgs, Builder, ModelSpec, scaled, scaled_heads
+from autotune.zoo.layers import (
     attention_core,
     causal_mask,
     gelu_tanh,

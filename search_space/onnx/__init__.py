@@ -11,6 +11,7 @@ from search_space.onnx.io import (
     node_names,
     parse_input_shapes,
     read_model,
+    save_model,
     static_input_dims,
     topological_order,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "node_names",
     "parse_input_shapes",
     "read_model",
+    "save_model",
     "static_input_dims",
     "topological_order",
 ]

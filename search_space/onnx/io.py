@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
+from search_space.atomic import atomic_write_bytes, output_path
 from search_space.exceptions import DynamicShapeError, GraphError, ModelLoadError, check
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "node_names",
     "parse_input_shapes",
     "read_model",
+    "save_model",
     "static_input_dims",
     "topological_order",
 ]
@@ -324,3 +327,27 @@ def static_input_dims(
 
 def _fmt(dims: Sequence[int | str] | None) -> str:
     return "[" + ", ".join(map(str, dims)) + "]" if dims is not None else "[unknown rank]"
+
+
+# Protobuf cannot serialise a message of 2 GiB or more; larger models keep weights outside.
+_PROTO_LIMIT = (1 << 31) - (64 << 20)
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
+    """Save an ONNX model atomically; past protobuf's 2 GiB limit weights go to ``<file>.data``."""
+    out = output_path(path)
+    if model.ByteSize() < _PROTO_LIMIT:
+        return atomic_write_bytes(out, model.SerializeToString())
+    data_name = out.name + ".data"
+    with tempfile.TemporaryDirectory(prefix=".autotune-", dir=out.parent) as tmp:
+        staged = Path(tmp) / out.name
+        onnx.save_model(
+            model,
+            str(staged),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data_name,
+        )
+        os.replace(Path(tmp) / data_name, out.parent / data_name)
+        os.replace(staged, out)
+    return out

@@ -11,10 +11,15 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from autotune.calibrate import WARM, calibrate_tables, run_on_simulator, sample_graph
+from autotune.calibrate import (
+    WARM,
+    calibrate_tables,
+    read_op_summary,
+    run_on_simulator,
+    sample_graph,
+    synthetic_models,
+)
 from autotune.cli import app
-from autotune.msprof import read_op_summary
-from autotune.synthetic import synthetic_models
 from autotune.zoo import build
 from costmodel.analytic import AnalyticModel
 from costmodel.calibration import kernel_from_json, read_table

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.apply import apply_plan
-from autotune.equivalence import graph_equivalence
-from autotune.tuner import TuneConfig, tune_graph
-from autotune.verify import verify_kernels
+from autotune.tune import TuneConfig, tune_graph
+from autotune.verify import graph_equivalence, verify_kernels
 from autotune.zoo import build, list_models
 from costmodel.spec import load_target
 from search_space import load_graph

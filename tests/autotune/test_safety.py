@@ -8,9 +8,8 @@ import json
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.models import ZooOptions
-from autotune.safety import make_safety
-from autotune.zoo import build
+from autotune.tune import make_safety
+from autotune.zoo import ZooOptions, build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
@@ -33,7 +32,7 @@ def test_planted_fp16_statistics_are_caught_and_unfused() -> None:
     bad = list(plan.configs)
     bad[ln[0]] = dataclasses.replace(bad[ln[0]], knobs=(("stats_fp16", 1),))
     planted = SpacePlan(plan.groups, tuple(bad))
-    check = make_safety(graph, "zoo:bert-base", zoo, {}, Policy(), load_target())
+    check = make_safety(graph, "zoo:bert-base", zoo, Policy(), load_target())
     safe, counts, verdicts = check(planted)
     assert counts["skipped_precision"] >= 1
     assert plan.groups[ln[0]] not in safe.groups  # the bad kernel is no longer fused

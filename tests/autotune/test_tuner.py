@@ -13,8 +13,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from autotune.exceptions import AutotuneError
-from autotune.study import descend, enqueue_neighbours
-from autotune.tuner import TuneConfig, tune_graph
+from autotune.tune import TuneConfig, tune_graph
+from autotune.tune.study import descend, enqueue_neighbours
 from autotune.zoo import build
 from search_space import load_graph
 
@@ -75,7 +75,7 @@ def test_resuming_keeps_trials_and_does_not_replay_start_up(graph, tmp_path) -> 
 
 
 def test_a_trial_that_raises_is_recorded_and_the_study_goes_on(graph, tmp_path, monkeypatch):
-    from autotune import evaluator
+    from autotune.tune import evaluator
 
     calls = {"n": 0}
     real = evaluator.Evaluator.score
@@ -307,7 +307,7 @@ def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monk
     best trials at the end; an analytic study has no prior to hedge with. The prior here is
     replaced by the kernel count, so each such descent ends on fewer kernels than the trial it
     started from, and the fewest kernels of any trial are measured."""
-    from autotune.evaluator import Evaluator
+    from autotune.tune import Evaluator
     from search_space.rules import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: float(len(plan.groups)))
@@ -336,8 +336,8 @@ def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, mo
     trial the prior scores best. With a prior that favours the most kernels (the unfused
     trial, which neither the study's model nor the baselines put forward), the most kernels
     of any trial are among the measured candidates."""
-    from autotune import tuner
-    from autotune.evaluator import Evaluator
+    from autotune.tune import Evaluator
+    from autotune.tune import loop as tuner
     from search_space.rules import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: -float(len(plan.groups)))
@@ -360,7 +360,7 @@ def test_the_measured_winner_is_settled_by_a_descent_from_its_grouping(
     itself a start: a descent from its grouping, under the prior in a learned study and in
     the model in an analytic one, is measured. With that cost replaced by minus the kernel
     count, each such settled plan has more kernels than the winner it came from."""
-    from autotune.evaluator import Evaluator
+    from autotune.tune import Evaluator
     from search_space.rules import Policy
 
     how = "by the prior" if cost == "learned" else "in the model"
@@ -394,7 +394,7 @@ def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, 
 def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path) -> None:
     """Rows measured by another simulator version (an upgrade between runs) describe other
     physics: resuming ignores them and keeps the ones this simulator measured."""
-    from autotune.evaluator import Evaluator
+    from autotune.tune import Evaluator
     from costmodel.calibration import SIMULATOR_VERSION, read_table, write_table
     from costmodel.registry import make_cost_model
     from costmodel.spec import load_target

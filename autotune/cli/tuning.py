@@ -1,7 +1,4 @@
-"""CLI commands of the tuning workflow: ``tune``, ``report``, ``apply``, ``verify``.
-
-Registered on the app of :mod:`autotune.cli` (shared options and error handling live there).
-"""
+"""Commands of the tuning workflow: ``tune``, ``report``, ``apply``, ``verify``."""
 
 from __future__ import annotations
 
@@ -14,42 +11,35 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from autotune.cli import (
-    Batch,
-    BenefitOpt,
-    ConfigOpt,
-    InputShape,
+from autotune.cli.common import (
+    POLICY_FLAGS,
     JsonOpt,
-    Layers,
-    LevelOpt,
-    MaxOpsOpt,
     ModelArg,
-    NoFuseOpt,
-    PresetOpt,
-    Scale,
-    SeqLen,
-    Weights,
-    _policy,
-    app,
+    ModelOptions,
+    PolicyFlags,
+    PrecisionOpt,
+    SetOpt,
+    TargetOpt,
     err,
+    model_options,
     out,
+    policy_options,
     user_errors,
 )
-from autotune.models import ZooOptions, load_model_spec
-from search_space import parse_input_shapes
 
-__all__: list[str] = []
+__all__ = ["apply", "report", "tune", "verify"]
 
 
-@app.command()
 @user_errors
+@model_options()
+@policy_options(*POLICY_FLAGS)
 def tune(
     model: ModelArg,
-    target: Annotated[str, typer.Option(help="Target name or a spec .toml path.")] = "ascend910b",
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a spec field, FIELD=VALUE.")
-    ] = None,
-    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    opts: ModelOptions,
+    policy: PolicyFlags,
+    target: TargetOpt = "ascend910b",
+    set_: SetOpt = None,
+    precision: PrecisionOpt = "auto",
     trials: Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")] = 120,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     sampler: Annotated[str, typer.Option(help="tpe, random, cmaes, gp or nsga2.")] = "tpe",
@@ -87,12 +77,6 @@ def tune(
         Path | None,
         typer.Option(help="Parquet file the measured kernels go to (default: beside storage)."),
     ] = None,
-    config: ConfigOpt = None,
-    preset: PresetOpt = None,
-    fusion_level: LevelOpt = None,
-    no_fusion_ops: NoFuseOpt = None,
-    max_fused_ops: MaxOpsOpt = None,
-    benefit_threshold: BenefitOpt = None,
     no_share: Annotated[bool, typer.Option("--no-share", help="One class per edge.")] = False,
     unsafe: Annotated[
         bool, typer.Option("--unsafe", help="Skip numerical verification (safe mode off).")
@@ -100,38 +84,20 @@ def tune(
     output: Annotated[Path, typer.Option("-o", "--output", help="Plan file to write.")] = Path(
         "plan.json"
     ),
-    input_shape: InputShape = None,
     json_out: JsonOpt = False,
-    weights: Weights = "inputs",
-    scale: Scale = 1.0,
-    layers: Layers = None,
-    batch: Batch = None,
-    seq_len: SeqLen = None,
 ) -> None:
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from autotune.tuner import TuneConfig, tune_graph
+    from autotune.tune import TuneConfig, make_safety
+    from costmodel.spec import load_target
     from search_space.atomic import output_path
 
     output_path(output)  # fail before the study, not after it
     if dataset is not None:
         output_path(dataset)
-    shapes = parse_input_shapes(input_shape or [])
-    zoo = ZooOptions(weights, scale, layers, batch, seq_len)
-    graph = load_model_spec(model, shapes, zoo)
-    flags: dict[str, Any] = {
-        "preset": preset,
-        "fusion_level": fusion_level,
-        "no_fusion_ops": no_fusion_ops,
-        "max_fused_ops": max_fused_ops,
-        "benefit_threshold": benefit_threshold,
-    }
-    if no_share:
-        flags["share_repeated"] = False
+    graph = opts.graph(model)
+    extra = {"share_repeated": False} if no_share else {}
     if unsafe:
-        flags["safe_mode"] = False
-    policy = _policy(config, **flags)
+        extra["safe_mode"] = False
     cfg = TuneConfig(
         target=target,
         sets=tuple(set_ or ()),
@@ -151,15 +117,22 @@ def tune(
         retrain_every=retrain_every,
         polish=polish,
         dataset=str(dataset) if dataset else None,
-        policy=policy,
+        policy=policy.load(**extra),
     )
     name = Path(model.removeprefix("zoo:")).stem
-    from autotune.safety import make_safety
-    from costmodel.spec import load_target
+    tgt = load_target(target, cfg.sets, precision)
+    safety = make_safety(graph, model, opts.zoo, cfg.policy, tgt)
+    result = _run_with_progress(graph, cfg, name, safety)
+    path = result.plan.save(output)
+    _print_tune(model, result, path, json_out)
 
-    safety = make_safety(
-        graph, model, zoo, shapes, policy, load_target(target, tuple(set_ or ()), precision)
-    )
+
+def _run_with_progress(graph: Any, cfg: Any, name: str, safety: Any) -> Any:
+    """Run the study under a progress bar on stderr."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from autotune.tune import tune_graph
+
     columns = (
         TextColumn("[bold]tuning[/] {task.description}"),
         BarColumn(),
@@ -168,13 +141,15 @@ def tune(
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task(name, total=trials, best="-")
+        task = bar.add_task(name, total=cfg.trials, best="-")
 
         def progress(n: int, best: float) -> None:
             bar.update(task, completed=n, best=f"{best:.1f} us" if best < float("inf") else "-")
 
-        result = tune_graph(graph, cfg, name=name, progress=progress, safety=safety)
-    path = result.plan.save(output)
+        return tune_graph(graph, cfg, name=name, progress=progress, safety=safety)
+
+
+def _print_tune(model: str, result: Any, path: Path, json_out: bool) -> None:
     summary = {**result.to_json(), "plan": str(path)}
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
@@ -202,7 +177,6 @@ def tune(
     out.print(table)
 
 
-@app.command()
 @user_errors
 def report(
     plan: Annotated[Path, typer.Argument(help="A plan file written by `autotune tune`.")],
@@ -246,78 +220,64 @@ def report(
     out.print(table)
 
 
-@app.command()
-@user_errors
-def apply(
-    model: ModelArg,
-    plan: Annotated[Path, typer.Argument(help="A plan file for this model.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Fused .onnx to write.")],
-    input_shape: InputShape = None,
-    weights: Annotated[str, typer.Option(help="Zoo weights: 'random' or 'inputs'.")] = "random",
-    scale: Scale = 1.0,
-    layers: Layers = None,
-    batch: Batch = None,
-    seq_len: SeqLen = None,
-) -> None:
-    """Write the fused model: each fused group one ai.autofusion node (a local function)."""
+def _model_and_plan(model: str, opts: ModelOptions, plan: Path) -> tuple[Any, Any, Any]:
+    """MODEL with its weights (a ModelProto), its static graph, and the plan checked against
+    it (a plan for another model is one clear error)."""
     import onnx
 
-    from autotune.apply import apply_plan
-    from autotune.io import save_model
-    from autotune.models import resolve_model
-    from search_space.atomic import output_path
     from search_space.onnx import load_graph
     from search_space.space import FusionPlan
 
-    output_path(output)
-    shapes = parse_input_shapes(input_shape or [])
-    source = resolve_model(model, ZooOptions(weights, scale, layers, batch, seq_len))
+    source = opts.source(model)
     proto = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
-    graph = load_graph(source, input_shapes=shapes)
-    record = FusionPlan.load(plan, graph)
+    graph = load_graph(source, input_shapes=opts.input_shapes)
+    return proto, graph, FusionPlan.load(plan, graph)
+
+
+@user_errors
+@model_options(weights="random")
+def apply(
+    model: ModelArg,
+    opts: ModelOptions,
+    plan: Annotated[Path, typer.Argument(help="A plan file for this model.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Fused .onnx to write.")],
+) -> None:
+    """Write the fused model: each fused group one ai.autofusion node (a local function)."""
+    from autotune.apply import apply_plan
+    from search_space.atomic import output_path
+    from search_space.onnx import save_model
+
+    output_path(output)
+    proto, graph, record = _model_and_plan(model, opts, plan)
     fused = apply_plan(proto, graph, record.groups)
     path = save_model(fused, output)
     n = sum(1 for g in record.groups if len(g.ops) > 1)
     err.print(f"wrote {path}: {n} fused kernels as ai.autofusion functions")
 
 
-@app.command()
 @user_errors
+@model_options(weights=None)
+@policy_options()
 def verify(
     model: ModelArg,
+    opts: ModelOptions,
+    policy: PolicyFlags,
     plan: Annotated[Path, typer.Argument(help="A plan file for this model.")],
     json_out: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    config: ConfigOpt = None,
-    input_shape: InputShape = None,
-    layers: Layers = None,
-    scale: Scale = 1.0,
-    batch: Batch = None,
-    seq_len: SeqLen = None,
 ) -> None:
     """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics."""
-    import onnx
-
     from autotune.apply import apply_plan
-    from autotune.equivalence import graph_equivalence
-    from autotune.models import resolve_model
-    from autotune.verify import verify_kernels
+    from autotune.verify import graph_equivalence, verify_kernels
     from costmodel.spec import load_target
-    from search_space.onnx import load_graph
-    from search_space.space import FusionPlan
 
-    shapes = parse_input_shapes(input_shape or [])
-    source = resolve_model(model, ZooOptions("random", scale, layers, batch, seq_len))
-    proto = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
-    graph = load_graph(source, input_shapes=shapes)
-    record = FusionPlan.load(plan, graph)
-    policy = _policy(config)
+    proto, graph, record = _model_and_plan(model, opts, plan)
     meta = dict(record.meta)
     target = load_target(
         meta.get("target_source", record.target), meta.get("sets", ()), record.precision
     )
     equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
-    verdicts = verify_kernels(proto, graph, record.groups, target, policy, seed=seed)
+    verdicts = verify_kernels(proto, graph, record.groups, target, policy.load(), seed=seed)
     ok = bool(equiv["ok"]) and all(v.ok for v in verdicts)
     result = {"ok": ok, **equiv, "kernels": [v.to_json() for v in verdicts]}
     if json_out:

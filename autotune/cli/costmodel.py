@@ -1,7 +1,4 @@
-"""CLI commands of the cost-model workflow: ``calibrate`` and ``costmodel eval``.
-
-Registered on the app of :mod:`autotune.cli` (shared options and error handling live there).
-"""
+"""Commands of the cost-model workflow: ``calibrate`` and ``costmodel eval``."""
 
 from __future__ import annotations
 
@@ -15,24 +12,16 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autotune.cli import app, err, out, user_errors
+from autotune.cli.common import JsonOpt, PrecisionOpt, SetOpt, TargetOpt, err, out, user_errors
 from autotune.exceptions import AutotuneError
 
-__all__: list[str] = []
-
-costmodel_app = typer.Typer(help="Cost-model accuracy and artifacts.", no_args_is_help=True)
-app.add_typer(costmodel_app, name="costmodel")
-
-TargetOpt = Annotated[str, typer.Option(help="Target name or a spec .toml path.")]
-SetOpt = Annotated[
-    list[str] | None, typer.Option("--set", help="Override a spec field, FIELD=VALUE.")
-]
+__all__ = ["calibrate", "costmodel_eval"]
 
 
 def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
     """(source, family, graph) for each --models entry; ``synthetic`` expands to its set."""
-    from autotune.models import load_model_spec
-    from autotune.synthetic import synthetic_models
+    from autotune.calibrate import synthetic_models
+    from autotune.zoo import load_model_spec
     from search_space import load_graph
 
     found = []
@@ -49,7 +38,7 @@ def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
         family = spec[4:] if spec.startswith("zoo:") else Path(spec).stem
         found.append((spec, family, load_model_spec(spec)))
         if spec.startswith("zoo:"):  # a small variant too: other shapes of the same family
-            from autotune.models import ZooOptions
+            from autotune.zoo import ZooOptions
 
             small = load_model_spec(spec, zoo=ZooOptions(scale=0.25))
             found.append((f"{spec}@0.25", family, small))
@@ -62,12 +51,11 @@ def _default_table(target: str) -> Path:
     return folder / name if folder.is_dir() else Path(name)
 
 
-@app.command()
 @user_errors
 def calibrate(
     target: TargetOpt = "ascend910b",
     set_: SetOpt = None,
-    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    precision: PrecisionOpt = "auto",
     samples: Annotated[int, typer.Option(help="Kernel runs to simulate (rows).")] = 3000,
     models: Annotated[
         list[str] | None,
@@ -97,7 +85,7 @@ def calibrate(
         str | None,
         typer.Option("--model", help="With --from-msprof: the model the profile ran."),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Simulate sampled kernels into a calibration table (or read an msprof profile), and
     optionally fit the analytic constants and the learned model on it."""
@@ -117,7 +105,7 @@ def calibrate(
         output_path(fit)
     command = "autotune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if from_msprof is not None:
-        from autotune.msprof import msprof_table
+        from autotune.calibrate import msprof_table
 
         if model is None:
             raise AutotuneError("--from-msprof needs --model (the ONNX model the profile ran)")
@@ -173,12 +161,11 @@ def _tables(tables: list[Path] | None, target: str) -> list[Path]:
     return found
 
 
-@costmodel_app.command("eval")
 @user_errors
 def costmodel_eval(
     target: TargetOpt = "ascend910b",
     set_: SetOpt = None,
-    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    precision: PrecisionOpt = "auto",
     table: Annotated[
         list[Path] | None,
         typer.Option("--table", help="Calibration table(s) (default datasets/calibration/)."),
@@ -187,7 +174,7 @@ def costmodel_eval(
         str, typer.Option(help="Model families held out for testing, comma-separated.")
     ] = ",".join(DEFAULT_HOLDOUT),
     kind: Annotated[str, typer.Option(help="Learned regressor: hgb, forest or ridge.")] = "hgb",
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Accuracy of the raw analytic, calibrated analytic and learned models on held-out
     kernels (families held out, then signatures seen in training removed)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from autotune.zoo.catalog import build
 from search_space import Graph, load_graph
 
 __all__ = ["ZooOptions", "load_model_spec", "resolve_model"]
@@ -31,8 +32,6 @@ def resolve_model(spec: str, zoo: ZooOptions | None = None) -> str | onnx.ModelP
     """
     if not spec.startswith("zoo:"):
         return spec
-    from autotune.zoo import build
-
     opts = zoo or ZooOptions()
     return build(
         spec[4:],

@@ -1,121 +1,51 @@
-"""The ``autotune`` command line (typer + rich).
-
-Exit codes: 0 ok, 1 a user error reported in one line (no traceback), 2 a usage error.
-"""
+"""Commands that look at a model without tuning it: ``inspect``, ``estimate``,
+``candidates``, and the zoo's ``list`` and ``export``."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from autotune.models import ZooOptions, load_model_spec
-from search_space import AutofusionError, Graph, parse_input_shapes
-
-__all__ = ["app", "main"]
-
-app = typer.Typer(
-    name="autotune",
-    help="Search-based operator fusion and tiling for Ascend NPUs.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+from autotune.cli.common import (
+    POLICY_FLAGS,
+    JsonOpt,
+    ModelArg,
+    ModelOptions,
+    PolicyFlags,
+    PrecisionOpt,
+    SetOpt,
+    TargetOpt,
+    err,
+    human,
+    model_options,
+    out,
+    policy_options,
+    user_errors,
 )
-zoo_app = typer.Typer(help="Built-in models (built in code, no downloads).", no_args_is_help=True)
-app.add_typer(zoo_app, name="zoo")
+from autotune.zoo import build, list_models
+from search_space import Graph
+from search_space.onnx import save_model
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(fn: F) -> F:
-    """Turn a deliberate tool error into one line on stderr and exit status 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except AutofusionError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            err.print("interrupted")
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
+__all__ = ["candidates", "estimate", "inspect", "zoo_export", "zoo_list"]
 
 
-ModelArg = Annotated[
-    str, typer.Argument(help="An ONNX file, or zoo:NAME (see `autotune zoo list`).")
-]
-InputShape = Annotated[
-    list[str] | None,
-    typer.Option("--input-shape", help="Static shape of a dynamic input, NAME=1x128 (repeat)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-Weights = Annotated[str, typer.Option(help="Zoo weights: 'inputs' (shape-only) or 'random'.")]
-Scale = Annotated[float, typer.Option(help="Zoo: shrink the model, 0 < scale <= 1.")]
-Layers = Annotated[int | None, typer.Option(help="Zoo: number of layers/blocks to build.")]
-Batch = Annotated[int | None, typer.Option(help="Zoo: batch size.")]
-SeqLen = Annotated[int | None, typer.Option("--seq-len", help="Zoo: sequence length.")]
-
-
-def _policy(config: Path | None, **flags: Any) -> Any:
-    from search_space.rules import load_policy
-
-    return load_policy(config, flags)
-
-
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", help="A TOML config file ([policy], [[rules]]).")
-]
-PresetOpt = Annotated[str | None, typer.Option(help="Rule preset: transformer, cnn or all.")]
-NoFuseOpt = Annotated[
-    str | None, typer.Option("--no-fusion-ops", help="Op types that never fuse, comma-separated.")
-]
-MaxOpsOpt = Annotated[int | None, typer.Option("--max-fused-ops", help="Largest group, in ops.")]
-BenefitOpt = Annotated[
-    float | None,
-    typer.Option("--benefit-threshold", help="Skip fusions saving less than this fraction."),
-]
-LevelOpt = Annotated[
-    int | None, typer.Option("--fusion-level", help="0 none .. 3 everything legal.")
-]
-
-
-def _human(n: float, unit: str = "") -> str:
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= factor:
-            return f"{n / factor:.2f} {prefix}{unit}"
-    return f"{n:g} {unit}".strip()
-
-
-@app.command()
 @user_errors
+@model_options()
 def inspect(
     model: ModelArg,
-    input_shape: InputShape = None,
+    opts: ModelOptions,
     json_out: JsonOpt = False,
     ops: Annotated[bool, typer.Option("--ops", help="List every op with its shapes.")] = False,
-    weights: Weights = "inputs",
-    scale: Scale = 1.0,
-    layers: Layers = None,
-    batch: Batch = None,
-    seq_len: SeqLen = None,
 ) -> None:
     """Load a model, make it static, and account for its ops, FLOPs and bytes."""
-    shapes = parse_input_shapes(input_shape or [])
-    graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
+    graph = opts.graph(model)
     summary = {"model": model, **graph.summary()}
     if ops:
         summary["per_op"] = [_op_row(graph, op.name) for op in graph.ops]
@@ -152,11 +82,10 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
     )
     head.add_row(
         "FLOPs",
-        f"{_human(s['flops'])} (cube {_human(s['cube_flops'])}, "
-        f"vector {_human(s['vector_flops'])})",
+        f"{human(s['flops'])} (cube {human(s['cube_flops'])}, vector {human(s['vector_flops'])})",
     )
-    head.add_row("compulsory bytes", _human(s["bytes_min"], "B"))
-    head.add_row("weights", f"{s['weights']} tensors, {_human(s['weight_bytes'], 'B')}")
+    head.add_row("compulsory bytes", human(s["bytes_min"], "B"))
+    head.add_row("weights", f"{s['weights']} tensors, {human(s['weight_bytes'], 'B')}")
     head.add_row("inputs", ", ".join(f"{k} {v}" for k, v in s["inputs"].items()) or "-")
     head.add_row("outputs", ", ".join(f"{k} {v}" for k, v in s["outputs"].items()))
     dyn = s["dynamic_tensors"]
@@ -174,7 +103,7 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
     for col in ("op type", "count", "class", "FLOPs", "bytes (unfused)"):
         table.add_column(col, justify="right" if col in ("count", "FLOPs") else "left")
     for t, n, cls, fl, by in sorted(by_type.values(), key=lambda r: (-r[3], -r[1])):
-        table.add_row(t, str(n), ",".join(sorted(cls)), _human(fl), _human(by, "B"))
+        table.add_row(t, str(n), ",".join(sorted(cls)), human(fl), human(by, "B"))
     out.print(table)
     if per_op:
         ops = Table(title="ops")
@@ -187,44 +116,35 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
                 op.op_type,
                 "view" if op.is_view else op.op_class.value,
                 str(list(shape or ())),
-                _human(op.flops),
-                _human(op.bytes, "B"),
+                human(op.flops),
+                human(op.bytes, "B"),
             )
         out.print(ops)
 
 
-@app.command()
 @user_errors
+@model_options()
+@policy_options("preset")
 def estimate(
     model: ModelArg,
-    target: Annotated[str, typer.Option(help="Target name or a spec .toml path.")] = "ascend910b",
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a spec field for a what-if, FIELD=VALUE (repeat)."),
-    ] = None,
-    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
+    opts: ModelOptions,
+    policy: PolicyFlags,
+    target: TargetOpt = "ascend910b",
+    set_: SetOpt = None,
+    precision: PrecisionOpt = "auto",
     plan: Annotated[
         str, typer.Option(help="none, greedy, max, optimal, or a plan file.")
     ] = "none",
     cost: Annotated[
         str, typer.Option(help="Cost model: analytic, learned or simulator.")
     ] = "analytic",
-    config: ConfigOpt = None,
-    preset: PresetOpt = None,
-    input_shape: InputShape = None,
     json_out: JsonOpt = False,
     top: Annotated[int, typer.Option(help="Kernels to list, slowest first.")] = 15,
-    weights: Weights = "inputs",
-    scale: Scale = 1.0,
-    layers: Layers = None,
-    batch: Batch = None,
-    seq_len: SeqLen = None,
 ) -> None:
     """Estimate a model's latency on an Ascend target under a plan."""
     from autotune.estimate import estimate_graph
 
-    shapes = parse_input_shapes(input_shape or [])
-    graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
+    graph = opts.graph(model)
     result = estimate_graph(
         graph,
         model_name=model,
@@ -233,7 +153,7 @@ def estimate(
         precision=precision,
         plan=plan,
         cost=cost,
-        policy=_policy(config, preset=preset),
+        policy=policy.load(),
     )
     if json_out:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -277,43 +197,25 @@ def estimate(
     out.print(table)
 
 
-@app.command()
 @user_errors
+@model_options()
+@policy_options(*POLICY_FLAGS)
 def candidates(
     model: ModelArg,
-    target: Annotated[str, typer.Option(help="Target name or a spec .toml path.")] = "ascend910b",
-    precision: Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")] = "auto",
-    config: ConfigOpt = None,
-    preset: PresetOpt = None,
-    fusion_level: LevelOpt = None,
-    no_fusion_ops: NoFuseOpt = None,
-    max_fused_ops: MaxOpsOpt = None,
-    benefit_threshold: BenefitOpt = None,
-    input_shape: InputShape = None,
+    opts: ModelOptions,
+    policy: PolicyFlags,
+    target: TargetOpt = "ascend910b",
+    precision: PrecisionOpt = "auto",
     json_out: JsonOpt = False,
-    weights: Weights = "inputs",
-    scale: Scale = 1.0,
-    layers: Layers = None,
-    batch: Batch = None,
-    seq_len: SeqLen = None,
 ) -> None:
     """What fusion would buy: every candidate group, its benefit and verdict."""
     from autotune.candidates import analyse_candidates
     from costmodel.spec import load_target
 
-    shapes = parse_input_shapes(input_shape or [])
-    graph = load_model_spec(model, shapes, ZooOptions(weights, scale, layers, batch, seq_len))
-    policy = _policy(
-        config,
-        preset=preset,
-        fusion_level=fusion_level,
-        no_fusion_ops=no_fusion_ops,
-        max_fused_ops=max_fused_ops,
-        benefit_threshold=benefit_threshold,
-    )
+    graph = opts.graph(model)
     result = {
         "model": model,
-        **analyse_candidates(graph, load_target(target, (), precision), policy),
+        **analyse_candidates(graph, load_target(target, (), precision), policy.load()),
     }
     if json_out:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -357,12 +259,9 @@ def candidates(
         )
 
 
-@zoo_app.command("list")
 @user_errors
 def zoo_list(json_out: JsonOpt = False) -> None:
     """List the built-in models."""
-    from autotune.zoo import list_models
-
     infos = list_models()
     if json_out:
         sys.stdout.write(json.dumps([asdict(i) for i in infos]) + "\n")
@@ -372,44 +271,30 @@ def zoo_list(json_out: JsonOpt = False) -> None:
         table.add_column(col)
     for i in infos:
         table.add_row(
-            i.name, i.family, _human(i.params), str(i.layers), str(i.default_batch), i.description
+            i.name, i.family, human(i.params), str(i.layers), str(i.default_batch), i.description
         )
     out.print(table)
 
 
-@zoo_app.command("export")
 @user_errors
+@model_options(weights="random", shapes=False)
 def zoo_export(
     name: Annotated[str, typer.Argument(help="Zoo model name (see `autotune zoo list`).")],
+    opts: ModelOptions,
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx file.")],
-    weights: Annotated[str, typer.Option(help="'random' (real arrays) or 'inputs'.")] = "random",
-    scale: Scale = 1.0,
-    layers: Layers = None,
-    batch: Batch = None,
-    seq_len: SeqLen = None,
     seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
 ) -> None:
     """Write a zoo model to an ONNX file."""
-    from autotune.io import save_model
-    from autotune.zoo import build
-
     name = name.removeprefix("zoo:")
+    z = opts.zoo
     model = build(
-        name, weights=weights, scale=scale, layers=layers, batch=batch, seq_len=seq_len, seed=seed
+        name,
+        weights=z.weights,
+        scale=z.scale,
+        layers=z.layers,
+        batch=z.batch,
+        seq_len=z.seq_len,
+        seed=seed,
     )
     path = save_model(model, output)
-    err.print(f"wrote {path} ({_human(path.stat().st_size, 'B')})")
-
-
-def main() -> None:
-    """Console-script entry point."""
-    app()
-
-
-from autotune import cmd_costmodel as _cmd_costmodel  # noqa: E402
-from autotune import commands as _commands  # noqa: E402
-
-del _commands, _cmd_costmodel
-
-if __name__ == "__main__":
-    main()
+    err.print(f"wrote {path} ({human(path.stat().st_size, 'B')})")

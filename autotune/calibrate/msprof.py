@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.exceptions import AutotuneError
-from autotune.models import load_model_spec
+from autotune.zoo import load_model_spec
 from costmodel.base import KernelCost
 from costmodel.calibration import measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 import onnx
 
-from autotune.models import ZooOptions, resolve_model
 from autotune.verify import safe_groups, verify_kernels
+from autotune.zoo import ZooOptions, resolve_model
 from costmodel.lower import Lowering
 from costmodel.spec import Target
 from search_space.ir import Graph, make_group
@@ -26,7 +26,6 @@ def make_safety(
     graph: Graph,
     model: str | onnx.ModelProto,
     zoo: ZooOptions | None,
-    shapes: Mapping[str, Sequence[int]],
     policy: Policy,
     target: Target,
 ) -> Safety:
@@ -35,7 +34,6 @@ def make_safety(
     Zoo models are rebuilt with random weights (verification needs values); files are read
     as given.
     """
-    del shapes  # the graph already carries the static shapes
 
     def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]:
         if isinstance(model, onnx.ModelProto):

@@ -15,7 +15,7 @@ from functools import partial
 import onnx
 from onnx import TensorProto
 
-from autotune.zoo._builder import BuildArgs, Builder
+from autotune.zoo import BuildArgs, Builder
 
 __all__ = ["synthetic_models"]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import optuna
 
-from autotune.evaluator import COSTS, Evaluator, make_study_model
 from autotune.exceptions import AutotuneError
-from autotune.study import (
+from autotune.tune.evaluator import COSTS, Evaluator, make_study_model
+from autotune.tune.study import (
     SAMPLERS,
     descend,
     enqueue_neighbours,

@@ -1,0 +1,44 @@
+"""The ``autotune`` command line (typer + rich): the app and its command groups.
+
+Exit codes: 0 ok, 1 a user error reported in one line (no traceback), 2 a usage error.
+Commands live in :mod:`.explore` (inspect, estimate, candidates, zoo), :mod:`.tuning` (tune,
+report, apply, verify) and :mod:`.costmodel` (calibrate, costmodel eval); flags they share
+are declared once in :mod:`.common`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from autotune.cli import costmodel, explore, tuning
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="autotune",
+    help="Search-based operator fusion and tiling for Ascend NPUs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+zoo_app = typer.Typer(help="Built-in models (built in code, no downloads).", no_args_is_help=True)
+costmodel_app = typer.Typer(help="Cost-model accuracy and artifacts.", no_args_is_help=True)
+
+app.command("inspect")(explore.inspect)
+app.command("estimate")(explore.estimate)
+app.command("candidates")(explore.candidates)
+app.command("tune")(tuning.tune)
+app.command("report")(tuning.report)
+app.command("apply")(tuning.apply)
+app.command("verify")(tuning.verify)
+app.command("calibrate")(costmodel.calibrate)
+costmodel_app.command("eval")(costmodel.costmodel_eval)
+zoo_app.command("list")(explore.zoo_list)
+zoo_app.command("export")(explore.zoo_export)
+app.add_typer(costmodel_app, name="costmodel")
+app.add_typer(zoo_app, name="zoo")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,240 @@
+"""What every command shares: the consoles, the one-line error handling, and the flags that
+mean the same everywhere (declared once here).
+
+MODEL flags (``--input-shape`` and the zoo build flags) reach a command as one
+:class:`ModelOptions` through :func:`model_options`, policy flags as one :class:`PolicyFlags`
+through :func:`policy_options`; target and output flags are ``Annotated`` aliases.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from autotune.zoo import ZooOptions, load_model_spec, resolve_model
+from search_space import AutofusionError, Graph, parse_input_shapes
+from search_space.rules import Policy, load_policy
+
+__all__ = [
+    "POLICY_FLAGS",
+    "JsonOpt",
+    "ModelArg",
+    "ModelOptions",
+    "PolicyFlags",
+    "PrecisionOpt",
+    "SetOpt",
+    "TargetOpt",
+    "err",
+    "human",
+    "model_options",
+    "out",
+    "policy_options",
+    "user_errors",
+]
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Turn a deliberate tool error into one line on stderr and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AutofusionError as exc:
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+ModelArg = Annotated[
+    str, typer.Argument(help="An ONNX file, or zoo:NAME (see `autotune zoo list`).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+TargetOpt = Annotated[str, typer.Option(help="Target name or a spec .toml path.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a spec field for a what-if, FIELD=VALUE (repeat)."),
+]
+PrecisionOpt = Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed.")]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How a command reads MODEL: static shapes for a file's dynamic inputs, and how to build
+    a ``zoo:NAME`` model (ignored for files)."""
+
+    input_shapes: Mapping[str, Sequence[int]]
+    zoo: ZooOptions
+
+    def graph(self, model: str) -> Graph:
+        """MODEL as a static graph."""
+        return load_model_spec(model, self.input_shapes, self.zoo)
+
+    def source(self, model: str) -> Any:
+        """MODEL as given: a path stays a path, ``zoo:NAME`` is built (a ModelProto)."""
+        return resolve_model(model, self.zoo)
+
+
+# every bundled flag once: (parameter, default, typer annotation)
+_FLAGS: dict[str, tuple[Any, Any]] = {
+    "input_shape": (
+        None,
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--input-shape", help="Static shape of a dynamic input, NAME=1x128 (repeat)."
+            ),
+        ],
+    ),
+    "weights": (
+        "inputs",
+        Annotated[str, typer.Option(help="Zoo weights: 'inputs' (shape-only) or 'random'.")],
+    ),
+    "scale": (1.0, Annotated[float, typer.Option(help="Zoo: shrink the model, 0 < scale <= 1.")]),
+    "layers": (
+        None,
+        Annotated[int | None, typer.Option(help="Zoo: number of layers/blocks to build.")],
+    ),
+    "batch": (None, Annotated[int | None, typer.Option(help="Zoo: batch size.")]),
+    "seq_len": (
+        None,
+        Annotated[int | None, typer.Option("--seq-len", help="Zoo: sequence length.")],
+    ),
+    "config": (
+        None,
+        Annotated[
+            Path | None,
+            typer.Option("--config", help="A TOML config file ([policy], [[rules]])."),
+        ],
+    ),
+    "preset": (
+        None,
+        Annotated[str | None, typer.Option(help="Rule preset: transformer, cnn or all.")],
+    ),
+    "fusion_level": (
+        None,
+        Annotated[
+            int | None, typer.Option("--fusion-level", help="0 none .. 3 everything legal.")
+        ],
+    ),
+    "no_fusion_ops": (
+        None,
+        Annotated[
+            str | None,
+            typer.Option("--no-fusion-ops", help="Op types that never fuse, comma-separated."),
+        ],
+    ),
+    "max_fused_ops": (
+        None,
+        Annotated[int | None, typer.Option("--max-fused-ops", help="Largest group, in ops.")],
+    ),
+    "benefit_threshold": (
+        None,
+        Annotated[
+            float | None,
+            typer.Option(
+                "--benefit-threshold", help="Skip fusions saving less than this fraction."
+            ),
+        ],
+    ),
+}
+POLICY_FLAGS = ("preset", "fusion_level", "no_fusion_ops", "max_fused_ops", "benefit_threshold")
+
+
+def _bundle(
+    name: str, flags: Mapping[str, Any], make: Callable[[dict[str, Any]], Any]
+) -> Callable[[F], F]:
+    """Replace a command's parameter ``name`` by the ``flags`` (parameter -> default) on the
+    command line; the command receives ``make(values of those flags)`` as ``name``."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    extra = [
+        inspect.Parameter(f, kind, default=default, annotation=_FLAGS[f][1])
+        for f, default in flags.items()
+    ]
+
+    def decorate(fn: F) -> F:
+        signature = inspect.signature(fn, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != name]
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> Any:
+            values = {f: kwargs.pop(f) for f in flags}
+            return fn(**{name: make(values)}, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def model_options(weights: str | None = "inputs", shapes: bool = True) -> Callable[[F], F]:
+    """Give a command the MODEL flags: ``--input-shape`` (unless not ``shapes``: a command
+    that takes a zoo name, not MODEL) and the zoo's ``--weights`` (default ``weights``;
+    ``None``: no flag, always random), ``--scale``, ``--layers``, ``--batch``, ``--seq-len``.
+    The command takes them as one parameter ``opts: ModelOptions``."""
+    names = [*(["input_shape"] if shapes else []), *(["weights"] if weights else [])]
+    names += ["scale", "layers", "batch", "seq_len"]
+    flags = {f: weights if f == "weights" else _FLAGS[f][0] for f in names}
+
+    def make(v: dict[str, Any]) -> ModelOptions:
+        zoo = ZooOptions(
+            v.get("weights") or "random", v["scale"], v["layers"], v["batch"], v["seq_len"]
+        )
+        return ModelOptions(parse_input_shapes(v.get("input_shape") or []), zoo)
+
+    return _bundle("opts", flags, make)
+
+
+def policy_options(*names: str) -> Callable[[F], F]:
+    """Give a command ``--config`` and the policy flags ``names`` (of :data:`POLICY_FLAGS`);
+    the command takes them as one parameter ``policy: PolicyFlags``."""
+    unknown = set(names) - set(POLICY_FLAGS)
+    if unknown:
+        raise ValueError(f"unknown policy flags {sorted(unknown)}; known: {POLICY_FLAGS}")
+    flags = {f: None for f in ("config", *names)}
+
+    def make(v: dict[str, Any]) -> PolicyFlags:
+        config = v.pop("config")
+        return PolicyFlags(config, v)
+
+    return _bundle("policy", flags, make)
+
+
+@dataclass(frozen=True)
+class PolicyFlags:
+    """A ``--config`` file and the policy flags given on the command line (None: unset)."""
+
+    config: Path | None
+    flags: Mapping[str, Any]
+
+    def load(self, **extra: Any) -> Policy:
+        """The file's policy with the flags (and ``extra`` settings) over it.
+
+        Raises:
+            PolicyError: a bad file or value (one line, names it).
+        """
+        return load_policy(self.config, {**self.flags, **extra})
+
+
+def human(n: float, unit: str = "") -> str:
+    """A number with an SI prefix: 1.23 G, 4.5 MB."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= factor:
+            return f"{n / factor:.2f} {prefix}{unit}"
+    return f"{n:g} {unit}".strip()

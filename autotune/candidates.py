@@ -9,6 +9,7 @@ user might expect them to.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from costmodel.oracle import CostOracle
@@ -18,30 +19,44 @@ from search_space.ir import Graph, make_group
 from search_space.rules import Policy, match, policy_rules, unmatched_report
 from search_space.space import SearchSpace
 
-__all__ = ["analyse_candidates"]
+__all__ = ["CandidateVerdict", "analyse_candidates"]
 
 BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
 
 
+class CandidateVerdict(StrEnum):
+    """What becomes of a candidate group (the value is what the JSON and tables show)."""
+
+    FUSE = "fuse"
+    LOW_BENEFIT = "skip: below benefit_threshold"
+    BUFFER_OVERFLOW = "skip: buffer overflow"
+    POLICY = "skip: policy"
+    ILLEGAL = "skip: illegal"
+
+
 def _verdict(
     ctx: FusionContext, oracle: CostOracle, policy: Policy, ops: frozenset[str], rule: str
-) -> tuple[str, str]:
+) -> tuple[CandidateVerdict | None, str]:
+    """Why a candidate cannot fuse (None when nothing but its benefit stands in the way)."""
     graph = ctx.graph
     if policy.fusion_level == 0:
-        return "skip: policy", "fusion_level = 0"
+        return CandidateVerdict.POLICY, "fusion_level = 0"
     if policy.mode(rule) == "never":
-        return "skip: policy", f"pattern '{rule}' is set to never"
+        return CandidateVerdict.POLICY, f"pattern '{rule}' is set to never"
     banned = sorted(n for n in ops if not ctx.fusible(graph.op(n)))
     if banned:
-        return "skip: policy", f"{graph.op(banned[0]).op_type} never fuses (no_fusion_ops/opaque)"
+        return (
+            CandidateVerdict.POLICY,
+            f"{graph.op(banned[0]).op_type} never fuses (no_fusion_ops/opaque)",
+        )
     if len(ops) > ctx.max_fused_ops:
-        return "skip: policy", f"more than max_fused_ops={ctx.max_fused_ops} ops"
+        return CandidateVerdict.POLICY, f"more than max_fused_ops={ctx.max_fused_ops} ops"
     verdict = ctx.check(ops)
     if not verdict.ok:
-        return "skip: illegal", verdict.reason
+        return CandidateVerdict.ILLEGAL, verdict.reason
     if not oracle.feasible(ops):
-        return "skip: buffer overflow", "no tiling of the fused kernel fits the buffers"
-    return "", ""
+        return CandidateVerdict.BUFFER_OVERFLOW, "no tiling of the fused kernel fits the buffers"
+    return None, ""
 
 
 def analyse_candidates(
@@ -73,7 +88,7 @@ def analyse_candidates(
             "hbm_bytes_before": before_bytes,
         }
         verdict, reason = _verdict(ctx, oracle, policy, ops, rule)
-        if not verdict:
+        if verdict is None:
             group = ctx.group(ops)
             config, after_us = oracle.best(group)
             kernel = low.kernel(group, config)
@@ -90,10 +105,13 @@ def analyse_candidates(
             gain = (before_us - after_us) / before_us if before_us > 0 else 0.0
             row["benefit"] = gain
             if gain < max(policy.benefit_threshold, 1e-9):
-                verdict = "skip: below benefit_threshold"
+                verdict = CandidateVerdict.LOW_BENEFIT
                 reason = f"saves {gain:.1%} (threshold {policy.benefit_threshold:.1%})"
             else:
-                verdict, reason = "fuse", f"saves {before_us - after_us:.1f} us ({gain:.1%})"
+                verdict, reason = (
+                    CandidateVerdict.FUSE,
+                    f"saves {before_us - after_us:.1f} us ({gain:.1%})",
+                )
         row["verdict"], row["reason"] = verdict, reason
         rows.append(row)
     shared = SearchSpace(ctx, oracle)

@@ -12,7 +12,7 @@ and :mod:`~costmodel.learned` (the corrected model). Top-level modules hold the 
 from __future__ import annotations
 
 from costmodel.base import CostModel, KernelCost
-from costmodel.exceptions import CostModelError, InfeasibleConfig, SpecError
+from costmodel.exceptions import CostModelError, InfeasibleConfig, SimulationError, SpecError
 from costmodel.kernel import Kernel, KernelBatch, Stream
 from costmodel.oracle import CostOracle
 from costmodel.registry import KINDS, available_cost_models, load_cost_model, make_cost_model
@@ -37,6 +37,7 @@ __all__ = [
     "Kernel",
     "KernelBatch",
     "KernelCost",
+    "SimulationError",
     "SpecError",
     "Stream",
     "Target",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from search_space.exceptions import AutofusionError
 
-__all__ = ["CostModelError", "InfeasibleConfig", "SpecError"]
+__all__ = ["CostModelError", "InfeasibleConfig", "SimulationError", "SpecError"]
 
 
 class CostModelError(AutofusionError):
@@ -17,3 +17,7 @@ class SpecError(CostModelError):
 
 class InfeasibleConfig(CostModelError):
     """A kernel config overflows a buffer or breaks a tiling rule."""
+
+
+class SimulationError(CostModelError):
+    """A simulation that cannot finish (a deadlock): the plan fails, not the caller."""

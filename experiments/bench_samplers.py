@@ -22,8 +22,8 @@ from typing import Any
 import optuna
 from _table import RESULTS, emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.tune.loop import DESCENT
-from autotune.tune.study import enqueue_neighbours, make_sampler
+from autotune.tune import enqueue_neighbours, make_sampler
+from autotune.tune.steps import DESCENT
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.exceptions import AutotuneError
+from autotune.tune.records import MeasureResult
 from costmodel.analytic import AnalyticModel
 from costmodel.base import CostModel
 from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
@@ -103,7 +104,7 @@ class Evaluator:
         self._pending: list[dict[str, Any]] = []
         self._kernels: dict[tuple[str, KernelConfig], Kernel] = {}
         self._scores: dict[tuple[str, str], float] = {}
-        self._measured: dict[str, float] = {}
+        self._measured: dict[str, MeasureResult] = {}
         self.refits = 0
 
     def kernels(self, plan: SpacePlan) -> list[Kernel]:
@@ -131,31 +132,39 @@ class Evaluator:
             self._scores[key] = float(self.residency_model.predict(self.kernels(plan)).sum())
         return self._scores[key]
 
-    def measure(self, plan: SpacePlan) -> float:
-        """Simulated latency (us) of the plan; its kernels become dataset rows."""
+    def measure(self, plan: SpacePlan) -> MeasureResult:
+        """The plan run on the simulator; its kernels become dataset rows. A simulation that
+        fails (a deadlock, a budget, a config it refuses) is a failed result, never an
+        exception: it fails this plan, not the study."""
         key = plan.key()
         if key not in self._measured:
-            kernels = self.kernels(plan)
-            costs = self.simulator.evaluate(kernels)
-            resident = self.residency_model.residency(kernels)
-            rows = measurement_rows(
-                kernels,
-                costs,
-                resident,
-                target=self.target.spec.name,
-                spec_digest=self.target.spec.digest(),
-                precision=self.target.precision,
-                seed=0,
-                source=f"tune:{self.study}",
-                family=self.family,
-                group_ids=[
-                    f"{k.signature}|{json.dumps(r)}"
-                    for k, r in zip(kernels, resident, strict=True)
-                ],
-            )
-            self.add_rows(rows)
-            self._measured[key] = float(sum(c.latency_us for c in costs))
+            try:
+                self._measured[key] = MeasureResult(self._simulate(plan))
+            except Exception as err:  # any failure is this plan's, as data
+                log.warning("simulating a plan failed: %s: %s", type(err).__name__, err)
+                self._measured[key] = MeasureResult(None, f"{type(err).__name__}: {err}")
         return self._measured[key]
+
+    def _simulate(self, plan: SpacePlan) -> float:
+        kernels = self.kernels(plan)
+        costs = self.simulator.evaluate(kernels)
+        resident = self.residency_model.residency(kernels)
+        rows = measurement_rows(
+            kernels,
+            costs,
+            resident,
+            target=self.target.spec.name,
+            spec_digest=self.target.spec.digest(),
+            precision=self.target.precision,
+            seed=0,
+            source=f"tune:{self.study}",
+            family=self.family,
+            group_ids=[
+                f"{k.signature}|{json.dumps(r)}" for k, r in zip(kernels, resident, strict=True)
+            ],
+        )
+        self.add_rows(rows)
+        return float(sum(c.latency_us for c in costs))
 
     def add_rows(self, rows: list[dict[str, Any]]) -> None:
         """Record measured rows once each (a kernel in the same context is one row)."""

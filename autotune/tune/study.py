@@ -3,26 +3,23 @@ incumbent, and picks on a Pareto front (the loop itself is :mod:`autotune.tuner`
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import optuna
 
 from autotune.exceptions import AutotuneError
+from autotune.tune.config import TuneConfig
+from costmodel.spec import Target
+from search_space.ir import Graph
 
 __all__ = [
     "DEFAULT_STORAGE",
     "SAMPLERS",
-    "descend",
-    "enqueue_neighbours",
-    "knee",
     "make_sampler",
     "open_storage",
-    "picked",
+    "open_study",
+    "study_name",
 ]
 
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
@@ -95,169 +92,35 @@ def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.sampl
     raise AutotuneError(f"unknown sampler '{name}'; available: {', '.join(SAMPLERS)}")
 
 
-def _mutations(
-    params: dict[str, Any],
-    blocks: Sequence[Sequence[str]],
-    order: Iterable[int],
-    swaps: Sequence[tuple[str, str]] = (),
-) -> list[dict[str, Any]]:
-    """One move from ``params``: each block it leaves partly unfused switched on whole, then
-    each fusion decision flipped, in ``order`` (a permutation of the sorted ``fuse/`` names),
-    then each pair of ``swaps`` (classes that share an operator) that is half on exchanged: the
-    operator leaves one neighbour's group for the other's, which two single flips reach only
-    through a plan that fuses both or neither."""
-    names = sorted(n for n in params if n.startswith("fuse/"))
-
-    def on(name: str) -> Any:  # the parameter's "fused" value, bool or 0/1 (numeric samplers)
-        return True if isinstance(params[name], bool) else 1
-
-    moves = []
-    for block in blocks:
-        keys = [f"fuse/{c}" for c in block if f"fuse/{c}" in params]
-        if keys and not all(params[k] for k in keys):
-            moves.append({**params, **{k: on(k) for k in keys}})
-    for name in (names[i] for i in order):
-        value = params[name]
-        moves.append({**params, name: (not value) if isinstance(value, bool) else 1 - value})
-    for a, b in swaps:
-        ka, kb = f"fuse/{a}", f"fuse/{b}"
-        if ka in params and kb in params and bool(params[ka]) != bool(params[kb]):
-            moves.append({**params, ka: params[kb], kb: params[ka]})
-    return moves
+def study_name(graph: Graph, target: Target, config: TuneConfig, name: str) -> str:
+    """The default study name: model, graph fingerprint, target, strategy and what changes
+    the trials' meaning (two objectives, a numeric sampler, a non-default cost model)."""
+    numeric = config.sampler in ("cmaes", "gp")
+    return (
+        f"{name}-{graph.fingerprint()[:8]}-{target.spec.name}-{config.strategy}"
+        f"{'-mo' if config.multi else ''}{'-num' if numeric else ''}"
+        f"{'' if config.cost == 'learned' else '-' + config.cost}"
+    )
 
 
-def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted(params.items()))
-
-
-def enqueue_neighbours(
-    study: optuna.Study,
-    limit: int = 3,
-    stall: int = 10,
-    blocks: Sequence[Sequence[str]] = (),
-    seed: int = 0,
-    incumbent: optuna.trial.FrozenTrial | None = None,
-    score: Callable[[dict[str, Any]], float] | None = None,
-    depth: int = 0,
-    swaps: Sequence[tuple[str, str]] = (),
-) -> int:
-    """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
-    up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
-    come first: each switches on every fusion class of one block (``blocks``, class names in
-    the order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly
-    unfused: a pattern such as attention pays off only whole, which one flip at a time never
-    shows. Then single flips of one fusion decision, in a shuffle seeded by ``seed`` and the
-    trial count, then ``swaps`` (pairs of classes sharing an operator, e.g.
-    :meth:`SearchSpace.swap_moves`) exchanged where one is on and the other off. ``incumbent``
-    overrides the best trial by stored value (a refitted model may rank the trials otherwise).
-    With ``score`` (a cost of a trial's parameters, e.g. the study's model on the repaired
-    plan), every untried mutation is scored and the ``limit`` cheapest are enqueued (steepest
-    descent; the order above breaks ties): the budget goes to the moves the model believes in,
-    not to the first ones drawn. A mutation scored ``inf`` (e.g. over a memory limit) is never
-    enqueued. With ``depth`` > 0 as well, the descent goes on in the model alone from the
-    cheapest mutation, up to ``depth`` more moves while one lowers the score (no trial spent on
-    the way), and its end takes the first trial: the trials go to the model's local optimum,
-    where one move at a time would need a stall per step.
+def open_study(
+    storage: optuna.storages.BaseStorage | str, name: str, config: TuneConfig
+) -> tuple[optuna.Study, int]:
+    """Create or resume the study, with its sampler seeded past the trials it has.
 
     Returns:
-        How many trials were enqueued.
-    """
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if not complete or len(study.directions) != 1:
-        return 0
-    best = incumbent or min(complete, key=lambda t: t.values[0])
-    if complete[-1].number - best.number < stall:
-        return 0  # the sampler is still improving: leave it the budget
-    seen = {_key(t.params) for t in study.trials}
-    rng = np.random.default_rng([seed, len(study.trials)])
-    n_names = sum(1 for n in best.params if n.startswith("fuse/"))
-    fresh = []
-    for params in _mutations(best.params, blocks, rng.permutation(n_names), swaps):
-        key = _key(params)
-        if key not in seen:
-            seen.add(key)
-            fresh.append(params)
-    if score is not None:
-        costs = [score(p) for p in fresh]
-        kept = sorted(
-            (i for i in range(len(fresh)) if math.isfinite(costs[i])), key=lambda i: (costs[i], i)
-        )
-        fresh = [fresh[i] for i in kept]
-        if depth > 0 and fresh:
-            end, _ = descend(fresh[0], score, blocks, depth, seed, costs[kept[0]], seen, swaps)
-            if end is not fresh[0]:
-                fresh = [end, *fresh[: limit - 1]]
-    for params in fresh[:limit]:
-        study.enqueue_trial(params, skip_if_exists=True)
-    return min(limit, len(fresh))
-
-
-def descend(
-    start: dict[str, Any],
-    score: Callable[[dict[str, Any]], float],
-    blocks: Sequence[Sequence[str]] = (),
-    depth: int = 16,
-    seed: int = 0,
-    cost: float | None = None,
-    seen: set[tuple[tuple[str, Any], ...]] | None = None,
-    swaps: Sequence[tuple[str, str]] = (),
-) -> tuple[dict[str, Any], float]:
-    """Steepest descent in the model from ``start``: up to ``depth`` moves (block moves, single
-    flips and ``swaps``, as the local search makes them), each to the cheapest mutation not in
-    ``seen`` while it lowers ``score``. ``cost`` is the start's score when known; every point
-    scored is added to ``seen``. No trial is spent: this is a search in the model alone.
-
-    Returns:
-        The end (``start`` itself when no move lowered the score) and its score.
-    """
-    seen = set() if seen is None else seen
-    seen.add(_key(start))
-    current = start
-    cost = score(start) if cost is None else cost
-    rng = np.random.default_rng([seed, depth])
-    n_names = sum(1 for n in start if n.startswith("fuse/"))
-    for _ in range(depth):
-        moves = _mutations(current, blocks, rng.permutation(n_names), swaps)
-        step = [p for p in moves if _key(p) not in seen]
-        if not step:
-            break
-        seen.update(_key(p) for p in step)
-        costs = [score(p) for p in step]
-        i = min(range(len(step)), key=lambda j: (costs[j], j))
-        if not costs[i] < cost:
-            break
-        current, cost = step[i], costs[i]
-    return current, cost
-
-
-def knee(front: Sequence[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial:
-    """The Pareto point farthest from the line between the two extremes (normalised)."""
-    if len(front) <= 2:
-        return front[0]
-    xs = [t.values[0] for t in front]
-    ys = [t.values[1] for t in front]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    sx, sy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-    a = ((xs[0] - x0) / sx, (ys[0] - y0) / sy)
-    b = ((xs[-1] - x0) / sx, (ys[-1] - y0) / sy)
-
-    def dist(t: optuna.trial.FrozenTrial) -> float:
-        p = ((t.values[0] - x0) / sx, (t.values[1] - y0) / sy)
-        return abs((b[0] - a[0]) * (a[1] - p[1]) - (a[0] - p[0]) * (b[1] - a[1]))
-
-    return max(front, key=dist)
-
-
-def picked(front: Sequence[optuna.trial.FrozenTrial], number: int) -> optuna.trial.FrozenTrial:
-    """The front's trial ``number`` (``--pick``).
+        The study and how many trials it had before this run.
 
     Raises:
-        AutotuneError: the trial is not on the front.
+        AutotuneError: an existing study of that name with other directions.
     """
-    for t in front:
-        if t.number == number:
-            return t
-    raise AutotuneError(
-        f"--pick {number} is not on the Pareto front; front trials: "
-        f"{', '.join(str(t.number) for t in front)}"
-    )
+    directions = [optuna.study.StudyDirection.MINIMIZE] * (2 if config.multi else 1)
+    try:
+        probe = optuna.create_study(
+            storage=storage, study_name=name, directions=directions, load_if_exists=True
+        )
+    except ValueError as err:  # e.g. an existing study with other directions
+        raise AutotuneError(f"study '{name}': {err}") from None
+    done = len(probe.trials)
+    sampler = make_sampler(config.sampler, config.seed, done, config.multi)
+    return optuna.load_study(storage=storage, study_name=name, sampler=sampler), done

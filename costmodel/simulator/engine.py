@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from costmodel.exceptions import SimulationError
 from costmodel.simulator.core import Unit
 from costmodel.simulator.dma import Xfer
 from costmodel.simulator.events import EV_OP, EV_WAKE, EV_XF, RING
@@ -240,7 +241,7 @@ class Sim:
         stuck = [u for u in self.units if not u.finished]
         if stuck:
             u = stuck[0]
-            raise RuntimeError(
+            raise SimulationError(
                 f"simulator deadlock: core {u.core} ({u.side.kind}) finished {u.cnt_tail} of "
                 f"{u.ntiles - u.base} tiles (ld {u.cnt_ld}, m {u.cnt_m}, v {u.cnt_v})"
             )

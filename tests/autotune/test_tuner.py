@@ -13,8 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from autotune.exceptions import AutotuneError
-from autotune.tune import TuneConfig, tune_graph
-from autotune.tune.study import descend, enqueue_neighbours
+from autotune.tune import TuneConfig, descend, enqueue_neighbours, tune_graph
 from autotune.zoo import build
 from search_space import load_graph
 
@@ -336,12 +335,11 @@ def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, mo
     trial the prior scores best. With a prior that favours the most kernels (the unfused
     trial, which neither the study's model nor the baselines put forward), the most kernels
     of any trial are among the measured candidates."""
-    from autotune.tune import Evaluator
-    from autotune.tune import loop as tuner
+    from autotune.tune import Evaluator, steps
     from search_space.rules import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: -float(len(plan.groups)))
-    monkeypatch.setattr(tuner, "DESCENT", 0)
+    monkeypatch.setattr(steps, "DESCENT", 0)
     cfg = _cfg(tmp_path, study="favourite", trials=8, policy=Policy(safe_mode=False))
     result = tune_graph(graph, cfg, name="bert")
     journal = optuna.storages.JournalStorage(

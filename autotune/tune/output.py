@@ -1,0 +1,94 @@
+"""What a study writes: the plan record with its report (per-kernel rows, the candidate
+census, where the winner came from)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autotune.candidates import CandidateVerdict, analyse_candidates
+from autotune.tune.records import Candidate
+from autotune.tune.session import Session
+from search_space.space import FusionPlan, PlanGroup, SpacePlan
+
+__all__ = ["census", "kernel_rows", "plan_record"]
+
+
+def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
+    """Per kernel of the final plan: simulated latency and bound, and what its ops cost unfused
+    (each op alone at its default config), for the report."""
+    kernels = s.ev.kernels(plan)
+    costs = s.ev.simulator.evaluate(kernels)
+    rows = []
+    for g, k, c in zip(plan.groups, kernels, costs, strict=True):
+        ops = [n for n in g.ops if n in s.ctx.index]
+        before = sum(s.oracle.default_cost(s.ctx.group([n])) for n in ops)
+        rows.append(
+            {
+                "us": c.latency_us,
+                "us_unfused": before,
+                "bound": c.bound,
+                "unit": k.unit,
+                "footprint": dict(k.footprint),
+            }
+        )
+    return rows
+
+
+def census(s: Session) -> dict[str, int]:
+    """How many candidate fusions were skipped for low benefit or buffer overflow."""
+    found = analyse_candidates(s.graph, s.target, s.config.policy)["candidates"]
+    verdicts = [c["verdict"] for c in found]
+    return {
+        "skipped_low_benefit": verdicts.count(CandidateVerdict.LOW_BENEFIT),
+        "skipped_buffer_overflow": verdicts.count(CandidateVerdict.BUFFER_OVERFLOW),
+    }
+
+
+def plan_record(
+    s: Session,
+    winner: Candidate,
+    candidates: Sequence[Candidate],
+    baseline_us: Mapping[str, float | None],
+    report: Mapping[str, int],
+    verdicts: Mapping[tuple[str, ...], str],
+) -> FusionPlan:
+    """The plan file's record: groups with configs and verdicts, predicted and measured
+    latency, and the study's report in ``meta``."""
+    cfg = s.config
+    plan = winner.plan
+    trials = len(s.complete())
+    meta: dict[str, Any] = {
+        "study": s.study_name,
+        "storage": s.storage_name,
+        "trials": trials,
+        "target_source": cfg.target,
+        "sets": list(cfg.sets),
+        "sampler": cfg.sampler,
+        "strategy": cfg.strategy,
+        "seed": cfg.seed,
+        "source": winner.source,
+        "candidates": [c.to_json() for c in candidates],
+        "baseline_us": dict(baseline_us),
+        "baseline_predicted_us": {k: s.ev.score(s.baselines[k]) for k in ("none", "greedy")},
+        "objective": cfg.objective,
+        "report": dict(report),
+        "kernels": kernel_rows(s, plan),
+        "cost_model": {"kind": cfg.cost, "version": s.ev.model.version, "refits": s.ev.refits},
+        "measurements": {"rows": len(s.ev.rows), "file": str(s.dataset)},
+    }
+    groups = tuple(
+        PlanGroup(g.ops, g.kind, c, verdicts.get(g.ops, ""))
+        for g, c in zip(plan.groups, plan.configs, strict=True)
+    )
+    return FusionPlan(
+        fingerprint=s.graph.fingerprint(),
+        target=s.target.spec.name,
+        groups=groups,
+        precision=s.target.precision,
+        name=s.name,
+        predicted_us=s.ev.score(plan),
+        measured_us=winner.latency_us,
+        cost_model=cfg.cost,
+        meta=meta,
+    )

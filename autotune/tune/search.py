@@ -1,0 +1,149 @@
+"""Local search in the model: moves of a trial's fusion decisions (block moves, single flips,
+swaps), the steepest descent over them, and the TVM-style mutation of the incumbent that
+enqueues a descent's end as the next trial."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+
+__all__ = ["descend", "enqueue_neighbours"]
+
+
+def _mutations(
+    params: dict[str, Any],
+    blocks: Sequence[Sequence[str]],
+    order: Iterable[int],
+    swaps: Sequence[tuple[str, str]] = (),
+) -> list[dict[str, Any]]:
+    """One move from ``params``: each block it leaves partly unfused switched on whole, then
+    each fusion decision flipped, in ``order`` (a permutation of the sorted ``fuse/`` names),
+    then each pair of ``swaps`` (classes that share an operator) that is half on exchanged: the
+    operator leaves one neighbour's group for the other's, which two single flips reach only
+    through a plan that fuses both or neither."""
+    names = sorted(n for n in params if n.startswith("fuse/"))
+
+    def on(name: str) -> Any:  # the parameter's "fused" value, bool or 0/1 (numeric samplers)
+        return True if isinstance(params[name], bool) else 1
+
+    moves = []
+    for block in blocks:
+        keys = [f"fuse/{c}" for c in block if f"fuse/{c}" in params]
+        if keys and not all(params[k] for k in keys):
+            moves.append({**params, **{k: on(k) for k in keys}})
+    for name in (names[i] for i in order):
+        value = params[name]
+        moves.append({**params, name: (not value) if isinstance(value, bool) else 1 - value})
+    for a, b in swaps:
+        ka, kb = f"fuse/{a}", f"fuse/{b}"
+        if ka in params and kb in params and bool(params[ka]) != bool(params[kb]):
+            moves.append({**params, ka: params[kb], kb: params[ka]})
+    return moves
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+def enqueue_neighbours(
+    study: optuna.Study,
+    limit: int = 3,
+    stall: int = 10,
+    blocks: Sequence[Sequence[str]] = (),
+    seed: int = 0,
+    incumbent: optuna.trial.FrozenTrial | None = None,
+    score: Callable[[dict[str, Any]], float] | None = None,
+    depth: int = 0,
+    swaps: Sequence[tuple[str, str]] = (),
+) -> int:
+    """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
+    up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
+    come first: each switches on every fusion class of one block (``blocks``, class names in
+    the order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly
+    unfused: a pattern such as attention pays off only whole, which one flip at a time never
+    shows. Then single flips of one fusion decision, in a shuffle seeded by ``seed`` and the
+    trial count, then ``swaps`` (pairs of classes sharing an operator, e.g.
+    :meth:`SearchSpace.swap_moves`) exchanged where one is on and the other off. ``incumbent``
+    overrides the best trial by stored value (a refitted model may rank the trials otherwise).
+    With ``score`` (a cost of a trial's parameters, e.g. the study's model on the repaired
+    plan), every untried mutation is scored and the ``limit`` cheapest are enqueued (steepest
+    descent; the order above breaks ties): the budget goes to the moves the model believes in,
+    not to the first ones drawn. A mutation scored ``inf`` (e.g. over a memory limit) is never
+    enqueued. With ``depth`` > 0 as well, the descent goes on in the model alone from the
+    cheapest mutation, up to ``depth`` more moves while one lowers the score (no trial spent on
+    the way), and its end takes the first trial: the trials go to the model's local optimum,
+    where one move at a time would need a stall per step.
+
+    Returns:
+        How many trials were enqueued.
+    """
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete or len(study.directions) != 1:
+        return 0
+    best = incumbent or min(complete, key=lambda t: t.values[0])
+    if complete[-1].number - best.number < stall:
+        return 0  # the sampler is still improving: leave it the budget
+    seen = {_key(t.params) for t in study.trials}
+    rng = np.random.default_rng([seed, len(study.trials)])
+    n_names = sum(1 for n in best.params if n.startswith("fuse/"))
+    fresh = []
+    for params in _mutations(best.params, blocks, rng.permutation(n_names), swaps):
+        key = _key(params)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(params)
+    if score is not None:
+        costs = [score(p) for p in fresh]
+        kept = sorted(
+            (i for i in range(len(fresh)) if math.isfinite(costs[i])), key=lambda i: (costs[i], i)
+        )
+        fresh = [fresh[i] for i in kept]
+        if depth > 0 and fresh:
+            end, _ = descend(fresh[0], score, blocks, depth, seed, costs[kept[0]], seen, swaps)
+            if end is not fresh[0]:
+                fresh = [end, *fresh[: limit - 1]]
+    for params in fresh[:limit]:
+        study.enqueue_trial(params, skip_if_exists=True)
+    return min(limit, len(fresh))
+
+
+def descend(
+    start: dict[str, Any],
+    score: Callable[[dict[str, Any]], float],
+    blocks: Sequence[Sequence[str]] = (),
+    depth: int = 16,
+    seed: int = 0,
+    cost: float | None = None,
+    seen: set[tuple[tuple[str, Any], ...]] | None = None,
+    swaps: Sequence[tuple[str, str]] = (),
+) -> tuple[dict[str, Any], float]:
+    """Steepest descent in the model from ``start``: up to ``depth`` moves (block moves, single
+    flips and ``swaps``, as the local search makes them), each to the cheapest mutation not in
+    ``seen`` while it lowers ``score``. ``cost`` is the start's score when known; every point
+    scored is added to ``seen``. No trial is spent: this is a search in the model alone.
+
+    Returns:
+        The end (``start`` itself when no move lowered the score) and its score.
+    """
+    seen = set() if seen is None else seen
+    seen.add(_key(start))
+    current = start
+    cost = score(start) if cost is None else cost
+    rng = np.random.default_rng([seed, depth])
+    n_names = sum(1 for n in start if n.startswith("fuse/"))
+    for _ in range(depth):
+        moves = _mutations(current, blocks, rng.permutation(n_names), swaps)
+        step = [p for p in moves if _key(p) not in seen]
+        if not step:
+            break
+        seen.update(_key(p) for p in step)
+        costs = [score(p) for p in step]
+        i = min(range(len(step)), key=lambda j: (costs[j], j))
+        if not costs[i] < cost:
+            break
+        current, cost = step[i], costs[i]
+    return current, cost

@@ -1,0 +1,178 @@
+"""One study's working state, shared by the steps of the loop (:mod:`autotune.tune.steps`).
+
+A :class:`Session` holds what a study is about (the graph, its space, the baselines), the
+Optuna study, the evaluator that scores and measures plans, and the candidates measured so far.
+Its methods are the small questions every step asks: a trial's plan, its score now, whether a
+plan fits the memory limit, what a local-search move costs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.tune.config import TuneConfig
+from autotune.tune.evaluator import Evaluator, make_study_model
+from autotune.tune.records import Candidate
+from autotune.tune.study import open_storage, open_study, study_name
+from costmodel.analytic import AnalyticModel
+from costmodel.learned import LearnedModel
+from costmodel.oracle import CostOracle
+from costmodel.spec import Target, load_target
+from search_space.fusion import FusionContext
+from search_space.ir import FusionGroup, Graph
+from search_space.space import SearchSpace, SpacePlan, baseline_plan, build_space, peak_live_bytes
+
+__all__ = ["RESCORE", "Session"]
+
+RESCORE = 15  # after a refit, the best trials by stored value re-ranked by the model as it is
+COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+@dataclass
+class Session:
+    """The state a study's steps share. Built by :meth:`open`; ``measured`` grows as plans
+    are measured (keyed by plan: a plan is measured once)."""
+
+    graph: Graph
+    config: TuneConfig
+    name: str
+    target: Target
+    ctx: FusionContext
+    ev: Evaluator
+    oracle: CostOracle
+    space: SearchSpace
+    study: optuna.Study
+    study_name: str
+    storage_name: str
+    dataset: Path
+    baselines: dict[str, SpacePlan]
+    fresh: bool  # the study had no trials before this run (warm starts are enqueued)
+    measured: dict[str, Candidate] = field(default_factory=dict)
+    replayed: set[int] = field(default_factory=set)
+    blocks: list[tuple[str, ...]] = field(default_factory=list)
+    swaps: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, graph: Graph, config: TuneConfig, name: str) -> Session:
+        """Build the space and the models, open (or resume) the study.
+
+        Raises:
+            AutotuneError: a storage, study or cost model that cannot be opened.
+        """
+        target = load_target(config.target, config.sets, config.precision)
+        policy = config.policy
+        ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
+        model = make_study_model(config.cost, target, config.cost_model_file)
+        storage, storage_name = open_storage(config.storage)
+        sname = config.study or study_name(graph, target, config, name)
+        ev = Evaluator(
+            graph, target, model, retrain_every=config.retrain_every, family=name, study=sname
+        )
+        dataset = _dataset_path(config, storage_name)
+        if ev.load_rows(dataset):
+            ev.retrain(force=True)  # a resumed study continues from what it had learned
+        # grids are ranked by the calibrated analytic model, which does not learn: a config
+        # index keeps its meaning across refits and resumes; costs and best configs use the
+        # study's model
+        oracle = CostOracle(
+            graph,
+            target,
+            model=model,  # type: ignore[arg-type]
+            ctx=ctx,
+            rank_model=AnalyticModel(target),
+        )
+        numeric = config.sampler in ("cmaes", "gp")
+        space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
+        study, done = open_study(storage, sname, config)
+        baselines = {k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")}
+        return cls(
+            graph, config, name, target, ctx, ev, oracle, space, study, sname, storage_name,
+            dataset, baselines, fresh=done == 0, blocks=space.block_moves(),
+            swaps=space.swap_moves(),
+        )  # fmt: skip
+
+    # -- what the steps ask -----------------------------------------------------------------
+    @property
+    def hedges(self) -> bool:
+        """A learned, single-objective study also measures where its prior's descents end."""
+        return isinstance(self.ev.model, LearnedModel) and not self.config.multi
+
+    def complete(self) -> list[optuna.trial.FrozenTrial]:
+        return [t for t in self.study.trials if t.state == COMPLETE]
+
+    def replay(self, t: optuna.trial.FrozenTrial) -> SpacePlan:
+        """The plan a trial's parameters make (configs as the space picks them now)."""
+        return self.space.suggest(optuna.trial.FixedTrial(t.params))
+
+    def now(self, t: optuna.trial.FrozenTrial) -> float:
+        """A trial's score under the study's model as it is now: a value stored before the
+        last refit came from another model (cached by plan and model version)."""
+        if (
+            t.user_attrs.get("cost_model") == self.ev.model.version
+            or "plan_key" not in t.user_attrs
+        ):
+            return float(t.values[0])
+        return self.ev.score(self.replay(t))
+
+    def ranked(self, trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+        """Trials by stored value, the ``RESCORE`` best of them re-ordered by their score now."""
+        by_value = sorted(trials, key=lambda t: t.values[0])
+        return sorted(by_value[:RESCORE], key=self.now) + by_value[RESCORE:]
+
+    def fits(self, groups: Sequence[FusionGroup]) -> bool:
+        """Within the policy's max_mem_usage (always, without one)."""
+        limit = self.config.policy.max_mem_usage
+        return limit is None or peak_live_bytes(self.graph, groups) <= limit
+
+    def mutant_cost(self, params: dict[str, Any]) -> float:
+        """The study model's cost of a local-search move (fusion decisions only; each group
+        at its best or default config, as :meth:`SearchSpace.plan` picks); ``inf`` over the
+        memory limit, which would drop the plan anyway."""
+        plan = self.space.plan(self.space.chosen(params))
+        return self.ev.score(plan) if self.fits(plan.groups) else math.inf
+
+    def prior_cost(self, params: dict[str, Any]) -> float:
+        """As :meth:`mutant_cost`, under the calibrated analytic model (the learned model's
+        prior, which its correction may mislead far from the rows it was fitted on)."""
+        plan = self.space.plan(self.space.chosen(params))
+        return self.ev.prior_score(plan) if self.fits(plan.groups) else math.inf
+
+    def tilings(self, groups: tuple[FusionGroup, ...]) -> list[tuple[str, SpacePlan]]:
+        """A grouping at each model's favourite tiles: the study's model (the bilevel answer)
+        and the ranking model (calibrated analytic, which never refits)."""
+        return [
+            ("tuned", SpacePlan(groups, tuple(self.oracle.best(g)[0] for g in groups))),
+            ("ranked", SpacePlan(groups, tuple(self.oracle.grid(g)[0] for g in groups))),
+        ]
+
+    def measure(self, plan: SpacePlan, source: str) -> Candidate:
+        """A plan measured on the simulator (each plan runs once: the evaluator caches), as a
+        candidate from ``source``."""
+        return Candidate(plan, self.ev.measure(plan), source)
+
+    def is_measured(self, plan: SpacePlan) -> bool:
+        """Is the plan among the study's own measured candidates?"""
+        return plan.key() in self.measured
+
+    def record(self, plan: SpacePlan, source: str) -> Candidate:
+        """Measure a plan and keep it among the study's own candidates (trials, descents,
+        hedges); a plan recorded before keeps its first source."""
+        key = plan.key()
+        if key not in self.measured:
+            self.measured[key] = self.measure(plan, source)
+        return self.measured[key]
+
+
+def _dataset_path(config: TuneConfig, storage_name: str) -> Path:
+    """Where the run's measured rows go: ``--dataset``, else beside a journal file."""
+    if config.dataset is not None:
+        return Path(config.dataset)
+    if "://" in storage_name:
+        return Path("autotune.measurements.parquet")
+    return Path(storage_name).with_suffix(".measurements.parquet")

@@ -1,0 +1,285 @@
+"""The named steps of a study (:func:`autotune.tune.loop.tune_graph` calls them in order).
+
+* :func:`warm_start`: enqueue the none, greedy and max plans in a new study;
+* :func:`objective`: a trial's plan, scored by the study's model (and its peak memory);
+* :class:`OnTrial`: after each trial, every ``measure_every`` trials :func:`measure_best`,
+  every ten :func:`local_search`;
+* :func:`measure_best`: simulate the best trials not yet measured, hedge, refit;
+* :func:`local_search`: enqueue the model's descent from the incumbent (TVM-style mutation);
+* :func:`hedge_prior`: measure where descents under the learned model's prior end;
+* :func:`polish`: at the end, descend from the best trials and measure the ends;
+* :func:`rule_based`: the greedy and max plans, and the best groupings at both tilings;
+* :func:`settle`: descend from the measured winner's grouping, with swap moves;
+* :func:`pick`: the answer among the measured candidates (Pareto knee for two objectives,
+  plans within the memory limit, failed measurements never).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+
+import optuna
+
+from autotune.exceptions import AutotuneError
+from autotune.tune.pareto import knee, picked
+from autotune.tune.records import Candidate
+from autotune.tune.search import descend, enqueue_neighbours
+from autotune.tune.session import COMPLETE, Session
+from search_space.space import peak_live_bytes
+
+__all__ = [
+    "DESCENT",
+    "OnTrial",
+    "hedge_prior",
+    "local_search",
+    "measure_best",
+    "measure_descent",
+    "objective",
+    "pick",
+    "polish",
+    "rule_based",
+    "run_trials",
+    "settle",
+    "warm_start",
+]
+
+log = logging.getLogger(__name__)
+DESCENT = 8  # moves a descent in the model alone may make (local search, hedge, polish)
+LOCAL_EVERY = 10  # trials between local-search rounds
+
+
+def warm_start(s: Session) -> None:
+    """In a new study, enqueue the none, greedy and max plans as its first trials."""
+    if not s.fresh:
+        return
+    for kind in ("none", "greedy", "max"):
+        parts = [frozenset(n for n in g.ops if n in s.ctx.index) for g in s.baselines[kind].groups]
+        params = s.space.params_for(parts, "default" if kind != "max" else "best")
+        s.study.enqueue_trial(params, skip_if_exists=True)
+
+
+def objective(s: Session) -> Callable[[optuna.trial.Trial], float | tuple[float, float]]:
+    """The study's objective: a trial's plan scored by the study's model (with its peak
+    live bytes as the second objective, and as a constraint under ``max_mem_usage``)."""
+    limit = s.config.policy.max_mem_usage
+
+    def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
+        plan = s.space.suggest(trial)
+        trial.set_user_attr("plan_key", plan.key())
+        trial.set_user_attr("kernels", len(plan.groups))
+        trial.set_user_attr("cost_model", s.ev.model.version)
+        latency = s.ev.score(plan)
+        memory = peak_live_bytes(s.graph, plan.groups)
+        trial.set_user_attr("peak_live_bytes", memory)
+        if limit is not None:
+            trial.set_user_attr("constraint", [memory - limit])
+            trial.set_constraint("max_mem_usage", memory - limit)
+        return (latency, memory / 1e6) if s.config.multi else latency
+
+    return run
+
+
+def _over_limit(t: optuna.trial.FrozenTrial) -> bool:
+    return float(t.user_attrs.get("constraint", [0.0])[0]) > 0
+
+
+def measure_best(s: Session, hedging: bool = True) -> None:
+    """Simulate up to ``measure_top`` of the best trials whose plans are not measured yet
+    (ranked by the model as it is now; the Pareto front for two objectives), hedge a learned
+    study's prior from the incumbent, and refit the learned model on the new rows."""
+    if s.config.multi:
+        ranked = sorted(s.study.best_trials, key=lambda t: t.values[0])
+    else:
+        ranked = s.ranked(s.complete())
+    fresh = 0
+    for t in ranked:
+        if t.number in s.replayed or "plan_key" not in t.user_attrs or _over_limit(t):
+            continue
+        s.replayed.add(t.number)
+        plan = s.replay(t)
+        if s.is_measured(plan):
+            continue
+        s.record(plan, f"trial {t.number}")
+        fresh += 1
+        if fresh >= s.config.measure_top:
+            break
+    if s.hedges and hedging and ranked:
+        hedge_prior(s, ranked[0])
+    if s.ev.retrain():
+        s.oracle.refresh()  # bilevel configs follow the refitted model
+
+
+def local_search(s: Session) -> None:
+    """Enqueue the study model's descent from the incumbent (single objective only)."""
+    complete = s.complete()
+    best = s.ranked(complete)[0] if complete else None
+    enqueue_neighbours(
+        s.study,
+        blocks=s.blocks,
+        seed=s.config.seed,
+        incumbent=best,
+        score=s.mutant_cost,
+        depth=DESCENT,
+    )
+
+
+class OnTrial:
+    """The study's callback: measurement and local search on schedule, and progress."""
+
+    def __init__(self, s: Session, progress: Callable[[int, float], None] | None) -> None:
+        self.s, self.progress = s, progress
+        self.n, self.best = 0, math.inf
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.n += 1
+        if trial.state == COMPLETE and trial.values:
+            self.best = min(self.best, trial.values[0])
+        if self.n % self.s.config.measure_every == 0:
+            measure_best(self.s)
+        if self.n % LOCAL_EVERY == 0 and not self.s.config.multi:
+            local_search(self.s)
+        if self.progress is not None:
+            self.progress(self.n, self.best)
+
+
+def run_trials(s: Session, progress: Callable[[int, float], None] | None = None) -> bool:
+    """Run the study's trials (a trial that raises is recorded as failed; the study goes on).
+
+    Returns:
+        True when Ctrl-C ended the trials early.
+    """
+    try:
+        s.study.optimize(
+            objective(s),
+            n_trials=s.config.trials,
+            timeout=s.config.timeout,
+            callbacks=[OnTrial(s, progress)],
+            catch=(Exception,),
+        )
+    except KeyboardInterrupt:
+        log.warning("interrupted: writing the best plan found so far")
+        return True
+    return False
+
+
+def measure_descent(
+    s: Session,
+    t: optuna.trial.FrozenTrial,
+    prior: bool = False,
+    moves: Sequence[tuple[str, str]] = (),
+    still: bool = False,
+) -> None:
+    """Measure where a descent from trial ``t`` ends (under the prior, or the study's model;
+    with the swap ``moves``), unless its plan was measured already, it is over the memory
+    limit or (without ``still``) it did not move."""
+    start = t.params
+    cost = s.prior_cost if prior else s.mutant_cost
+    end, _ = descend(start, cost, s.blocks, DESCENT, s.config.seed, swaps=moves)
+    plan = s.space.plan(s.space.chosen(end))
+    if (end is start and not still) or s.is_measured(plan) or not s.fits(plan.groups):
+        return
+    by = " by the prior" if prior else ""
+    how = f"descended{by}" if end is not start else f"as it is{by}"
+    s.record(plan, f"trial {t.number}, {how}")
+
+
+def hedge_prior(s: Session, incumbent: optuna.trial.FrozenTrial) -> None:
+    """Measure where descents under the prior end: from the incumbent, and from the trial the
+    prior itself scores best (its grouping measured even where it cannot descend), so a
+    grouping the correction ranks too low is still measured and learned from. These descents
+    try swap moves, the study model's own do not: scoring every exchange under the study's
+    model (each a new group to tile) made a learned study several times slower (only the
+    final :func:`settle` does, once)."""
+    measure_descent(s, incumbent, prior=True, moves=s.swaps)
+    done = [t for t in s.complete() if "plan_key" in t.user_attrs]
+    if done:
+        favourite = min(done, key=lambda t: s.prior_cost(t.params))
+        if favourite.number != incumbent.number:
+            measure_descent(s, favourite, prior=True, moves=s.swaps, still=True)
+
+
+def polish(s: Session) -> None:
+    """From each of the ``polish`` best trials under the model as it is now, a descent in the
+    model alone (and, for a learned study, the prior's hedge); each new end within the memory
+    limit is measured. The last local-search round may come too late for the trials to follow
+    it, and the refitted model knows most about the plans near the best."""
+    tops = [t for t in s.ranked(s.complete()) if "plan_key" in t.user_attrs]
+    for t in tops[: s.config.polish]:
+        measure_descent(s, t)
+        if s.hedges:
+            hedge_prior(s, t)
+
+
+def rule_based(s: Session, regroup: bool = True) -> list[Candidate]:
+    """The greedy and max plans as candidates and, with ``regroup``, the greedy and max
+    groupings and the best measured grouping each at both tilings (plans over the memory limit
+    are never simulated)."""
+    greedy, max_plan = s.baselines["greedy"], s.baselines["max"]
+    out = [s.measure(greedy, "greedy"), s.measure(max_plan, "max")]
+    best = min(s.measured.values(), key=lambda c: c.latency_us, default=None)
+    groupings = [("greedy groups", greedy.groups), ("max groups", max_plan.groups)]
+    if best is not None:
+        groupings.append((f"{best.source}: groups", best.plan.groups))
+    for label, groups in groupings if regroup else []:
+        if not s.fits(groups):
+            continue
+        for tiles, plan in s.tilings(groups):
+            out.append(s.measure(plan, f"{label}, {tiles} tiles"))
+    return out
+
+
+def settle(s: Session, winner: Candidate) -> list[Candidate]:
+    """The measured winner's grouping descended in the study's model and (a learned study)
+    under its prior, with swap moves, each end measured at both tilings. The winner may be no
+    trial (a rule-based grouping at the ranking tiles), so no descent has started from it, and
+    an exchange one swap away can still lower it."""
+    parts = [frozenset(n for n in g.ops if n in s.ctx.index) for g in winner.plan.groups]
+    start = s.space.params_for(parts)
+    costs = [(s.mutant_cost, "in the model")]
+    if s.hedges:
+        costs.append((s.prior_cost, "by the prior"))
+    out = []
+    for cost, how in costs:
+        end, _ = descend(start, cost, s.blocks, DESCENT, s.config.seed, swaps=s.swaps)
+        groups = s.space.plan(s.space.chosen(end)).groups
+        if end is start or not s.fits(groups):
+            continue
+        for tiles, plan in s.tilings(groups):
+            out.append(s.measure(plan, f"{winner.source}, settled {how}, {tiles} tiles"))
+    return out
+
+
+def pick(
+    s: Session, candidates: list[Candidate]
+) -> tuple[Candidate, list[Candidate], list[dict[str, float]]]:
+    """The answer: the fastest measured candidate within the memory limit (the leanest, with a
+    warning, when none fits); for two objectives, the Pareto front's knee or ``--pick``.
+
+    Returns:
+        The winner, the candidates it was picked from, and the Pareto front (two objectives).
+
+    Raises:
+        AutotuneError: no candidate could be simulated, or ``--pick`` is not on the front.
+    """
+    pareto: list[dict[str, float]] = []
+    if s.config.multi:
+        front = sorted(s.study.best_trials, key=lambda t: t.values[0])
+        pareto = [
+            {"trial": t.number, "latency_us": t.values[0], "memory_mb": t.values[1]} for t in front
+        ]
+        if front:
+            chosen = knee(front) if s.config.pick is None else picked(front, s.config.pick)
+            candidates = [s.measure(s.replay(chosen), f"trial {chosen.number}")]
+    if s.config.policy.max_mem_usage is not None:
+        within = [c for c in candidates if s.fits(c.plan.groups)]
+        if not within:
+            log.warning("no measured plan fits max_mem_usage; keeping the leanest")
+            within = [min(candidates, key=lambda c: peak_live_bytes(s.graph, c.plan.groups))]
+        candidates = within
+    ok = [c for c in candidates if c.measured.ok]
+    if not ok:
+        errors = "; ".join(f"{c.source}: {c.measured.error}" for c in candidates[:3])
+        raise AutotuneError(f"no candidate plan could be simulated ({errors})")
+    return min(ok, key=lambda c: c.latency_us), candidates, pareto

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from costmodel.base import KernelCost
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
@@ -14,11 +16,11 @@ from costmodel.registry import make_cost_model
 from costmodel.roofline import roofline_us
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
-from search_space.ir import FusionGroup, Graph, make_group, singleton_groups
+from search_space.ir import FusionGroup, Graph, KernelConfig, make_group, singleton_groups
 from search_space.rules import Policy
 from search_space.space import BASELINES, FusionPlan, PlanError, baseline_plan
 
-__all__ = ["estimate_graph", "plan_kernels"]
+__all__ = ["Estimate", "KernelEstimate", "estimate_graph", "plan_kernels"]
 
 
 def plan_kernels(
@@ -60,6 +62,75 @@ def plan_kernels(
     return groups, kernels
 
 
+@dataclass(frozen=True)
+class KernelEstimate:
+    """One kernel of an estimated plan: its ops, config and what it costs."""
+
+    ops: tuple[str, ...]
+    kind: str
+    unit: str
+    config: KernelConfig
+    cost: KernelCost
+
+    @property
+    def latency_us(self) -> float:
+        return self.cost.latency_us
+
+    @property
+    def bound(self) -> str:
+        return self.cost.bound
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ops": list(self.ops),
+            "kind": self.kind,
+            "unit": self.unit,
+            "config": self.config.to_json(),
+            "latency_us": self.cost.latency_us,
+            "bound": self.cost.bound,
+            "pipes_us": dict(self.cost.pipes_us),
+            "l2_hit_rate": self.cost.l2_hit_rate,
+        }
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A plan of a model costed on a target (what ``autotune estimate`` prints)."""
+
+    model: str
+    target: str
+    precision: str
+    plan: str
+    cost_model: str
+    roofline_us: float
+    kernels: tuple[KernelEstimate, ...]
+
+    @property
+    def latency_us(self) -> float:
+        """The plan's latency: its kernels run back to back."""
+        return float(sum(k.latency_us for k in self.kernels))
+
+    def time_by_bound(self) -> dict[str, float]:
+        """Microseconds spent in kernels of each bound (HBM, a pipe, launch...)."""
+        out: dict[str, float] = {}
+        for k in self.kernels:
+            out[k.bound] = out.get(k.bound, 0.0) + k.latency_us
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "target": self.target,
+            "precision": self.precision,
+            "plan": self.plan,
+            "cost_model": self.cost_model,
+            "latency_us": self.latency_us,
+            "roofline_us": self.roofline_us,
+            "kernels": len(self.kernels),
+            "per_kernel": [k.to_json() for k in self.kernels],
+        }
+
+
 def estimate_graph(
     graph: Graph,
     *,
@@ -70,33 +141,25 @@ def estimate_graph(
     plan: str = "none",
     cost: str = "analytic",
     policy: Policy | None = None,
-) -> dict[str, Any]:
-    """Cost one plan of a graph; the dict ``autotune estimate --json`` prints."""
+) -> Estimate:
+    """Cost one plan of a graph (a baseline name or a plan file) on a target.
+
+    Raises:
+        PlanError: a plan for another model or target; InfeasibleConfig: a plan config that
+            overflows a buffer; CostModelError: an unknown cost model.
+    """
     tgt = load_target(target, sets, precision)
     _, kernels = plan_kernels(graph, plan, tgt, policy)
-    model = make_cost_model(cost, tgt)
-    costs = model.evaluate(kernels)
-    total = float(sum(c.latency_us for c in costs))
-    return {
-        "model": model_name,
-        "target": tgt.spec.name,
-        "precision": tgt.precision,
-        "plan": plan,
-        "cost_model": cost,
-        "latency_us": total,
-        "roofline_us": roofline_us(graph, tgt),
-        "kernels": len(kernels),
-        "per_kernel": [
-            {
-                "ops": list(k.ops),
-                "kind": k.kind,
-                "unit": k.unit,
-                "config": k.config.to_json(),
-                "latency_us": c.latency_us,
-                "bound": c.bound,
-                "pipes_us": dict(c.pipes_us),
-                "l2_hit_rate": c.l2_hit_rate,
-            }
+    costs = make_cost_model(cost, tgt).evaluate(kernels)
+    return Estimate(
+        model=model_name,
+        target=tgt.spec.name,
+        precision=tgt.precision,
+        plan=plan,
+        cost_model=cost,
+        roofline_us=roofline_us(graph, tgt),
+        kernels=tuple(
+            KernelEstimate(tuple(k.ops), k.kind, k.unit, k.config, c)
             for k, c in zip(kernels, costs, strict=True)
-        ],
-    }
+        ),
+    )

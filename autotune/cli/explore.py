@@ -156,44 +156,28 @@ def estimate(
         policy=policy.load(),
     )
     if json_out:
-        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
         return
     head = Table(
-        title=f"{model} on {result['target']} ({result['precision']}), plan "
-        f"{result['plan']}, {result['cost_model']} model",
+        title=f"{model} on {result.target} ({result.precision}), plan {result.plan}, "
+        f"{result.cost_model} model",
         show_header=False,
     )
-    head.add_row("latency", f"{result['latency_us']:.1f} us over {result['kernels']} kernels")
+    total = result.latency_us
+    head.add_row("latency", f"{total:.1f} us over {len(result.kernels)} kernels")
     head.add_row(
         "roofline",
-        f"{result['roofline_us']:.1f} us "
-        f"({result['roofline_us'] / result['latency_us']:.1%} of the estimate)",
+        f"{result.roofline_us:.1f} us ({result.roofline_us / total:.1%} of the estimate)",
     )
-    bounds: dict[str, float] = {}
-    for k in result["per_kernel"]:
-        bounds[k["bound"]] = bounds.get(k["bound"], 0.0) + k["latency_us"]
-    head.add_row(
-        "time by bound",
-        ", ".join(
-            f"{b} {v / result['latency_us']:.0%}"
-            for b, v in sorted(bounds.items(), key=lambda x: -x[1])
-        ),
-    )
+    bounds = sorted(result.time_by_bound().items(), key=lambda x: -x[1])
+    head.add_row("time by bound", ", ".join(f"{b} {v / total:.0%}" for b, v in bounds))
     out.print(head)
     table = Table(title=f"slowest {top} kernels")
     for col in ("kernel", "kind", "config", "us", "bound"):
         table.add_column(col, justify="right" if col == "us" else "left")
-    from search_space.ir import KernelConfig
-
-    for k in sorted(result["per_kernel"], key=lambda k: -k["latency_us"])[:top]:
-        name = k["ops"][0] + (f" +{len(k['ops']) - 1}" if len(k["ops"]) > 1 else "")
-        table.add_row(
-            escape(name),
-            k["kind"],
-            KernelConfig.from_json(k["config"]).short(),
-            f"{k['latency_us']:.1f}",
-            k["bound"],
-        )
+    for k in sorted(result.kernels, key=lambda k: -k.latency_us)[:top]:
+        name = k.ops[0] + (f" +{len(k.ops) - 1}" if len(k.ops) > 1 else "")
+        table.add_row(escape(name), k.kind, k.config.short(), f"{k.latency_us:.1f}", k.bound)
     out.print(table)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -26,6 +26,10 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
+
+if TYPE_CHECKING:  # the CLI imports the tuner (and optuna) only when a command runs
+    from autotune.tune import Safety, TuneConfig, TuneResult
+    from search_space.ir import Graph
 
 __all__ = ["apply", "report", "tune", "verify"]
 
@@ -127,7 +131,9 @@ def tune(
     _print_tune(model, result, path, json_out)
 
 
-def _run_with_progress(graph: Any, cfg: Any, name: str, safety: Any) -> Any:
+def _run_with_progress(
+    graph: Graph, cfg: TuneConfig, name: str, safety: Safety | None
+) -> TuneResult:
     """Run the study under a progress bar on stderr."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -149,7 +155,7 @@ def _run_with_progress(graph: Any, cfg: Any, name: str, safety: Any) -> Any:
         return tune_graph(graph, cfg, name=name, progress=progress, safety=safety)
 
 
-def _print_tune(model: str, result: Any, path: Path, json_out: bool) -> None:
+def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> None:
     summary = {**result.to_json(), "plan": str(path)}
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
@@ -159,15 +165,19 @@ def _print_tune(model: str, result: Any, path: Path, json_out: bool) -> None:
         f"{result.storage})",
         show_header=False,
     )
+
+    def us(x: float | None) -> str:
+        return "failed" if x is None else f"{x:.1f}"
+
+    def times(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}x"
+
+    base = result.baseline_us
     table.add_row("best (simulated)", f"{result.best_latency_us:.1f} us")
-    table.add_row(
-        "none / greedy (simulated)",
-        f"{result.baseline_us['none']:.1f} / {result.baseline_us['greedy']:.1f} us",
-    )
+    table.add_row("none / greedy (simulated)", f"{us(base['none'])} / {us(base['greedy'])} us")
     table.add_row(
         "speedup",
-        f"{summary['speedup_vs_none']:.2f}x vs none, "
-        f"{summary['speedup_vs_greedy']:.2f}x vs greedy",
+        f"{times(result.speedup('none'))} vs none, {times(result.speedup('greedy'))} vs greedy",
     )
     if result.report:
         table.add_row("safe fusion", ", ".join(f"{k} {v}" for k, v in result.report.items()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from autotune.verify.check import (
     Errors,
     KernelVerdict,
+    Status,
     compare,
     safe_groups,
     verify_group,
@@ -32,6 +33,7 @@ __all__ = [
     "NotShrinkable",
     "Numerics",
     "SkipVerification",
+    "Status",
     "Subgraph",
     "compare",
     "draw_inputs",

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,15 @@ from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 from search_space.rules import Policy
 from search_space.space import PlanGroup
 
-__all__ = ["Errors", "KernelVerdict", "compare", "safe_groups", "verify_group", "verify_kernels"]
+__all__ = [
+    "Errors",
+    "KernelVerdict",
+    "Status",
+    "compare",
+    "safe_groups",
+    "verify_group",
+    "verify_kernels",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +46,15 @@ MASKED = -1e30  # reference scores at or below this are masked (-inf or the floa
 REL_FLOOR = 5e-2  # rel error = |d| / (|ref| + REL_FLOOR * max|ref|)
 ABS_FLOOR = 1e-6  # fused error within error_factor x unfused error + this (x max|ref|)
 SKIPPED = "ok (not shrinkable, skipped)"
+
+
+class Status(StrEnum):
+    """What a kernel's check concluded: it passed, it could not be run (kept fused, with the
+    reason in the verdict text), or it failed (safe mode unfuses it)."""
+
+    PASSED = "passed"
+    SKIPPED = "skipped"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -49,7 +67,9 @@ class KernelVerdict:
         cosine, max_abs_err, max_rel_err: fused emulation vs the float64 reference (worst
             output); NaN when the kernel was not run.
         unfused_max_abs_err: the unfused ops' own error against the same reference.
-        verdict: ``ok``, ``ok (...)`` (kept, with a note) or ``fail: <check, values>``.
+        verdict: the text: ``ok``, ``ok (...)`` (kept, with a note) or ``fail: <check,
+            values>``.
+        status: the verdict as an enum (:class:`Status`).
         members: the ops of every plan group sharing the signature (what safe mode unfuses).
         views: ops of those groups that are views or constant-only (never kernels alone).
         rows: rows the check ran on (of ``full_rows``).
@@ -66,10 +86,12 @@ class KernelVerdict:
     views: tuple[str, ...] = ()
     rows: int = 0
     full_rows: int = 0
+    status: Status = field(kw_only=True)
 
     @property
     def ok(self) -> bool:
-        return self.verdict.startswith("ok")
+        """Kept fused: passed, or not checkable (safe mode keeps what it cannot judge)."""
+        return self.status is not Status.FAILED
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
@@ -83,6 +105,7 @@ class KernelVerdict:
             "max_rel_err": num(self.max_rel_err),
             "unfused_max_abs_err": num(self.unfused_max_abs_err),
             "verdict": self.verdict,
+            "status": self.status.value,
             "rows": self.rows,
             "full_rows": self.full_rows,
         }
@@ -206,16 +229,18 @@ def verify_group(
         unfused = emulate(sub, num_u, fused=False, split_k=split)
     except extract.SkipVerification as err:
         log.warning("kernel %s (%s..): %s; skipped", sig, group.ops[0], err)
-        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, SKIPPED)
+        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, SKIPPED, status=Status.SKIPPED)
     except Exception as err:  # a verification gap is data, not a crash
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         log.warning("kernel %s (%s..) could not be verified: %s", sig, group.ops[0], reason)
-        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, f"ok (not verified: {reason})")
+        text = f"ok (not verified: {reason})"
+        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, text, status=Status.SKIPPED)
     floats = [t for t in sub.outputs if np.asarray(ref[t]).dtype.kind == "f"]
     errs_f = {t: compare(ref[t], fused[t]) for t in floats}
     errs_u = {t: compare(ref[t], unfused[t]) for t in floats}
     verdict, cos, mabs, mrel, uabs = _judge(errs_f, errs_u, policy)
-    if not verdict.startswith("ok") and uabs > policy.max_abs_err:
+    status = Status.PASSED if verdict == "ok" else Status.FAILED
+    if status is Status.FAILED and uabs > policy.max_abs_err:
         verdict += f" (unfused ops also err {uabs:.3g})"
     log.info(
         "kernel %s (%s, %d ops, %d/%d rows%s): cosine %.6f, max abs %.3g, unfused %.3g: %s",
@@ -231,7 +256,16 @@ def verify_group(
         verdict,
     )
     return KernelVerdict(
-        group.ops, sig, cos, mabs, mrel, uabs, verdict, rows=sub.rows, full_rows=sub.full_rows
+        group.ops,
+        sig,
+        cos,
+        mabs,
+        mrel,
+        uabs,
+        verdict,
+        rows=sub.rows,
+        full_rows=sub.full_rows,
+        status=status,
     )
 
 
@@ -302,6 +336,7 @@ def verify_kernels(
                 tuple(sorted(views[sig])),
                 v.rows,
                 v.full_rows,
+                status=v.status,
             )
         )
     return out

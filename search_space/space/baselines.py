@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from search_space.exceptions import AutofusionError
 from search_space.fusion import FusionContext
 from search_space.rules import Policy, greedy, policy_rules
 from search_space.space.search import GroupOracle, SpacePlan
@@ -61,8 +62,6 @@ def baseline_partition(
             ctx, cost, feasible=oracle.feasible, extra_groups=extra, time_limit=optimal_time_limit
         )
         return result.partition
-    from search_space.exceptions import AutofusionError
-
     raise AutofusionError(
         f"unknown plan '{kind}'; available: {', '.join(BASELINES)}, or a plan file"
     )

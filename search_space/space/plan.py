@@ -16,6 +16,7 @@ from typing import Any
 
 from search_space.atomic import atomic_write_text
 from search_space.exceptions import AutofusionError, check
+from search_space.fusion import FusionContext
 from search_space.ir import Graph, KernelConfig
 
 __all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanError", "PlanGroup"]
@@ -142,8 +143,6 @@ class FusionPlan:
                 )
                 check(op not in seen, f"plan puts op '{op}' in two groups", PlanError)
                 seen.add(op)
-        from search_space.fusion import FusionContext
-
         ctx = FusionContext(graph, max_fused_ops=10**6)
         for g in self.groups:
             work = [n for n in g.ops if n in ctx.index]

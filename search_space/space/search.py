@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from search_space.fusion import Edge, FusionContext
 from search_space.ir import FusionGroup, Graph, KernelConfig, alias_root
-from search_space.rules import edges_of
+from search_space.rules import Policy, edges_of, greedy, match, policy_rules
 
 __all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "peak_live_bytes"]
 
@@ -280,7 +280,7 @@ def peak_live_bytes(graph: Graph, groups: Sequence[FusionGroup]) -> int:
 def build_space(
     ctx: FusionContext,
     oracle: GroupOracle,
-    policy: Any,
+    policy: Policy,
     *,
     strategy: str = "joint",
     numeric: bool = False,
@@ -293,8 +293,6 @@ def build_space(
     ``benefit_threshold`` closes an edge whose two ops fused alone save less than that fraction
     of their time; ``share_repeated`` shares classes across repeated layers.
     """
-    from search_space.rules import greedy, match, policy_rules
-
     rules = policy_rules(policy)
     share = policy.share_repeated
     if policy.fusion_level == 0:

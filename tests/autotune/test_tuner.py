@@ -49,7 +49,7 @@ def test_tuned_plan_is_never_worse_than_greedy_and_reports_baselines(graph, tmp_
 
     path = result.plan.save(tmp_path / "plan.json")
     again = estimate_graph(graph, model_name="m", plan=str(path), cost="simulator")
-    assert again["latency_us"] == pytest.approx(result.best_latency_us, rel=1e-9)
+    assert again.latency_us == pytest.approx(result.best_latency_us, rel=1e-9)
     plan = result.plan
     assert plan.measured_us == result.best_latency_us and plan.fingerprint == graph.fingerprint()
     ops = sorted(o for g in plan.groups for o in g.ops if not graph.op(o).is_view)
@@ -268,7 +268,7 @@ def test_saved_plan_is_the_measured_plan_when_the_model_refits_often(graph, tmp_
     assert result.plan.meta["cost_model"]["refits"] >= 2
     path = result.plan.save(tmp_path / "plan.json")
     again = estimate_graph(graph, model_name="m", plan=str(path), cost="simulator")
-    assert again["latency_us"] == pytest.approx(result.best_latency_us, rel=1e-9)
+    assert again.latency_us == pytest.approx(result.best_latency_us, rel=1e-9)
 
 
 def test_a_dataset_path_in_a_missing_folder_fails_before_the_study(tmp_path) -> None:
@@ -386,7 +386,7 @@ def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, 
     result = tune_graph(graph, cfg, name="bert")  # (safe mode may unfuse after the pick)
     for baseline in ("max", "greedy"):
         ref = estimate_graph(graph, model_name="m", plan=baseline, cost="simulator")
-        assert result.best_latency_us <= ref["latency_us"] * (1 + 1e-9), baseline
+        assert result.best_latency_us <= ref.latency_us * (1 + 1e-9), baseline
 
 
 def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path) -> None:

@@ -22,6 +22,7 @@ from autotune.verify import (
     KernelVerdict,
     ModelSource,
     Numerics,
+    Status,
     compare,
     extract,
     extract_group,
@@ -169,8 +170,9 @@ def test_safe_groups_keeps_passing_groups_and_drops_views_when_unfusing() -> Non
         "fail: cosine 0.5 < 0.999",
         members=(("mm", "view", "gelu"), ("mm2", "view2", "gelu2")),
         views=("view", "view2"),
+        status=Status.FAILED,
     )
-    ok = KernelVerdict(("a", "b"), "s2", 1.0, 1e-4, 1e-3, 1e-4, "ok")
+    ok = KernelVerdict(("a", "b"), "s2", 1.0, 1e-4, 1e-3, 1e-4, "ok", status=Status.PASSED)
     groups = [
         PlanGroup(("mm", "view", "gelu"), "cube_epilogue"),
         PlanGroup(("a", "b"), "vector_chain"),
@@ -181,7 +183,7 @@ def test_safe_groups_keeps_passing_groups_and_drops_views_when_unfusing() -> Non
     assert [g.ops for g in kept] == [("mm",), ("gelu",), ("a", "b"), ("mm2",), ("gelu2",), ("c",)]
     assert counts == {"fused": 1, "skipped_precision": 2}
     assert kept[2].verdict == "ok" and kept[-1].verdict == ""
-    assert fail.to_json()["verdict"].startswith("fail")
+    assert fail.to_json()["verdict"].startswith("fail") and fail.to_json()["status"] == "failed"
 
 
 # -- the emulation is honest ---------------------------------------------------------------------

@@ -35,7 +35,7 @@ def _add(n: int):
 
 
 def _us(graph, kind: str, sets=()) -> float:
-    return estimate_graph(graph, model_name="m", cost=kind, sets=sets)["latency_us"]
+    return estimate_graph(graph, model_name="m", cost=kind, sets=sets).latency_us
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -71,4 +71,4 @@ def test_nothing_beats_the_roofline_on_zoo_plans(kind: str) -> None:
         graph = load_graph(build(name, weights="inputs", scale=0.25))
         for plan in ("none", "max"):
             r = estimate_graph(graph, model_name=name, cost=kind, plan=plan)
-            assert r["latency_us"] >= r["roofline_us"], (name, plan)
+            assert r.latency_us >= r.roofline_us, (name, plan)

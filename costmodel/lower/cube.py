@@ -13,6 +13,8 @@ chip).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
@@ -111,6 +113,34 @@ def _ub_need(work: CubeWork, bm: int, bn: int, bk: int, db: bool, ub_bytes: int)
     return max(pro, int(min(rows * row, max(row, ub_bytes))))
 
 
+@dataclass(frozen=True)
+class _Tiling:
+    """The tile geometry of many configs of one cube group, one array entry per config."""
+
+    arr: dict[str, np.ndarray]  # base_m, base_n, base_k, m, n, k
+    db: np.ndarray  # double buffered
+    gi: np.ndarray  # tiles along M and N, steps along K
+    gj: np.ndarray
+    steps: np.ndarray
+    me: np.ndarray  # the effective (balanced, 16-aligned) block extents
+    ne: np.ndarray
+    ke: np.ndarray
+
+    @classmethod
+    def of(cls, work: CubeWork, configs: list[KernelConfig]) -> _Tiling:
+        arr = {
+            f: np.array([getattr(c, f) for c in configs], dtype=np.int64)
+            for f in ("base_m", "base_n", "base_k", "m", "n", "k")
+        }
+        db = np.array([c.double_buffer for c in configs], dtype=bool)
+        gi, gj = ceil_div(work.M, arr["base_m"]), ceil_div(work.N, arr["base_n"])
+        steps = ceil_div(work.K, arr["base_k"])
+        me = np.minimum(arr["base_m"], ceil_to(ceil_div(work.M, gi), 16))
+        ne = np.minimum(arr["base_n"], ceil_to(ceil_div(work.N, gj), 16))
+        ke = np.minimum(arr["base_k"], ceil_to(ceil_div(work.K, steps), 16))
+        return cls(arr, db, gi, gj, steps, me, ne, ke)
+
+
 def lower_cube(
     work: CubeWork,
     configs: list[KernelConfig],
@@ -120,30 +150,65 @@ def lower_cube(
     kind: str,
     signature: str,
 ) -> KernelBatch:
-    """Lower a cube group under many tilings at once."""
+    """Lower a cube group under many tilings at once: the operand streams (with a
+    prologue's), the bias and output streams, the vector epilogue and the buffers."""
     spec = target.spec
     n = len(configs)
-    arr = {
-        f: np.array([getattr(c, f) for c in configs], dtype=np.int64)
-        for f in ("base_m", "base_n", "base_k", "m", "n", "k")
-    }
-    db = np.array([c.double_buffer for c in configs], dtype=bool)
-    gi, gj = ceil_div(work.M, arr["base_m"]), ceil_div(work.N, arr["base_n"])
-    steps = ceil_div(work.K, arr["base_k"])
-    me = np.minimum(arr["base_m"], ceil_to(ceil_div(work.M, gi), 16))
-    ne = np.minimum(arr["base_n"], ceil_to(ceil_div(work.N, gj), 16))
-    ke = np.minimum(arr["base_k"], ceil_to(ceil_div(work.K, steps), 16))
-    f = np.where(db, 2, 1)
+    t = _Tiling.of(work, configs)
+    streams, fed = _operand_streams(work, t, spec.l0_align_bytes)
+    streams += _output_streams(work, t, fed)
+    vec_cycles, syncs, epilogue = _epilogue(work, t, target, bool(fed))
+    streams += epilogue
+    pro = vector_cost(target, [(op, t.me * t.ke * r * work.out_item) for op, r in work.prologue])
+    pro_cycles = pro.cycles / 2  # the tile's two vector cores share the prologue
+    arr = t.arr
+    mmads = ceil_div(t.me, arr["m"]) * ceil_div(t.ne, arr["n"]) * ceil_div(t.ke, arr["k"])
+    cube = mmads * spec.mmad_fixed_cycles + t.me * t.ne * t.ke / 4096.0 / work.rate
+    ci = work.cube_item
+    return KernelBatch(
+        name=name,
+        ops=ops,
+        kind=kind,
+        unit="mixed" if work.mixed else "cube",
+        configs=tuple(configs),
+        grid=np.stack([np.full(n, work.batch, dtype=np.int64), t.gi, t.gj], axis=1),
+        steps=t.steps,
+        streams=tuple(streams),
+        mte1_l0a_bytes=(t.me * t.ke * ci).astype(np.int64),
+        mte1_l0b_bytes=(t.ke * t.ne * ci).astype(np.int64),
+        mmads=mmads.astype(np.int64),
+        cube_cycles=cube.astype(np.float64),
+        vector_cycles_step=pro_cycles + np.zeros(n),
+        vector_cycles_tile=vec_cycles,
+        vector_instrs=np.zeros(n, dtype=np.int64),
+        cross_core_syncs=syncs,
+        footprint=_footprint(work, t, spec.ub_bytes),
+        flops=work.flops,
+        cube_flops=work.cube_flops,
+        compulsory_bytes=work.compulsory,
+        signature=signature,
+    )
+
+
+def _operand_streams(
+    work: CubeWork, t: _Tiling, l0_align: int
+) -> tuple[list[StreamBatch], set[str]]:
+    """The A and B panels each step, and a prologue's source loads and operand stores.
+
+    Returns:
+        The streams, and the operands a prologue makes.
+    """
+    n = len(t.db)
     fed = {of for _, _, _, of in work.sources}
     # a prologue hands its operand to the cube through a per-core workspace (kernel.py), named
     # apart from the tensor so that a prologue result also read outside keeps a real store
     ws = {of: workspace(of, "operand") for of in fed}
     a_per_batch = work.a_bytes / (work.batch if work.a_batched else 1)
     # a row-major A block is base_m runs of base_k elements; a conv input runs along its rows
-    a_run = ke if work.reuse == 1.0 and work.a_run == work.K else work.a_run
+    a_run = t.ke if work.reuse == 1.0 and work.a_run == work.K else work.a_run
     b_per_batch = work.b_bytes / (work.batch if work.b_batched else 1)
-    a_step = np.maximum(1, a_per_batch / work.reuse / (gi * steps))
-    b_step = np.maximum(1, b_per_batch / (steps * gj))
+    a_step = np.maximum(1, a_per_batch / work.reuse / (t.gi * t.steps))
+    b_step = np.maximum(1, b_per_batch / (t.steps * t.gj))
     streams = [
         StreamBatch(
             ws.get(work.a, work.a),
@@ -158,9 +223,7 @@ def lower_cube(
             ws.get(work.b, work.b),
             "MTE2",
             np.ceil(b_step).astype(np.int64),
-            (np.full(n, spec.l0_align_bytes) if work.b_weight else ne * work.b_item).astype(
-                np.int64
-            ),
+            (np.full(n, l0_align) if work.b_weight else t.ne * work.b_item).astype(np.int64),
             "bkj" if work.b_batched else "kj",
             nd2nz=not (work.b_weight or work.b in fed),
             tensor_bytes=work.b_bytes,
@@ -172,15 +235,15 @@ def lower_cube(
         work.a: ("bik" if work.a_batched else "ik", a_step, work.a_item),
         work.b: ("bkj" if work.b_batched else "kj", b_step, work.b_item),
     }
-    for t, it, ratio, of in work.sources:
+    for src, it, ratio, of in work.sources:
         key, step_bytes, of_item = keys[of]
         nbytes = np.maximum(it, np.ceil(step_bytes / of_item * it * ratio)).astype(np.int64)
         streams.append(
             StreamBatch(
-                t,
+                src,
                 "MTE2",
                 nbytes,
-                np.minimum(nbytes, ke * it),
+                np.minimum(nbytes, t.ke * it),
                 key,
                 side="vector",
                 tensor_bytes=int(
@@ -193,27 +256,32 @@ def lower_cube(
         nbytes = np.ceil(step_bytes).astype(np.int64)
         streams.append(
             StreamBatch(
-                ws[of], "MTE3", nbytes, np.minimum(nbytes, ke * of_item), key, side="vector"
+                ws[of], "MTE3", nbytes, np.minimum(nbytes, t.ke * of_item), key, side="vector"
             )
         )
-    for t, it in work.bias:
+    return streams, fed
+
+
+def _output_streams(work: CubeWork, t: _Tiling, fed: set[str]) -> list[StreamBatch]:
+    """The bias loads and every output's store (on FixPipe, or from the vector side)."""
+    streams = []
+    for src, it in work.bias:
         streams.append(
             StreamBatch(
-                t,
+                src,
                 "MTE2",
-                (ne * it).astype(np.int64),
-                (ne * it).astype(np.int64),
+                (t.ne * it).astype(np.int64),
+                (t.ne * it).astype(np.int64),
                 "j",
                 per="tile",
                 tensor_bytes=work.N * it,
             )
         )
-    out_tile = me * ne
+    out_tile = t.me * t.ne
     out_elems = work.batch * work.M * work.N
-    split = spec.is_split
-    blocks = work.batch * gi * gj * steps
-    for t, it, ratio, side in work.outputs:
-        if t in fed:
+    blocks = work.batch * t.gi * t.gj * t.steps
+    for dst, it, ratio, side in work.outputs:
+        if dst in fed:
             # a prologue result also read outside: each (tile, step) writes its share of the
             # operand block it made (the tiles of a row or column all make the same block), so
             # the tensor is written once
@@ -221,10 +289,10 @@ def lower_cube(
             nbytes = np.maximum(it, np.ceil(total / blocks)).astype(np.int64)
             streams.append(
                 StreamBatch(
-                    t,
+                    dst,
                     "MTE3",
                     nbytes,
-                    np.minimum(nbytes, ke * it),
+                    np.minimum(nbytes, t.ke * it),
                     "bijk",
                     side="vector",
                     tensor_bytes=total,
@@ -234,70 +302,80 @@ def lower_cube(
         nbytes = np.maximum(it, out_tile * it * min(1.0, ratio)).astype(np.int64)
         streams.append(
             StreamBatch(
-                t,
+                dst,
                 "FIX" if side == "cube" else "MTE3",
                 nbytes,
-                (ne * it).astype(np.int64),
+                (t.ne * it).astype(np.int64),
                 "bij",
                 per="tile",
                 side=side,
                 tensor_bytes=int(ratio * out_elems * it),
             )
         )
+    return streams
+
+
+def _epilogue(
+    work: CubeWork, t: _Tiling, target: Target, prologue: bool
+) -> tuple[np.ndarray, np.ndarray, list[StreamBatch]]:
+    """A vector epilogue's cycles per tile, the cross-core syncs, and its streams: the
+    L0C -> UB crossing (through GM/L2 on a split chip, on FixPipe on a coupled one) and the
+    epilogue's own inputs.
+
+    Returns:
+        (vector cycles per tile, syncs per tile, streams).
+    """
+    spec = target.spec
+    n = len(t.db)
     vec_cycles = np.zeros(n)
-    syncs = (steps if fed else np.zeros(n)).astype(np.int64)  # a prologue hand-off per step
-    if work.vec_ops:
-        hand = (out_tile * work.out_item).astype(np.int64)
-        if split:
+    syncs = (t.steps if prologue else np.zeros(n)).astype(np.int64)  # a hand-off per step
+    streams: list[StreamBatch] = []
+    if not work.vec_ops:
+        return vec_cycles, syncs, streams
+    out_tile = t.me * t.ne
+    out_elems = work.batch * work.M * work.N
+    hand = (out_tile * work.out_item).astype(np.int64)
+    if spec.is_split:
+        for pipe, side in (("FIX", "cube"), ("MTE2", "vector")):
             streams.append(
                 StreamBatch(
                     workspace(work.handoff, "fix"),
-                    "FIX",
+                    pipe,
                     hand,
-                    (ne * work.out_item).astype(np.int64),
+                    (t.ne * work.out_item).astype(np.int64),
                     "bij",
                     per="tile",
-                    side="cube",
+                    side=side,
                     tensor_bytes=out_elems * work.out_item,
                 )
             )
-            streams.append(
-                StreamBatch(
-                    workspace(work.handoff, "fix"),
-                    "MTE2",
-                    hand,
-                    (ne * work.out_item).astype(np.int64),
-                    "bij",
-                    per="tile",
-                    side="vector",
-                    tensor_bytes=out_elems * work.out_item,
-                )
+        syncs += 1
+    else:  # coupled: L0C -> UB directly, on FixPipe
+        vec_cycles = vec_cycles + hand / spec.fixpipe_bytes_per_cycle
+    for src, it, ratio, key in work.vec_inputs:
+        nbytes = (t.ne * it) if key == "j" else np.maximum(it, out_tile * it * min(1.0, ratio))
+        streams.append(
+            StreamBatch(
+                src,
+                "MTE2",
+                nbytes.astype(np.int64),
+                (t.ne * it).astype(np.int64),
+                key,
+                per="tile",
+                side="vector",
+                tensor_bytes=int(ratio * out_elems * it),
             )
-            syncs += 1
-        else:  # coupled: L0C -> UB directly, on FixPipe
-            vec_cycles = vec_cycles + hand / spec.fixpipe_bytes_per_cycle
-        for t, it, ratio, key in work.vec_inputs:
-            nbytes = (ne * it) if key == "j" else np.maximum(it, out_tile * it * min(1.0, ratio))
-            streams.append(
-                StreamBatch(
-                    t,
-                    "MTE2",
-                    nbytes.astype(np.int64),
-                    (ne * it).astype(np.int64),
-                    key,
-                    per="tile",
-                    side="vector",
-                    tensor_bytes=int(ratio * out_elems * it),
-                )
-            )
-        touched = [(op, out_tile * r * work.out_item) for op, r in work.vec_ops]
-        # two vector cores share a tile: each does half the rows
-        vec_cycles = vec_cycles + vector_cost(target, touched).cycles / 2
-    pro = vector_cost(target, [(op, me * ke * r * work.out_item) for op, r in work.prologue])
-    pro_cycles = pro.cycles / 2  # the tile's two vector cores share the prologue
-    mmads = ceil_div(me, arr["m"]) * ceil_div(ne, arr["n"]) * ceil_div(ke, arr["k"])
-    cube = mmads * spec.mmad_fixed_cycles + me * ne * ke / 4096.0 / work.rate
-    ci = work.cube_item
+        )
+    touched = [(op, out_tile * r * work.out_item) for op, r in work.vec_ops]
+    # two vector cores share a tile: each does half the rows
+    vec_cycles = vec_cycles + vector_cost(target, touched).cycles / 2
+    return vec_cycles, syncs, streams
+
+
+def _footprint(work: CubeWork, t: _Tiling, ub_bytes: int) -> dict[str, np.ndarray]:
+    """Bytes each buffer holds (L1, L0A/B/C; UB for a mixed kernel) per config."""
+    arr, ci = t.arr, work.cube_item
+    f = np.where(t.db, 2, 1)
     foot = {
         "l1": (arr["base_m"] * arr["base_k"] + arr["base_k"] * arr["base_n"]) * ci * f
         + arr["base_n"] * 4,
@@ -308,30 +386,10 @@ def lower_cube(
     if work.mixed:
         foot["ub"] = np.array(
             [
-                _ub_need(work, int(a), int(b), int(k), bool(d), spec.ub_bytes)
-                for a, b, k, d in zip(arr["base_m"], arr["base_n"], arr["base_k"], db, strict=True)
+                _ub_need(work, int(a), int(b), int(k), bool(d), ub_bytes)
+                for a, b, k, d in zip(
+                    arr["base_m"], arr["base_n"], arr["base_k"], t.db, strict=True
+                )
             ]
         )
-    return KernelBatch(
-        name=name,
-        ops=ops,
-        kind=kind,
-        unit="mixed" if work.mixed else "cube",
-        configs=tuple(configs),
-        grid=np.stack([np.full(n, work.batch, dtype=np.int64), gi, gj], axis=1),
-        steps=steps,
-        streams=tuple(streams),
-        mte1_l0a_bytes=(me * ke * ci).astype(np.int64),
-        mte1_l0b_bytes=(ke * ne * ci).astype(np.int64),
-        mmads=mmads.astype(np.int64),
-        cube_cycles=cube.astype(np.float64),
-        vector_cycles_step=pro_cycles + np.zeros(n),
-        vector_cycles_tile=vec_cycles,
-        vector_instrs=np.zeros(n, dtype=np.int64),
-        cross_core_syncs=syncs,
-        footprint=foot,
-        flops=work.flops,
-        cube_flops=work.cube_flops,
-        compulsory_bytes=work.compulsory,
-        signature=signature,
-    )
+    return foot

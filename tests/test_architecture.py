@@ -138,3 +138,27 @@ def test_the_checks_see_a_cycle_a_back_edge_and_a_private_import(tmp_path: Path)
         ["costmodel.a", "costmodel.b"],
     ]
     assert graph.edges["autotune.sub.x", "search_space.sub.m"]["names"] == [("_y", 1)]
+
+
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 80
+LONG_REASON = "# Long "  # a function past the limit says why at its top: "# Long by design: ..."
+
+
+def test_modules_and_functions_stay_small_or_say_why() -> None:
+    big_files, long_functions = [], []
+    for module, path in _modules(ROOT).items():
+        lines = path.read_text().splitlines()
+        if len(lines) > MAX_FILE_LINES:
+            big_files.append(f"{module} ({len(lines)} lines)")
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+            first = node.body[0]
+            docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            after = lines[first.end_lineno] if docstring else lines[first.lineno - 1]  # type: ignore[index]
+            if length > MAX_FUNCTION_LINES and not after.strip().startswith(LONG_REASON):
+                long_functions.append(f"{module}.{node.name} ({length} lines)")
+    assert not big_files, big_files
+    assert not long_functions, long_functions

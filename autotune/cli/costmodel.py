@@ -89,6 +89,7 @@ def calibrate(
 ) -> None:
     """Simulate sampled kernels into a calibration table (or read an msprof profile), and
     optionally fit the analytic constants and the learned model on it."""
+    # Long for its flags: typer reads the command line from this signature.
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autotune.calibrate import DEFAULT_MODELS, calibrate_tables

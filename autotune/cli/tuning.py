@@ -91,6 +91,7 @@ def tune(
     json_out: JsonOpt = False,
 ) -> None:
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
+    # Long for its flags: typer reads the command line from this signature.
     from autotune.tune import TuneConfig, make_safety
     from costmodel.spec import load_target
     from search_space.atomic import output_path

@@ -202,6 +202,8 @@ def extract_group(
     Raises:
         SkipVerification: the group cannot be shrunk and is too large to run whole.
     """
+    # Long by design: one pass from the group's nodes to a runnable subgraph (shrink candidates
+    # tried, the closest kept, inputs drawn), each step feeding the next.
     g = source.graph
     nodes = [copy.deepcopy(source.nodes[n]) for n in group.ops]
     full_rows = group_rows(g, group)

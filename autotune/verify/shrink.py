@@ -96,6 +96,8 @@ def _ints(graph: Graph, op: Op, pos: int, attr: str) -> list[int] | None:
 
 def _out_axis(graph: Graph, op: Op, ax: dict[int, int]) -> int:
     """Where the tracked axis lands in the op's outputs (raises when the op forbids it)."""
+    # Long by design: one case per op family (views, transpose, shape ops, reductions, ...), a
+    # dispatch table written out.
     shapes = [graph.tensors[t].static_shape if t else () for t in op.inputs]
     out = graph.tensors[op.outputs[0]].static_shape
     t, rank = op.op_type, len(shapes[0]) if shapes else 0

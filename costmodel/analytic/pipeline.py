@@ -71,6 +71,9 @@ def score(
 ) -> Breakdown:
     """Every term of the model for every config (``resident``: per load stream, the
     fraction of its tensor already in L2)."""
+    # Long by design: the closed form over a batch of configs, one numpy expression per term of the
+    # model's docstring, in the order the formula reads; split, the terms would cross function
+    # boundaries as a dozen arrays.
     steps = batch.steps.astype(np.float64)
     tiles = batch.tiles.astype(np.float64)
     phys = spec.vector_cores if batch.unit == "vector" else spec.cube_cores
@@ -223,6 +226,8 @@ def _transfers(
     sides: bool,
 ) -> _Transfers:
     """Per-step and per-tile time of every load and store stream, and the bytes behind it."""
+    # Long by design: every load and store stream's per-step and per-tile time in one vectorised
+    # pass (miss, hit and concurrent-hit parts).
     steps = batch.steps.astype(np.float64)
     miss_bw = np.minimum(
         spec.core_gm_bytes_per_cycle * c.core_gm, spec.hbm_bytes_per_cycle * c.hbm / cores

@@ -117,6 +117,8 @@ def fit_constants(
         CostModelError: no rows, measurements that are not positive and finite, or busy
             times of an unknown pipe or of another row count.
     """
+    # Long by design: the residual (latency and per-pipe busy time), its bounds and prior, and the
+    # scipy call share one set of arrays.
     from scipy.optimize import least_squares
 
     measured = np.asarray(measured, dtype=np.float64)

@@ -53,6 +53,8 @@ def kernel_features(
         flops, cube_flops, compulsory: per-row values when the rows are different kernels
             (a stacked batch keeps only the first kernel's); default: the batch's own.
     """
+    # Long by design: the feature matrix column by column, in the order of FEATURES, so a column
+    # and its name sit together.
     n = len(batch)
     one = np.ones(n)
     flops = one * batch.flops if flops is None else np.asarray(flops, dtype=np.float64)

@@ -151,6 +151,10 @@ def lower_attention(
     kind: str,
     signature: str,
 ) -> KernelBatch:
+    """Lower an attention group (flash attention: QK^T, online softmax, PV per KV tile)
+    under many configs at once."""
+    # Long by design: the flash-attention template's streams and cycles, one numpy array per
+    # term, in kernel order (scores, softmax, PV, hand-offs).
     spec = target.spec
     n = len(configs)
     bm = np.array([c.base_m for c in configs], dtype=np.int64)

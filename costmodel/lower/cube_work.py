@@ -113,6 +113,8 @@ def _operands(anchor: Op) -> tuple[str, str]:
 
 def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
     """Describe a cube group: the anchor matmul, its FixPipe chain and vector epilogue."""
+    # Long by design: one walk over the group that sorts every op into anchor, FixPipe chain,
+    # prologue, epilogue, bias and outputs; the sorts depend on each other.
     members = [graph.op(n) for n in group.ops]
     anchors = [op for op in members if op.op_class is OpClass.CUBE and op.unit == "cube"]
     anchor = anchors[0]

@@ -207,6 +207,8 @@ def lower_vector(
     signature: str,
 ) -> KernelBatch:
     """Lower a vector group under many UB tilings at once."""
+    # Long by design: the vector template's streams, UB tiling and cycles, one numpy array per
+    # term.
     n = len(configs)
     R = np.array([c.ub_rows for c in configs], dtype=np.int64)
     C = np.minimum(np.array([c.ub_cols for c in configs], dtype=np.int64), work.cols)

@@ -162,6 +162,8 @@ class Unit(DmaPorts):
     # -- issue ---------------------------------------------------------------------------------
     def advance(self, now: float) -> None:
         """Start every instruction whose flags and slots allow it at ``now``."""
+        # Long by design: the simulator's innermost loop, every pipe's issue rule in one place
+        # (no call per instruction on the hot path).
         eng = self.eng
         side = self.side
         steps = self.steps

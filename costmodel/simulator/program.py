@@ -124,6 +124,8 @@ def _sharing(key: str, grid: tuple[int, int, int], cores: int) -> str:
 
 def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
     """Resolve a kernel's streams and cycles for the simulator (see kernel.py semantics)."""
+    # Long by design: resolves every stream of a kernel (sharing, waste, coefficients) into the
+    # program the event loop runs, in one pass.
     if kernel.unit not in ("cube", "vector", "mixed"):
         raise CostModelError(
             f"kernel '{kernel.name}': unit must be cube, vector or mixed, but got {kernel.unit!r}"

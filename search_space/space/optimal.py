@@ -311,6 +311,8 @@ def optimal_partition(
             finite cost, or a solver that did not prove optimality.
         GraphError: an extra group that names an unknown op or is not legal.
     """
+    # Long by design: candidate enumeration, costing, blocks and the lazy cycle-cutting ILP loop
+    # share their state.
     start = time.monotonic()
     deadline = start + time_limit
     groups = candidate_groups(

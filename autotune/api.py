@@ -20,7 +20,7 @@ __all__ = ["Plan", "load_plan", "tune"]
 class Plan:
     """A fusion plan loaded for use: apply it to its model, or report on it.
 
-    Wraps the persisted :class:`search_space.plan.FusionPlan` record (``plan.record``).
+    Wraps the persisted :class:`search_space.space.FusionPlan` record (``plan.record``).
     """
 
     def __init__(
@@ -92,7 +92,7 @@ def tune(
     **options: Any,
 ) -> Plan:
     """Tune a model (a path, a ModelProto, or ``zoo:NAME``); ``options`` are
-    :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
+    :class:`autotune.tune.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
     from autotune.tune import make_safety
     from costmodel.spec import load_target
 

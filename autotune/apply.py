@@ -1,4 +1,5 @@
-"""Apply a fusion plan: each multi-op group becomes one ``ai.autofusion`` node (DESIGN §8).
+"""Apply a fusion plan: each multi-op group becomes one ``ai.autofusion`` node
+(docs/verification.md).
 
 The fused node calls a model-local ONNX function (a standard ``FunctionProto``, so Netron shows
 it and onnxruntime inlines it) whose body is the group's original nodes, unchanged and in their
@@ -7,7 +8,7 @@ other outer tensor, so every tensor a body reads and does not produce becomes a 
 every tensor it produces that the rest of the graph (or the graph's outputs) needs becomes a
 function output. Outside the groups, nodes and tensor names stay as the user wrote them.
 
-Groups name ops the way the loader does (:func:`search_space.onnx_io.node_names`), and are
+Groups name ops the way the loader does (:func:`search_space.onnx.node_names`), and are
 mapped back to the original ``NodeProto`` by index. The loader folds shape computations away,
 so a group that is convex in the :class:`Graph` may not be in the file: ``Shape(q) -> Gather ->
 Concat -> Reshape`` leaves the group at ``q`` and re-enters it at the Reshape, and a view whose

@@ -1,4 +1,4 @@
-"""Kernel configs and lowered kernels: the records the cost models read (DESIGN §3).
+"""Kernel configs and lowered kernels: the records the cost models read (docs/architecture.md).
 
 A :class:`Kernel` is a *tile program*. Its ``grid = (B, I, J)`` output tiles are handed out
 round robin: tile ``t`` (row-major over ``b, i, j``) runs on core ``t % cores`` in wave

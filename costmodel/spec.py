@@ -1,4 +1,4 @@
-"""Hardware specs as data (DESIGN §6): one TOML file per target, validated, overridable.
+"""Hardware specs as data (docs/cost-model.md): one TOML file per target, validated, overridable.
 
 Shipped targets live in ``costmodel/specs/*.toml`` (package data). A user file may name a
 ``base`` target and override any field; ``--set FIELD=VALUE`` does the same from the CLI for a
@@ -111,7 +111,7 @@ _FIELDS = {f.name: f for f in fields(HardwareSpec)}
 
 @dataclass(frozen=True)
 class Target:
-    """A hardware spec plus the precision mode kernels are costed in (DESIGN §6).
+    """A hardware spec plus the precision mode kernels are costed in (docs/cost-model.md).
 
     ``auto`` (the default, like the Ascend model converter): cube operands in fp16 with fp32
     accumulation, vector ops in the model's dtype. ``fp16``/``bf16``: everything 16-bit.

@@ -5,11 +5,11 @@ PyPI's ``torch`` (CPU build), ``transformers``, ``onnx``, ``onnxscript`` and
 ``onnxruntime``, which the project's own venv deliberately does not carry.  Run
 it from a separate virtualenv, e.g.::
 
-    python3 -m venv /work/torchenv
-    /work/torchenv/bin/pip install torch==2.13.0          # CPU wheel on local disk
-    /work/torchenv/bin/pip install -c <(echo torch==2.13.0) \\
+    python3 -m venv .torchenv
+    .torchenv/bin/pip install torch==2.13.0          # CPU wheel on local disk
+    .torchenv/bin/pip install -c <(echo torch==2.13.0) \\
         transformers onnx onnxscript onnxruntime numpy
-    /work/torchenv/bin/python experiments/export_torch_models.py --out tests/fixtures/exports
+    .torchenv/bin/python experiments/export_torch_models.py --out tests/fixtures/exports
 
 Every model is built from a config / plain torch code with a fixed seed (no
 ``from_pretrained``, no network), exported with the legacy TorchScript exporter

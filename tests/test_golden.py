@@ -15,7 +15,7 @@ def pinned() -> dict:
     return golden.load()
 
 
-@pytest.mark.parametrize("model", golden.MODELS)
+@pytest.mark.parametrize("model", golden.models())
 def test_baseline_plans_cost_what_they_cost(pinned: dict, model: str) -> None:
     now = {p: {c: golden.estimate(model, p, c) for c in golden.COSTS} for p in golden.PLANS}
     assert golden.close(pinned["estimates"][model], now, model) == []
@@ -24,6 +24,10 @@ def test_baseline_plans_cost_what_they_cost(pinned: dict, model: str) -> None:
 def test_a_fixed_seed_study_writes_the_pinned_plan(pinned: dict) -> None:
     want = {k: v for k, v in pinned["study"].items() if k != "args"}
     assert golden.close(want, golden.study(), "study") == []
+
+
+def test_every_zoo_model_is_pinned(pinned: dict) -> None:
+    assert sorted(pinned["estimates"]) == sorted(golden.models())
 
 
 def test_the_comparison_sees_a_moved_figure() -> None:

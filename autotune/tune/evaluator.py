@@ -1,4 +1,4 @@
-"""Scoring and measuring plans inside a study, and the measure-retrain loop (DESIGN §7).
+"""Scoring and measuring plans inside a study, and the measure-retrain loop (docs/tuning.md).
 
 Trials are scored with the study's cost model (``learned`` by default, or ``analytic``),
 cached by plan hash and model version. Measured plans run on the simulator; every kernel run

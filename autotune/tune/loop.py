@@ -1,4 +1,4 @@
-"""The tuning loop (DESIGN §7): an Optuna study over the fusion space, scored by the study's
+"""The tuning loop (docs/tuning.md): an Optuna study over the fusion space, scored by the study's
 cost model, with the most promising plans measured on the simulator; the best *measured* plan
 wins.
 

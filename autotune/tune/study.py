@@ -1,5 +1,5 @@
-"""Optuna plumbing of a tuning study: storage, samplers, the local search around the
-incumbent, and picks on a Pareto front (the loop itself is :mod:`autotune.tuner`)."""
+"""Optuna plumbing of a tuning study: its storage, its sampler, its name, opening or
+resuming it (the loop itself is :mod:`autotune.tune.loop`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Verification (DESIGN §8): graph equivalence of the fused model in onnxruntime (level 1),
-and kernel numerics (level 2): emulate each fused kernel as it would run, compare it with a
+"""Verification (docs/verification.md): graph equivalence of the fused model in onnxruntime (level
+1), and kernel numerics (level 2): emulate each fused kernel as it would run, compare it with a
 float64 reference of the unfused ops, and unfuse the kernels that fail (safe mode).
 
     >>> verdicts = verify_kernels(model, graph, plan_groups, target, policy)

@@ -1,4 +1,4 @@
-"""Kernel numerics (DESIGN §8, level 2) and the safe-mode decision.
+"""Kernel numerics (docs/verification.md, level 2) and the safe-mode decision.
 
 For every distinct signature among a plan's multi-op groups, once: extract the group on a few
 rows, compute its outputs in float64 (the reference), emulate the fused kernel and the unfused
@@ -283,7 +283,7 @@ def verify_kernels(
     """Check the numerics of every distinct fused kernel of a plan, once per signature.
 
     Args:
-        model: the original model; groups name its nodes as ``search_space.onnx_io.node_names``.
+        model: the original model; groups name its nodes as ``search_space.onnx.node_names``.
         graph: the model's graph (``search_space.load_graph(model)``).
         groups: the plan's groups with their configs; single-op groups are not checked.
         target: the hardware target and its precision mode.

@@ -1,4 +1,5 @@
-"""Graph equivalence (DESIGN §8, level 1): the fused model computes what the original does.
+"""Graph equivalence (docs/verification.md, level 1): the fused model computes what the original
+does.
 
 Both run in onnxruntime on fresh seeded inputs drawn from the ranges the graph implies (token
 ids below their embedding table's size, masks 0/1, floats N(0, 1)); outputs are compared

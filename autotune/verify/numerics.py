@@ -1,4 +1,5 @@
-"""Number formats of an emulated kernel: which format each kind of value lives in (DESIGN §6).
+"""Number formats of an emulated kernel: which format each kind of value lives in
+(docs/cost-model.md).
 
 Values are numpy arrays in their real format (float16, bfloat16 via ml_dtypes, float32,
 float64). An operation is computed exactly in float64 and rounded once to its format, which is

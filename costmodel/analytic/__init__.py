@@ -1,5 +1,5 @@
-"""The closed-form cost model (DESIGN §6): per kernel, heads + waves x the slowest pipe per
-tile + fill and drain, vectorised over many configs with numpy, with an L2 hit model and its
+"""The closed-form cost model (docs/cost-model.md): per kernel, heads + waves x the slowest pipe
+per tile + fill and drain, vectorised over many configs with numpy, with an L2 hit model and its
 constants calibrated from simulator runs.
 
 Modules, each importing only those before it: :mod:`.constants` (the free factors and the

@@ -1,4 +1,4 @@
-"""The closed-form cost model (DESIGN §6), vectorised over the configs of one group.
+"""The closed-form cost model (docs/cost-model.md), vectorised over the configs of one group.
 
 Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, ``S`` steps)::
 

@@ -1,4 +1,4 @@
-"""The learned cost model (DESIGN §6): calibrated analytic latency times a correction a
+"""The learned cost model (docs/cost-model.md): calibrated analytic latency times a correction a
 scikit-learn regressor learns from kernel features, saved as JSON trees (never pickle), with
 its fit, hyperparameter choice and held-out evaluation."""
 

@@ -3,7 +3,7 @@
 Every feature is a number per config row, computed from the lowered kernels (a
 :class:`KernelBatch`) and the analytic model's breakdown of them: magnitudes on a log scale,
 shares and utilisations as fractions. The learned model corrects the analytic latency, so the
-analytic stage times are among the features (DESIGN §6).
+analytic stage times are among the features (docs/cost-model.md).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def kernel_features(
     Args:
         spec: the hardware the kernels were lowered for.
         batch: the kernels (one layout; configs of one group or kernels of one shape class).
-        b: the analytic breakdown of ``batch`` (``costmodel._pipeline.score``).
+        b: the analytic breakdown of ``batch`` (``costmodel.analytic.score``).
         flops, cube_flops, compulsory: per-row values when the rows are different kernels
             (a stacked batch keeps only the first kernel's); default: the batch's own.
     """

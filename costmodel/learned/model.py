@@ -1,4 +1,5 @@
-"""The learned cost model: calibrated analytic latency times a learned correction (DESIGN §6).
+"""The learned cost model: calibrated analytic latency times a learned correction
+(docs/cost-model.md).
 
 ``latency = analytic(kernel; fitted constants) * exp(base(x) + local(x))`` where ``x`` are the
 kernel's features (:mod:`costmodel.learned.features`), ``base`` is the corrector trained on a

@@ -1,4 +1,5 @@
-"""Event-driven, cycle-approximate simulator of Ascend AI cores (DESIGN §6, ``simulator``).
+"""Event-driven, cycle-approximate simulator of Ascend AI cores (docs/cost-model.md,
+``simulator``).
 
 ``SimulatorModel(target)`` runs a plan kernel by kernel, per core and per pipe, tile by tile,
 with HBM as a shared fluid resource and an LRU L2 carried across kernels; see

@@ -1,6 +1,6 @@
 """The shared L2: LRU over fixed-size chunks of tensors, with per-sector validity.
 
-A chunk is ``chunk_bytes`` of one tensor (tensor-relative, DESIGN §6 / kernel.py "L2
+A chunk is ``chunk_bytes`` of one tensor (tensor-relative, docs/cost-model.md / kernel.py "L2
 identity"). Replacement is LRU over whole chunks; inside a chunk a bitmask of sectors (one L2
 line each) says which bytes are valid, so a 1 KB block never makes its 63 KB neighbourhood look
 resident, and a block smaller than a line validates the line its neighbours then hit on.

@@ -41,7 +41,8 @@ def _shortcuts(fast: bool | Collection[str]) -> frozenset[str]:
 
 
 class SimulatorModel(CostModel):
-    """Cycle-approximate, event-driven simulation of a plan on Ascend AI cores (DESIGN §6).
+    """Cycle-approximate, event-driven simulation of a plan on Ascend AI cores
+    (docs/cost-model.md).
 
     Every kernel runs tile by tile on per-core in-order pipes with buffer slots as tokens, HBM
     shared as a max-min fair fluid (each core capped at its GM path), and an LRU L2 of

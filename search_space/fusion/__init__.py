@@ -1,4 +1,4 @@
-"""Fusion legality (DESIGN §4): the kernel graph, its fusible edges, which groups are legal,
+"""Fusion legality (docs/fusion.md): the kernel graph, its fusible edges, which groups are legal,
 and the deterministic repair of any edge choice into a legal partition."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fusion candidates and legality (DESIGN §4): which edges may fuse, which groups are legal,
+"""Fusion candidates and legality (docs/fusion.md): which edges may fuse, which groups are legal,
 and the deterministic repair that turns any set of chosen edges into a legal partition.
 
 An edge of the kernel graph (:mod:`~search_space.fusion.kernel_graph`) is fusible when both

@@ -1,4 +1,4 @@
-"""Structural legality of a group (DESIGN §4): convex, at most one cube anchor (or the
+"""Structural legality of a group (docs/fusion.md): convex, at most one cube anchor (or the
 attention or horizontal template), per-element prologues, reductions along the row axis, no
 forbidden op, at most ``max_fused_ops`` ops. Buffer feasibility is the caller's callback."""
 

@@ -1,4 +1,4 @@
-"""The deterministic repair (DESIGN §5): any set of chosen edges becomes a legal partition,
+"""The deterministic repair (docs/fusion.md): any set of chosen edges becomes a legal partition,
 and a partition becomes FusionGroups (views between members included)."""
 
 from __future__ import annotations

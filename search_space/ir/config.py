@@ -1,4 +1,4 @@
-"""Kernel configs: how one fused group is tiled and spread over cores (DESIGN §3).
+"""Kernel configs: how one fused group is tiled and spread over cores (docs/architecture.md).
 
 A pure record (no hardware knowledge): the cost model enumerates the feasible ones for a
 target, the search space indexes them, and plans store them.

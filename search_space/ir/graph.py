@@ -1,4 +1,4 @@
-"""The graph IR: frozen records for tensors, ops and the whole graph (DESIGN §3).
+"""The graph IR: frozen records for tensors, ops and the whole graph (docs/architecture.md).
 
 A :class:`Graph` is what every later stage sees: ops in topological order with their original
 ONNX node names, every tensor with a static shape and dtype, compile-time constants folded
@@ -90,7 +90,7 @@ class Op:
     """One operator, named as in the user's model.
 
     ``inputs`` keeps ONNX positions ("" for an omitted optional input). ``flops`` is cube plus
-    vector work (see :mod:`search_space.ops`); ``bytes`` is what the op reads and writes when it
+    vector work (see :mod:`search_space.ir.ops`); ``bytes`` is what the op reads and writes when it
     runs alone (distinct inputs plus outputs; 0 for views). ``constant`` marks an op whose
     inputs are all compile-time values but whose output was too large to fold.
     """

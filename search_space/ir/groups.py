@@ -1,4 +1,4 @@
-"""Fusion groups: an ordered set of ops that runs as one kernel (DESIGN §3).
+"""Fusion groups: an ordered set of ops that runs as one kernel (docs/architecture.md).
 
 Legality (convexity, anchors, reduce axes) is the search space's job; this module only builds
 the record, derives its external inputs/outputs and kind, and its structural signature.

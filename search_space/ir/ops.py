@@ -1,4 +1,4 @@
-"""Operator classes (DESIGN §4) and per-op work: FLOPs and bytes moved.
+"""Operator classes (docs/fusion.md) and per-op work: FLOPs and bytes moved.
 
 FLOP convention (stated so a hand count can be compared): a multiply-add is 2 FLOPs on the
 cube (MatMul, Gemm, Conv); vector work counts one FLOP per output element for elementwise ops
@@ -30,7 +30,7 @@ Shape = tuple[int, ...]
 
 
 class OpClass(enum.StrEnum):
-    """Fusion class of an operator (DESIGN §4)."""
+    """Fusion class of an operator (docs/fusion.md)."""
 
     CUBE = "cube"
     ELEMENTWISE = "elementwise"

@@ -3,7 +3,7 @@
 One pass in topological order does both jobs for each node: onnx's own per-node shape
 inference (given the constant values of small inputs, so a computed Reshape target is seen),
 then, when every input is a known value and the output is small, compile-time evaluation
-(:mod:`search_space.fold`). A folded node disappears from the graph and its output becomes a
+(:mod:`search_space.onnx.fold`). A folded node disappears from the graph and its output becomes a
 constant; every other node is kept exactly as the user wrote it (no BatchNorm folded into Conv,
 no MatMul+Add rewritten as Gemm, no large float constant materialised).
 """

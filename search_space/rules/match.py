@@ -1,4 +1,4 @@
-"""Matching compiled rule patterns on the kernel graph (see :mod:`search_space.rule_pattern`).
+"""Matching compiled rule patterns on the kernel graph (see :mod:`search_space.rules.pattern`).
 
 The search is a backtracking regular-expression match along ``ctx.succ`` (steps) and
 ``ctx.pred`` (side branches), greedy for optional and repeated steps; it returns the first full

@@ -1,4 +1,4 @@
-"""The pattern language of fusion rules: grammar and parser (matching: :mod:`.rule_match`).
+"""The pattern language of fusion rules: grammar and parser (matching: :mod:`.match`).
 
 A pattern is a chain of *steps* along producer -> consumer edges of the kernel graph of a
 :class:`~search_space.fusion.FusionContext` (views are transparent there)::

@@ -59,7 +59,7 @@ class PolicyError(AutofusionError):
 
 @dataclass(frozen=True)
 class Policy:
-    """What fusion the search may consider (DESIGN §4, §5)."""
+    """What fusion the search may consider (docs/fusion.md)."""
 
     fusion_level: int = 3
     preset: str = "all"

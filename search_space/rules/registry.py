@@ -37,7 +37,7 @@ class Rule:
     Attributes:
         name: unique within a registry.
         priority: higher wins when matches overlap.
-        pattern: see :mod:`search_space.rule_pattern`.
+        pattern: see :mod:`search_space.rules.pattern`.
         presets: the rule sets it belongs to, a subset of ("cnn", "transformer"), both by
             default; every rule belongs to "all".
         kind: "chain" (producer -> consumer) or "siblings" (matmuls sharing an input).

@@ -1,7 +1,7 @@
-"""The built-in fusion rules: a data table of named patterns with priorities (DESIGN §4).
+"""The built-in fusion rules: a data table of named patterns with priorities (docs/fusion.md).
 
 Each row is ``(name, priority, presets, kind, pattern, description)``; the pattern language is
-documented in :mod:`search_space.rule_pattern`. Patterns follow what the torch exporters
+documented in :mod:`search_space.rules.pattern`. Patterns follow what the torch exporters
 (legacy TorchScript and dynamo) and the model zoo actually write. Higher priority wins when
 matches overlap; every built-in priority is distinct, so built-ins never conflict with each other.
 Larger, more specific patterns rank above the patterns they contain.

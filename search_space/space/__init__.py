@@ -1,4 +1,4 @@
-"""The search space (DESIGN §5): the Optuna parameterisation of fusion and tiling, the
+"""The search space (docs/fusion.md): the Optuna parameterisation of fusion and tiling, the
 baselines beside it (none, greedy, max, the exact optimal) and the persisted plan record."""
 
 from __future__ import annotations

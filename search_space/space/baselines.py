@@ -1,4 +1,4 @@
-"""Baseline plans beside the search space (DESIGN §5): none, greedy, max and optimal.
+"""Baseline plans beside the search space (docs/fusion.md): none, greedy, max and optimal.
 
 * ``none``: every op its own kernel at its default (hand-written) config.
 * ``greedy``: the seed tools' way: the preset's rules in priority order, default configs.

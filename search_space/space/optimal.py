@@ -1,4 +1,4 @@
-"""The exact minimum-cost fusion partition: the ``optimal`` baseline (DESIGN §5).
+"""The exact minimum-cost fusion partition: the ``optimal`` baseline (docs/fusion.md).
 
 Candidates are every connected, convex, legal and feasible group of up to ``max_ops`` kernel
 ops (plus the groups of the greedy and max plans, which must always be candidates, plus every

@@ -1,4 +1,4 @@
-"""The Optuna search space over fusion decisions and tile configs (DESIGN §5).
+"""The Optuna search space over fusion decisions and tile configs (docs/fusion.md).
 
 Decision variables are one boolean per fusible-edge *class* (``fuse/<class>``): edges whose
 endpoint ops have identical types, attributes and shapes in identical neighbourhoods share a
@@ -285,7 +285,7 @@ def build_space(
     strategy: str = "joint",
     numeric: bool = False,
 ) -> SearchSpace:
-    """The space a policy opens (DESIGN §4-§5).
+    """The space a policy opens (docs/fusion.md).
 
     ``fusion_level`` 0: nothing fuses; 1: the preset's rule-based (greedy) groups are fixed and
     only configs are searched; 2: edges inside rule matches are open to search; 3: every legal

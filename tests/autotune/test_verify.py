@@ -1,6 +1,6 @@
-"""Kernel numerics (DESIGN §8 level 2): zoo kernels pass, a planted bad fusion is caught and
-unfused, the emulation rounds where the hardware does, and checks run once per signature on
-few rows."""
+"""Kernel numerics (docs/verification.md level 2): zoo kernels pass, a planted bad fusion is caught
+and unfused, the emulation rounds where the hardware does, and checks run once per signature on few
+rows."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Published 910B figures, reproduced end to end: ONNX model -> loader -> `none` plan with
-each group's default config -> cost model (DESIGN §6 anchors; issue bands)."""
+each group's default config -> cost model (docs/cost-model.md anchors; issue bands)."""
 
 from __future__ import annotations
 

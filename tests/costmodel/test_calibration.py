@@ -1,4 +1,4 @@
-"""Fitting the analytic constants (``costmodel.calibration``).
+"""Fitting the analytic constants (``costmodel.calibration.fit``).
 
 The measurements are made by the analytic model itself under planted constants, so a correct
 fit must find them again; the stacked scoring is checked against the model scoring each kernel

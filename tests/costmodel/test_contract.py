@@ -1,4 +1,4 @@
-"""The contract every CostModel implementation meets (DESIGN §6; ``costmodel.base``).
+"""The contract every CostModel implementation meets (docs/cost-model.md; ``costmodel.base``).
 
 Every kind in ``KINDS`` runs every test. Adding a model is one entry: its kind, constructor
 keywords, and how to change its state (``None`` when it has none beyond the target).

@@ -1,4 +1,4 @@
-"""The learned correction's regressor (``costmodel.corrector``).
+"""The learned correction's regressor (``costmodel.learned.corrector``).
 
 Its exported trees are checked against scikit-learn's own estimators (an independent oracle),
 its ridge against a float64 numpy solve, and its JSON against a round trip and hand-broken

@@ -1,4 +1,5 @@
-"""Calibration tables (``costmodel.dataset``): kernel records, rows, parquet files, manifest."""
+"""Calibration tables (``costmodel.calibration.dataset``): kernel records, rows, parquet files,
+manifest."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Held-out accuracy metrics and the family split (``costmodel.evaluation``), against scipy and
-numpy computed independently."""
+"""Held-out accuracy metrics and the family split (``costmodel.learned.evaluation``), against scipy
+and numpy computed independently."""
 
 from __future__ import annotations
 

@@ -1,192 +1,22 @@
-"""apply_plan: fused models pass the full checker, run in onnxruntime and compute the same.
-
-Plans come from the project's own machinery (the ``max`` and ``greedy`` baselines, random
-repaired edge subsets) on every zoo model and on the real torch exports, whose shape
-subgraphs, Constant nodes and dynamic dims stay in the file.
-"""
+"""apply_plan's function interface on hand-built graphs, plan files, and bad plans."""
 
 from __future__ import annotations
 
-import json
-import re
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from conftest import EXPORTS, make
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from apply_helpers import _assert_same, _check_apply, _feeds, _max_plan, _zoo
+from conftest import make
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from autotune.apply import FUSED_DOMAIN, apply_plan, apply_plan_file
 from autotune.exceptions import AutotuneError
-from autotune.zoo import INPUT_RANGES_KEY, build, list_models
-from costmodel.oracle import CostOracle
-from costmodel.spec import load_target
 from search_space import Graph, load_graph
-from search_space.fusion import FusionContext
 from search_space.ir import KernelConfig
-from search_space.onnx import node_names
-from search_space.space import FusionPlan, PlanError, PlanGroup, baseline_plan
-
-TOKENS = ("bert", "gpt2", "llama")
-EXPORT_FILES = sorted(p.name for p in EXPORTS.glob("*.onnx"))
-ZOO = [info.name for info in list_models()]
-IDENT = re.compile(r"^[A-Za-z_]\w*$", re.ASCII)
-
-
-# -- helpers ---------------------------------------------------------------------------------
-def _oracle(graph: Graph) -> tuple[FusionContext, CostOracle]:
-    ctx = FusionContext(graph)
-    return ctx, CostOracle(graph, load_target(), ctx=ctx)
-
-
-def _max_plan(graph: Graph) -> list[PlanGroup]:
-    ctx, oracle = _oracle(graph)
-    groups = ctx.to_groups(ctx.repair(ctx.edges, oracle.feasible))
-    return [PlanGroup(g.ops, g.kind, oracle.default(g)) for g in groups]
-
-
-def _feeds(
-    model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]] | None = None, seed: int = 0
-) -> dict[str, np.ndarray]:
-    """Seeded inputs: ids in the declared range (else < 100), 0/1 masks, N(0, 1) floats."""
-    rng = np.random.default_rng(seed)
-    meta = {p.key: p.value for p in model.metadata_props}
-    ranges = json.loads(meta.get(INPUT_RANGES_KEY, "{}"))
-    inits = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = (shapes or {}).get(vi.name) or tuple(d.dim_value for d in tt.shape.dim)
-        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            lo, hi = (0, 1) if "mask" in vi.name else ranges.get(vi.name, (0, 99))
-            arr = rng.integers(lo, hi + 1, size=shape).astype(dtype)
-            if "mask" in vi.name:
-                arr[:, 0] = 1  # every row keeps a token, like a real CLS/BOS
-            feeds[vi.name] = arr
-        else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
-
-
-def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
-    return list(sess.run(None, feeds))
-
-
-def _assert_same(a: onnx.ModelProto, b: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
-    for want, got in zip(_run(a, feeds), _run(b, feeds), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-
-
-def _structure(model: onnx.ModelProto, fused: onnx.ModelProto, groups: list[PlanGroup]) -> None:
-    """Every invariant of a fused model that does not need running it."""
-    multi = [g for g in groups if len(g.ops) > 1]
-    calls = [n for n in fused.graph.node if n.domain == FUSED_DOMAIN]
-    assert len(calls) == len(multi) == len(fused.functions)
-    assert [(o.domain, o.version) for o in fused.opset_import].count((FUSED_DOMAIN, 1)) == 1
-    own = Counter((o.domain, o.version) for o in model.opset_import)
-    names = [f.name for f in fused.functions]
-    assert len(set(names)) == len(names)
-    fns = {f.name: f for f in fused.functions}
-    for f in fused.functions:
-        assert IDENT.match(f.name) and f.domain == FUSED_DOMAIN
-        assert Counter((o.domain, o.version) for o in f.opset_import) == own
-    # every original node is kept byte-for-byte exactly once: outside, or in one body
-    outer = [n for n in fused.graph.node if n.domain != FUSED_DOMAIN]
-    inner = [n for f in fused.functions for n in f.node]
-    assert Counter(n.SerializeToString() for n in [*outer, *inner]) == Counter(
-        n.SerializeToString() for n in model.graph.node
-    )
-    # each body holds its group's nodes in their original order, with the config attached
-    by_name = dict(zip(node_names(model.graph.node), model.graph.node, strict=True))
-    call_of = {n.SerializeToString(): c for c in calls for n in fns[c.op_type].node}
-    for group in multi:
-        want = [by_name[op] for op in group.ops]
-        call = call_of[want[0].SerializeToString()]
-        body = list(fns[call.op_type].node)
-        assert [n for n in body if n in want] == want
-        attrs = {a.name: helper.get_attribute_value(a) for a in call.attribute}
-        assert attrs["kind"] == group.kind.encode()
-        if group.config is not None:
-            assert attrs["block_dim"] == group.config.block_dim
-            assert attrs["double_buffer"] == int(group.config.double_buffer)
-    # tensor names the rest of the graph sees are the user's own
-    assert [o.name for o in fused.graph.output] == [o.name for o in model.graph.output]
-
-
-def _check_apply(
-    model: onnx.ModelProto, graph: Graph, groups: list[PlanGroup], feeds: dict[str, np.ndarray]
-) -> onnx.ModelProto:
-    before = model.SerializeToString()
-    fused = apply_plan(model, graph, groups)
-    assert model.SerializeToString() == before, "apply_plan changed its input model"
-    onnx.checker.check_model(fused, full_check=True)
-    _structure(model, fused, groups)
-    _assert_same(model, fused, feeds)
-    return fused
-
-
-# -- zoo models and real exports -------------------------------------------------------------
-def _zoo(name: str) -> onnx.ModelProto:
-    if name.startswith("llama"):
-        return build(name, weights="random", scale=0.05, layers=2)
-    return build(name, weights="random", scale=0.1)
-
-
-@pytest.mark.parametrize("name", ZOO)
-def test_zoo_max_plan(name: str) -> None:
-    model = _zoo(name)
-    graph = load_graph(model)
-    groups = _max_plan(graph)
-    assert sum(len(g.ops) > 1 for g in groups) >= 3
-    _check_apply(model, graph, groups, _feeds(model))
-
-
-@pytest.mark.parametrize("name", ["bert-base", "resnet50", "llama3-8b"])
-def test_zoo_greedy_plan(name: str) -> None:
-    model = _zoo(name)
-    graph = load_graph(model)
-    ctx, oracle = _oracle(graph)
-    plan = baseline_plan("greedy", ctx, oracle)
-    groups = [PlanGroup(g.ops, g.kind, c) for g, c in zip(plan.groups, plan.configs, strict=True)]
-    _check_apply(model, graph, groups, _feeds(model))
-
-
-def _shapes(name: str, batch: int, seq: int) -> dict[str, tuple[int, ...]]:
-    if name.startswith(TOKENS):
-        return {"input_ids": (batch, seq), "attention_mask": (batch, seq)}
-    if name.startswith("encoder_layer"):
-        return {"x": (batch, seq, 32)}
-    return {"image": (batch, 3, 32, 32)}
-
-
-@pytest.mark.parametrize("name", EXPORT_FILES)
-def test_export_max_plan(name: str) -> None:
-    path = EXPORTS / name
-    legacy_encoder = name == "encoder_layer_legacy_op14.onnx"  # the exporter baked seq = 8 in
-    shapes = _shapes(name, 2, 8 if legacy_encoder else 16)
-    graph = load_graph(path, input_shapes=shapes)
-    model = onnx.load(str(path))
-    groups = _max_plan(graph)
-    fused = _check_apply(model, graph, groups, _feeds(model, shapes))
-    # nothing was baked in: the fused model keeps the dynamic dims and runs at other sizes
-    dims = [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in model.graph.input]
-    assert [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in fused.graph.input] == dims
-    other = _shapes(name, 3, 8 if legacy_encoder else 5)
-    _assert_same(model, fused, _feeds(model, other, seed=1))
+from search_space.space import FusionPlan, PlanError, PlanGroup
 
 
 # -- the function interface on hand-built graphs ---------------------------------------------
@@ -425,19 +255,3 @@ def test_graph_of_another_model_raises() -> None:
     other = load_graph(_interface_model(), input_shapes={"x": (4, 8)})
     with pytest.raises(AutotuneError, match="not loaded from this model"):
         apply_plan(model, other, [PlanGroup(("mm", "bias"), "cube_epilogue")])
-
-
-# -- property: any repaired plan applies -----------------------------------------------------
-_PROP_MODEL = build("bert-base", weights="random", scale=0.1, layers=1)
-_PROP_GRAPH = load_graph(_PROP_MODEL)
-_PROP_CTX, _PROP_ORACLE = _oracle(_PROP_GRAPH)
-_PROP_FEEDS = _feeds(_PROP_MODEL)
-
-
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.booleans(), min_size=len(_PROP_CTX.edges), max_size=len(_PROP_CTX.edges)))
-def test_random_repaired_plans_apply(chosen: list[bool]) -> None:
-    edges = [e for e, keep in zip(_PROP_CTX.edges, chosen, strict=True) if keep]
-    parts = _PROP_CTX.repair(edges, _PROP_ORACLE.feasible)
-    groups = [PlanGroup(g.ops, g.kind) for g in _PROP_CTX.to_groups(parts)]
-    _check_apply(_PROP_MODEL, _PROP_GRAPH, groups, _PROP_FEEDS)

@@ -1,0 +1,19 @@
+"""Shared by the tuner tests: the small BERT graph they tune and a TuneConfig maker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.tune import TuneConfig
+from autotune.zoo import build
+from search_space import load_graph
+
+
+def bert_graph():
+    """Two layers of BERT-base at a quarter of its size, weights as graph inputs."""
+    return load_graph(build("bert-base", weights="inputs", layers=2, scale=0.25))
+
+
+def _cfg(tmp_path: Path, **kw) -> TuneConfig:
+    base = {"trials": 12, "measure_every": 5, "storage": str(tmp_path / "s.journal")}
+    return TuneConfig(**{**base, **kw})

@@ -87,6 +87,7 @@ class KernelEstimate:
             "unit": self.unit,
             "config": self.config.to_json(),
             "latency_us": self.cost.latency_us,
+            "device_us": self.cost.device_us,
             "bound": self.cost.bound,
             "pipes_us": dict(self.cost.pipes_us),
             "l2_hit_rate": self.cost.l2_hit_rate,

@@ -34,6 +34,8 @@ class KernelCost:
         bound: the pipe or resource that dominates (a pipe name, ``HBM``, ``L2`` or ``launch``).
         hbm_bytes: bytes that went to or from HBM (L2 misses and write-backs).
         l2_hit_rate: fraction of loaded bytes served by L2.
+        gap_us: the share of ``latency_us`` that is the device-side gap after the previous
+            kernel on the stream (``kernel_gap_s``); ``device_us`` is the rest.
     """
 
     latency_us: float
@@ -41,10 +43,18 @@ class KernelCost:
     bound: str = ""
     hbm_bytes: float = 0.0
     l2_hit_rate: float = 0.0
+    gap_us: float = 0.0
+
+    @property
+    def device_us(self) -> float:
+        """The kernel from its start to its end on the device (what msprof's task duration
+        measures): its latency without the gap before it."""
+        return self.latency_us - self.gap_us
 
     def to_json(self) -> dict[str, Any]:
         return {
             "latency_us": self.latency_us,
+            "device_us": self.device_us,
             "pipes_us": dict(self.pipes_us),
             "bound": self.bound,
             "hbm_bytes": self.hbm_bytes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -19,7 +20,15 @@ from typing import Any
 
 from costmodel.exceptions import SpecError
 
-__all__ = ["PRECISIONS", "HardwareSpec", "Target", "available_targets", "load_spec", "load_target"]
+__all__ = [
+    "PRECISIONS",
+    "HardwareSpec",
+    "Target",
+    "available_targets",
+    "fitted_lineage",
+    "load_spec",
+    "load_target",
+]
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16", "mixed")
 _ZERO_OK = frozenset(
@@ -251,3 +260,12 @@ def load_target(
     if precision not in PRECISIONS:
         raise SpecError(f"unknown precision '{precision}'; available: {', '.join(PRECISIONS)}")
     return Target(load_spec(target, overrides), precision)
+
+
+def fitted_lineage(name: str) -> list[str]:
+    """The target names whose fitted artifacts (calibrated constants, learned model) serve
+    ``name``, nearest first: a SKU of a chip (``ascend910b4``) shares its chip's
+    (``ascend910b``), since the SKUs differ in core count, clock and memory (spec values), not
+    in the per-core pipes the factors describe."""
+    m = re.fullmatch(r"(ascend\d+[a-z]+)\d+", name)
+    return [name, m.group(1)] if m else [name]

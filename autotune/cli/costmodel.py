@@ -164,6 +164,14 @@ def _tables(tables: list[Path] | None, target: str) -> list[Path]:
 
 @user_errors
 def costmodel_eval(
+    csv: Annotated[
+        list[Path] | None,
+        typer.Argument(help="With --real: real-data CSVs (default datasets/real/*.csv)."),
+    ] = None,
+    real: Annotated[
+        bool,
+        typer.Option("--real", help="Against real measured kernel times instead of the tables."),
+    ] = False,
     target: TargetOpt = "ascend910b",
     set_: SetOpt = None,
     precision: PrecisionOpt = "auto",
@@ -178,7 +186,13 @@ def costmodel_eval(
     json_out: JsonOpt = False,
 ) -> None:
     """Accuracy of the raw analytic, calibrated analytic and learned models on held-out
-    kernels (families held out, then signatures seen in training removed)."""
+    kernels (families held out, then signatures seen in training removed), or with --real
+    of every model against real measured kernel times."""
+    if real:
+        _eval_real(csv or [], json_out)
+        return
+    if csv:
+        raise AutotuneError("CSV files are read with --real; a calibration table is --table")
     from costmodel.calibration import read_table
     from costmodel.learned import DEFAULT_PARAMS, KINDS, METRICS, evaluate_models
     from costmodel.spec import load_target
@@ -211,3 +225,60 @@ def costmodel_eval(
     if rows["test_warm"]:
         mape = ", ".join(f"{k} {v:.3f}" for k, v in result["warm_mape"].items())
         out.print(f"MAPE on the {rows['test_warm']} warm test rows (inputs in L2): {mape}")
+
+
+def _real_files(csv: list[Path]) -> list[Path]:
+    if csv:
+        return csv
+    folder = Path("datasets/real")
+    found = sorted(folder.glob("*.csv")) if folder.is_dir() else []
+    if not found:
+        raise AutotuneError(
+            f"no real-data CSV under {folder}/; pass files: autotune costmodel eval --real A.csv"
+        )
+    return found
+
+
+def _eval_real(csv: list[Path], json_out: bool) -> None:
+    """``costmodel eval --real``: every model against the real rows, per source, family and
+    chip; a row that cannot be read is one line on stderr and skipped."""
+    from autotune.real import predict_rows, read_real, summarize
+
+    rows, problems = read_real(_real_files(csv))
+    skipped = [str(p) for p in problems]
+    if not rows:
+        for line in skipped:
+            err.print(line, highlight=False, markup=False)
+        raise AutotuneError("no readable real-data row; see the lines above")
+    preds = predict_rows(rows)
+    skipped += [f"{x.row.path} row {x.row.row}: {x.error}; skipped" for x in preds if x.error]
+    for line in skipped:
+        err.print(line, highlight=False, markup=False)
+    summary = summarize(preds)
+    summary["skipped"] = skipped
+    if json_out:
+        summary["per_row"] = [p.to_json() for p in preds]
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
+    for title, block in (("device-time rows", summary.get("overall_device")),
+                         ("host-time rows", summary.get("overall_host"))):  # fmt: skip
+        if not block:
+            continue
+        t = Table(title=f"{title}: predicted vs real")
+        for col in ("model", "rows", "geomean", "median |ln|", "within 25%", "spearman"):
+            t.add_column(col, justify="left" if col == "model" else "right")
+        for name, m in block.items():
+            if m["n"]:
+                rho = "-" if m["spearman"] is None else f"{m['spearman']:.3f}"
+                t.add_row(name, str(m["n"]), f"{m['geomean']:.3f}",
+                          f"{m['median_abs_log']:.3f}", f"{m['within_25']:.0%}", rho)  # fmt: skip
+        out.print(t)
+    t = Table(title="geomean predicted / real by family (default configs)")
+    for col in ("family", "rows", "simulator", "analytic", "learned", "naive"):
+        t.add_column(col)
+    for fam, fb in summary["by_family"].items():
+        cells = [fb.get(m, {}) for m in ("simulator/default", "analytic/default",
+                                         "learned/default", "naive")]  # fmt: skip
+        t.add_row(fam, str(fb["naive"]["n"]),
+                  *(f"{c['geomean']:.2f}" if c.get("n") else "-" for c in cells))  # fmt: skip
+    out.print(t)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.exceptions import CostModelError
-from costmodel.spec import Target
+from costmodel.spec import Target, fitted_lineage
 from search_space.atomic import atomic_write_text
 
 __all__ = [
@@ -152,11 +152,13 @@ def shipped_calibration_path(target: str) -> Path:
 
 
 def load_calibration(target: str) -> Calibration | None:
-    """The shipped calibration of a target name, or None when there is none."""
-    path = shipped_calibration_path(target)
-    if not path.is_file():
-        return None
-    return Calibration.from_json(json.loads(path.read_text()))
+    """The shipped calibration of a target name (or of the chip it is a SKU of:
+    :func:`~costmodel.spec.fitted_lineage`), or None when there is none."""
+    for name in fitted_lineage(target):
+        path = shipped_calibration_path(name)
+        if path.is_file():
+            return Calibration.from_json(json.loads(path.read_text()))
+    return None
 
 
 def calibrated_constants(target: Target) -> AnalyticConstants:

@@ -216,6 +216,7 @@ class AnalyticModel(CostModel):
             bound=bound(b, row),
             hbm_bytes=float(b.hbm_bytes[row]),
             l2_hit_rate=float(b.hit_rate[row]),
+            gap_us=self.target.spec.kernel_gap_s * self.constants.gap * 1e6,
         )
 
 

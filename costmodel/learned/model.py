@@ -27,7 +27,7 @@ from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel, KernelBatch, handoffs
 from costmodel.learned.corrector import LatencyCorrector
 from costmodel.learned.features import FEATURES, kernel_features, per_row, row_features
-from costmodel.spec import Target
+from costmodel.spec import Target, fitted_lineage
 
 __all__ = ["LearnedModel", "shipped_model_path"]
 
@@ -71,10 +71,12 @@ class LearnedModel(CostModel):
         self.refits = 0
         self._digest: tuple[Any, str] = (None, "")
         self.generation = 0  # bumped on every change of state (version is cached on it)
-        if state is None:
-            path = shipped_model_path(target.spec.name)
-            if path.is_file():
-                state = read_model_doc(path).get("state")
+        if state is None:  # the shipped model of the target (or of the chip it is a SKU of)
+            for name in fitted_lineage(target.spec.name):
+                path = shipped_model_path(name)
+                if path.is_file():
+                    state = read_model_doc(path).get("state")
+                    break
         if state is not None:
             self.load_state(state)
 
@@ -197,6 +199,7 @@ class LearnedModel(CostModel):
                     c.bound,
                     c.hbm_bytes,
                     c.l2_hit_rate,
+                    gap_us=c.gap_us,
                 )
         return costs
 

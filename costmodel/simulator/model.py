@@ -218,6 +218,7 @@ class SimulatorModel(CostModel):
             bound=bound,
             hbm_bytes=res.hbm_bytes,
             l2_hit_rate=hit_rate,
+            gap_us=spec.kernel_gap_s * 1e6,
         )
 
     def _noisy(self, cost: KernelCost, pos: int, key: tuple[Any, ...]) -> KernelCost:
@@ -233,6 +234,7 @@ class SimulatorModel(CostModel):
             bound=cost.bound,
             hbm_bytes=cost.hbm_bytes,
             l2_hit_rate=cost.l2_hit_rate,
+            gap_us=cost.gap_us,
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import fields
+from dataclasses import asdict, fields
 from importlib import resources
 from pathlib import Path
 
@@ -93,3 +93,31 @@ def test_unknown_target_and_precision() -> None:
         load_target(precision="int3")
     assert load_target(precision="fp32").cube_rate(4) == load_spec().cube_fp32_rate
     assert load_target().cube_itemsize(4) == 2  # fp32 models: fp16 cube by default
+
+
+VARIANTS = ("ascend910b1", "ascend910b2", "ascend910b3", "ascend910b4")
+
+
+def test_910b_variants_cite_a_source_for_every_value_they_set() -> None:
+    for target in VARIANTS:
+        text = resources.files("costmodel").joinpath("specs", f"{target}.toml").read_text()
+        data = tomllib.loads(text)
+        sources = data.pop("sources")
+        assert data.pop("base") == "ascend910b", target
+        assert set(sources) == {*data, "base"}, target  # every value set, and what it inherits
+        assert all(len(v) > 10 for v in sources.values()), target
+        assert load_spec(target).name == target
+
+
+def test_ascend910b_is_the_910b2_under_its_own_name() -> None:
+    b, b2 = asdict(load_spec("ascend910b")), asdict(load_spec("ascend910b2"))
+    assert b.pop("name") == "ascend910b" and b2.pop("name") == "ascend910b2"
+    assert b == b2
+
+
+def test_the_variants_differ_where_the_platform_configs_do() -> None:
+    b1, b2, b3, b4 = (load_spec(t) for t in VARIANTS)
+    assert b1.clock_hz > b2.clock_hz == b3.clock_hz > b4.clock_hz
+    assert b1.cube_cores == b2.cube_cores == 24 and b3.cube_cores == b4.cube_cores == 20
+    assert b3.vector_cores == b4.vector_cores == 2 * b4.cube_cores
+    assert b4.l2_bytes * 2 == b2.l2_bytes and b4.hbm_bytes_per_s < b2.hbm_bytes_per_s

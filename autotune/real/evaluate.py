@@ -1,0 +1,235 @@
+"""The cost models against real measured kernel times.
+
+Each row's kernel (:func:`~autotune.real.kernels.one_kernel`) is costed on its chip's spec, in
+its dtype, by the simulator, the calibrated analytic model and the learned model, each at the
+kernel's default config (what a hand-written kernel would use) and at that model's own
+favourite config; and by a naive baseline, the kernel's roofline plus a fixed floor. A
+``device`` row (msprof task duration) is compared with the model's ``device_us`` (the kernel
+without the gap before it), a ``host`` row (wall clock, launch included) with ``latency_us``.
+
+Metrics, per group of rows and overall: the geometric mean of predicted / real, the median of
+``|ln(predicted / real)|``, the share of rows within 25% (``|ln ratio| <= ln 1.25``) and the
+Spearman rank correlation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from autotune.exceptions import AutotuneError
+from autotune.real.kernels import one_kernel
+from autotune.real.rows import RealRow
+from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
+from costmodel.lower import Lowering
+from search_space import load_graph
+from search_space.fusion import FusionContext
+
+__all__ = [
+    "MODELS",
+    "NAIVE_FLOOR_US",
+    "RealPrediction",
+    "metrics",
+    "predict_rows",
+    "summarize",
+]
+
+log = logging.getLogger(__name__)
+MODELS = ("simulator", "analytic", "learned")
+NAIVE_FLOOR_US = 2.0  # the naive baseline's fixed cost per kernel on the device
+SIMULATED_CONFIGS = 6  # the simulator's own favourite: among the analytic model's best few
+WITHIN = math.log(1.25)
+PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+@dataclass(frozen=True)
+class RealPrediction:
+    """What each model predicts for one real row (us, in the row's timing), or why not.
+
+    ``predicted`` maps ``<model>/default`` and ``<model>/best`` (and ``naive``) to a time.
+    """
+
+    row: RealRow
+    predicted: Mapping[str, float] = field(default_factory=dict)
+    kernels: int = 0
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.row
+        return {
+            "row": r.row,
+            "file": r.path,
+            "source": r.source_name,
+            "family": r.family,
+            "chip": r.target,
+            "op": r.op,
+            "dtype": r.dtype,
+            "timing": r.timing,
+            "real_us": r.time_us,
+            "predicted_us": dict(self.predicted),
+            "kernels": self.kernels,
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+def _target(row: RealRow) -> Target:
+    return load_target(row.target, (), PRECISION.get(row.dtype, "auto"))
+
+
+def _time(cost: Any, timing: str) -> float:
+    return float(cost.device_us if timing == "device" else cost.latency_us)
+
+
+def _naive(kernels: Sequence[Kernel], target: Target, timing: str, itemsize: int) -> float:
+    """Roofline (nominal peaks) plus a fixed floor per kernel, and the gap for host rows."""
+    spec = target.spec
+    peak = spec.cube_peak_flops * target.cube_rate(itemsize)
+    us = 0.0
+    for k in kernels:
+        roof = max(k.cube_flops / peak, k.compulsory_bytes / spec.hbm_peak_bytes_per_s) * 1e6
+        us += roof + NAIVE_FLOOR_US + (spec.kernel_gap_s * 1e6 if timing == "host" else 0.0)
+    return us
+
+
+def _model_times(model: CostModel, kernels: Sequence[Kernel], timing: str) -> float:
+    return sum(_time(c, timing) for c in model.evaluate(kernels))
+
+
+def predict_row(
+    row: RealRow, models: Mapping[str, Callable[[Target], CostModel]]
+) -> RealPrediction:
+    """Every model's prediction for one row (an error, not an exception, when it fails)."""
+    try:
+        graph = load_graph(one_kernel(row))
+        target = _target(row)
+        ctx = FusionContext(graph)
+        verdict = ctx.check(ctx.nodes)
+        parts = [frozenset(ctx.nodes)] if verdict.ok else ctx.repair(ctx.edges)
+        groups = ctx.to_groups(parts)
+        lowering = Lowering(graph, target)
+        defaults = [lowering.default(g) for g in groups]
+        grids = [lowering.grid(g) for g in groups]
+        out: dict[str, float] = {}
+        default_kernels = [lowering.kernel(g, c) for g, c in zip(groups, defaults, strict=True)]
+        for name, make in models.items():
+            model = make(target)
+            out[f"{name}/default"] = _model_times(model, default_kernels, row.timing)
+            out[f"{name}/best"] = _best(model, name, lowering, groups, grids, target, row.timing)
+        itemsize = 4 if row.dtype == "float32" else 2
+        out["naive"] = _naive(default_kernels, target, row.timing, itemsize)
+        return RealPrediction(row, out, kernels=len(groups))
+    except Exception as err:  # one row that cannot be costed is reported, never fatal
+        log.warning("real row %d: %s: %s", row.row, type(err).__name__, err)
+        return RealPrediction(row, error=f"{type(err).__name__}: {err}")
+
+
+def _best(
+    model: CostModel,
+    name: str,
+    lowering: Lowering,
+    groups: Sequence[Any],
+    grids: Sequence[Sequence[Any]],
+    target: Target,
+    timing: str,
+) -> float:
+    """The model's own favourite config of each group, costed by the model: the argmin of its
+    batch prediction over the grid (analytic, learned), or of a simulation of the analytic
+    model's few best configs (the simulator: every config would take minutes)."""
+    total = 0.0
+    for group, grid in zip(groups, grids, strict=True):
+        if name == "simulator":
+            ranker = make_cost_model("analytic", target)
+            scores = ranker.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
+            order = np.argsort(scores, kind="stable")[:SIMULATED_CONFIGS]
+            candidates = [lowering.kernel(group, grid[i]) for i in order]
+            total += min(_time(model.evaluate([k])[0], timing) for k in candidates)
+        else:
+            scores = model.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
+            kernel = lowering.kernel(group, grid[int(np.argmin(scores))])
+            total += _time(model.evaluate([kernel])[0], timing)
+    return total
+
+
+def predict_rows(rows: Iterable[RealRow], models: Sequence[str] = MODELS) -> list[RealPrediction]:
+    """Predictions for every row by every model (one model object per chip and precision)."""
+    cache: dict[tuple[str, str, str], CostModel] = {}
+
+    def maker(kind: str) -> Callable[[Target], CostModel]:
+        def make(target: Target) -> CostModel:
+            key = (kind, target.spec.name, target.precision)
+            if key not in cache:
+                cache[key] = make_cost_model(kind, target)
+            return cache[key]
+
+        return make
+
+    makers = {m: maker(m) for m in models}
+    return [predict_row(r, makers) for r in rows]
+
+
+def metrics(pred: Sequence[float], real: Sequence[float]) -> dict[str, float | int | None]:
+    """Geomean of pred/real, median |ln(pred/real)|, share within 25%, Spearman."""
+    p, r = np.asarray(pred, float), np.asarray(real, float)
+    keep = np.isfinite(p) & (p > 0) & (r > 0)
+    p, r = p[keep], r[keep]
+    if not len(p):
+        return {
+            "n": 0,
+            "geomean": None,
+            "median_abs_log": None,
+            "within_25": None,
+            "spearman": None,
+        }
+    lr = np.log(p / r)
+    rho = None
+    if len(p) >= 3 and np.ptp(r) > 0 and np.ptp(p) > 0:
+        rho = float(spearmanr(p, r).statistic)
+    return {
+        "n": len(p),
+        "geomean": float(np.exp(lr.mean())),
+        "median_abs_log": float(np.median(np.abs(lr))),
+        "within_25": float(np.mean(np.abs(lr) <= WITHIN + 1e-12)),
+        "spearman": rho,
+    }
+
+
+def summarize(
+    predictions: Sequence[RealPrediction], by: Sequence[str] = ("source", "family", "chip")
+) -> dict[str, Any]:
+    """Metrics per model, overall and per value of each key in ``by`` and per combination."""
+    ok = [p for p in predictions if not p.error]
+    if not ok:
+        raise AutotuneError("no real row could be costed (every one failed; see the errors)")
+    names = sorted({k for p in ok for k in p.predicted})
+
+    def block(preds: Sequence[RealPrediction]) -> dict[str, Any]:
+        real = [p.row.time_us for p in preds]
+        return {m: metrics([p.predicted.get(m, math.nan) for p in preds], real) for m in names}
+
+    def key_of(p: RealPrediction, k: str) -> str:
+        return {"source": p.row.source_name, "family": p.row.family, "chip": p.row.target,
+                "timing": p.row.timing}[k]  # fmt: skip
+
+    out: dict[str, Any] = {"rows": len(predictions), "costed": len(ok), "overall": block(ok)}
+    for timing in ("device", "host"):
+        sub = [p for p in ok if p.row.timing == timing]
+        if sub:
+            out[f"overall_{timing}"] = block(sub)
+    for k in by:
+        groups: dict[str, list[RealPrediction]] = {}
+        for p in ok:
+            groups.setdefault(key_of(p, k), []).append(p)
+        out[f"by_{k}"] = {v: block(g) for v, g in sorted(groups.items())}
+    combos: dict[tuple[str, ...], list[RealPrediction]] = {}
+    for p in ok:
+        combos.setdefault(tuple(key_of(p, k) for k in by), []).append(p)
+    out["by_group"] = [
+        {**dict(zip(by, key, strict=True)), **block(g)} for key, g in sorted(combos.items())
+    ]
+    return out

@@ -1,0 +1,391 @@
+"""A real row as a one-kernel ONNX model: the op, or the chain of ops the real kernel fuses
+(RMSNorm, Add+RMSNorm, SwiGLU, attention), written the way exporters write them, in the row's
+dtype, with weights (a linear layer's matrix, a norm's scale) as shape-only weight inputs.
+
+The whole chain is one fusion group: :func:`one_kernel` returns the model and the ops of that
+group, so a cost model costs exactly what the real kernel does in one launch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from autotune.exceptions import AutotuneError
+from autotune.real.rows import RealRow
+from search_space import WEIGHT_INPUTS_KEY
+
+__all__ = ["KERNELS", "one_kernel"]
+
+_ELEM = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+_NP = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32}
+EPS = 1e-6
+
+
+class _Graph:
+    """A tiny graph writer: inputs, weights (as shape-only inputs), constants, nodes."""
+
+    def __init__(self, dtype: str) -> None:
+        self.elem = _ELEM.get(dtype, TensorProto.FLOAT)
+        self.dtype = dtype
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.weights: list[str] = []
+        self.consts: list[onnx.TensorProto] = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.outputs: list[str] = []
+
+    def input(self, name: str, dims: Sequence[int], elem: int | None = None) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem or self.elem, list(dims)))
+        return name
+
+    def weight(self, name: str, dims: Sequence[int]) -> str:
+        self.weights.append(name)
+        return self.input(name, dims)
+
+    def const(self, name: str, value: float | np.ndarray, elem: int | None = None) -> str:
+        arr = np.asarray(value)
+        if elem is None and arr.dtype.kind == "f":
+            if self.elem == TensorProto.BFLOAT16:
+                tensor = helper.make_tensor(name, TensorProto.BFLOAT16, arr.shape, arr.ravel())
+                self.consts.append(tensor)
+                return name
+            arr = arr.astype(_NP[self.dtype])
+        self.consts.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], name: str, **attrs: Any) -> str:
+        out = f"{name}_out"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=name, **attrs))
+        return out
+
+    def model(self, outputs: Sequence[str]) -> onnx.ModelProto:
+        """The model, its outputs typed by ONNX shape inference."""
+        untyped = [onnx.ValueInfoProto(name=o) for o in outputs]
+        graph = helper.make_graph(self.nodes, "real_kernel", self.inputs, untyped, self.consts)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        known = {v.name: v for v in inferred.graph.value_info}
+        del model.graph.output[:]
+        model.graph.output.extend(known.get(o, onnx.ValueInfoProto(name=o)) for o in outputs)
+        helper.set_model_props(model, {WEIGHT_INPUTS_KEY: json.dumps(self.weights)})
+        return model
+
+
+def _dims(row: RealRow, *names: str, count: int | None = None) -> list[tuple[int, ...]]:
+    """The dims of the inputs ``names`` (by name, case-insensitive), else of the first
+    ``count`` inputs in order."""
+    lower = {k.lower(): v for k, v in row.tensors.items()}
+    if names and all(n.lower() in lower for n in names):
+        return [lower[n.lower()] for n in names]
+    values = list(row.tensors.values())
+    want = count if count is not None else len(names)
+    if len(values) < want:
+        raise AutotuneError(
+            f"{row.family} needs {want} input shape(s), the row names {len(values)}"
+        )
+    return values[:want]
+
+
+def _rmsnorm(g: _Graph, x: str, hidden: int, prefix: str = "rms") -> str:
+    """x * 1/sqrt(mean(x^2) + eps) * gamma, as exporters write Llama's RMSNorm."""
+    gamma = g.weight("gamma", [hidden])
+    sq = g.op("Pow", [x, g.const("two", 2.0)], f"{prefix}/Pow")
+    ms = g.op("ReduceMean", [sq], f"{prefix}/ReduceMean", axes=[-1], keepdims=1)
+    std = g.op("Sqrt", [g.op("Add", [ms, g.const("eps", EPS)], f"{prefix}/Add")], f"{prefix}/Sqrt")
+    r = g.op("Reciprocal", [std], f"{prefix}/Reciprocal")
+    return g.op("Mul", [gamma, g.op("Mul", [x, r], f"{prefix}/Mul")], f"{prefix}/Mul_1")
+
+
+def rmsnorm(row: RealRow, g: _Graph) -> list[str]:
+    (x,) = _dims(row, "x", count=1)
+    return [_rmsnorm(g, g.input("x", x), x[-1])]
+
+
+def add_rmsnorm(row: RealRow, g: _Graph) -> list[str]:
+    x1, x2 = _dims(row, "x1", "x2", count=2)
+    s = g.op("Add", [g.input("x1", x1), g.input("x2", x2)], "add/Add")
+    return [_rmsnorm(g, s, x1[-1]), s]
+
+
+def layernorm(row: RealRow, g: _Graph) -> list[str]:
+    (x,) = _dims(row, "x", count=1)
+    h = x[-1]
+    return [
+        g.op(
+            "LayerNormalization",
+            [g.input("x", x), g.weight("gamma", [h]), g.weight("beta", [h])],
+            "ln/LayerNormalization",
+            axis=-1,
+            epsilon=EPS,
+        )
+    ]
+
+
+def add_layernorm(row: RealRow, g: _Graph) -> list[str]:
+    x1, x2 = _dims(row, "x1", "x2", count=2)
+    s = g.op("Add", [g.input("x1", x1), g.input("x2", x2)], "add/Add")
+    h = x1[-1]
+    y = g.op(
+        "LayerNormalization",
+        [s, g.weight("gamma", [h]), g.weight("beta", [h])],
+        "ln/LayerNormalization",
+        axis=-1,
+        epsilon=EPS,
+    )
+    return [y, s]
+
+
+def swiglu(row: RealRow, g: _Graph) -> list[str]:
+    """silu(gate) * up on the two halves of one fused input (npu_swiglu's form)."""
+    lower = {k.lower() for k in row.tensors}
+    if {"gate", "up"} <= lower:
+        half = _dims(row, "gate", count=1)[0]
+        fused = (*half[:-1], 2 * half[-1])
+    else:
+        fused = _dims(row, "x", count=1)[0]
+        if fused[-1] % 2:
+            raise AutotuneError(f"swiglu's fused input {list(fused)} has an odd last dim")
+    x = g.input("x", fused)
+    gate_up = [f"split/Split_out_{i}" for i in range(2)]
+    halves = g.const("split", np.array([fused[-1] // 2] * 2, dtype=np.int64))
+    g.nodes.append(helper.make_node("Split", [x, halves], gate_up, name="split/Split", axis=-1))
+    silu = g.op("Mul", [gate_up[0], g.op("Sigmoid", [gate_up[0]], "act/Sigmoid")], "act/Mul")
+    return [g.op("Mul", [silu, gate_up[1]], "mul/Mul")]
+
+
+def rope(row: RealRow, g: _Graph) -> list[str]:
+    """x * cos + rotate_half(x) * sin (NeoX split-half), as exporters write rotary embeddings:
+    Slice, Neg, Concat, Mul, Add; cos/sin broadcast over batch and heads."""
+    (x,) = _dims(row, "x", count=1)
+    d = x[-1]
+    if d % 2:
+        raise AutotuneError(f"rope's last dim {d} is odd")
+    table = (1, x[1], 1, d) if len(x) == 4 else tuple(x[-2:]) if len(x) >= 2 else (d,)
+    xn = g.input("x", x)
+    half = d // 2
+    axis = g.const("axis", np.array([-1], dtype=np.int64))
+    lo = g.op(
+        "Slice",
+        [
+            xn,
+            g.const("zero", np.array([0], dtype=np.int64)),
+            g.const("half", np.array([half], dtype=np.int64)),
+            axis,
+        ],
+        "rope/Slice",
+    )
+    hi = g.op(
+        "Slice",
+        [
+            xn,
+            g.const("half_", np.array([half], dtype=np.int64)),
+            g.const("end", np.array([d], dtype=np.int64)),
+            axis,
+        ],
+        "rope/Slice_1",
+    )
+    rot = g.op("Concat", [g.op("Neg", [hi], "rope/Neg"), lo], "rope/Concat", axis=-1)
+    a = g.op("Mul", [xn, g.input("cos", table)], "rope/Mul")
+    b = g.op("Mul", [rot, g.input("sin", table)], "rope/Mul_1")
+    return [g.op("Add", [a, b], "rope/Add")]
+
+
+def attention(row: RealRow, g: _Graph) -> list[str]:
+    """softmax(Q K^T / sqrt(d) (+ causal mask)) V on [B,N,S,D] operands (BSND transposed)."""
+    q, k, v = _dims(row, "q", "k", "v", count=3)
+    bsnd = "bsnd" in (row.extra.get("shapes", "") + row.op + row.notes).lower()
+    if bsnd:
+        q, k, v = ((s[0], s[2], s[1], s[3]) for s in (q, k, v))
+    if len(q) != 4 or len(k) != 4 or len(v) != 4:
+        raise AutotuneError("attention needs 4-D q, k, v ([B,N,S,D])")
+    qn, kn, vn = g.input("q", q), g.input("k", k), g.input("v", v)
+    if k[1] != q[1]:  # grouped-query: repeat K/V heads
+        rep = q[1] // k[1]
+        expand = g.const("rep", np.array([1, rep, 1, 1], dtype=np.int64))
+        kn = g.op("Tile", [kn, expand], "gqa/Tile_k")
+        vn = g.op("Tile", [vn, expand], "gqa/Tile_v")
+    kt = g.op("Transpose", [kn], "attn/Transpose", perm=[0, 1, 3, 2])
+    s = g.op("MatMul", [qn, kt], "attn/MatMul")
+    s = g.op("Div", [s, g.const("sqrt_d", math.sqrt(q[-1]))], "attn/Div")
+    if "causal" in (row.op + row.notes).lower():
+        sq, sk = q[2], k[2]
+        mask = np.triu(np.full((sq, sk), -1e4 if g.elem != TensorProto.FLOAT else -1e9), 1)
+        s = g.op("Add", [s, g.const("causal_mask", mask.astype(np.float32))], "attn/Add")
+    p = g.op("Softmax", [s], "attn/Softmax", axis=-1)
+    return [g.op("MatMul", [p, vn], "attn/MatMul_1")]
+
+
+def matmul(row: RealRow, g: _Graph) -> list[str]:
+    """``linear`` (y = x W^T, W a weight) or ``mm``/``bmm`` (both operands activations)."""
+    a, b = _dims(row, count=2)
+    text = row.op.lower()
+    if "linear" in text or "w^t" in text or "gemm" in text:
+        x = g.input("x", a)
+        w = g.weight("W", b)
+        if b[-1] == a[-1] and (len(b) == 2):  # [N, K]: stored transposed, as torch does
+            wt = g.op("Transpose", [w], "linear/Transpose", perm=[1, 0])
+            return [g.op("MatMul", [x, wt], "linear/MatMul")]
+        return [g.op("MatMul", [x, w], "linear/MatMul")]
+    return [g.op("MatMul", [g.input("a", a), g.input("b", b)], "mm/MatMul")]
+
+
+def gemv(row: RealRow, g: _Graph) -> list[str]:
+    """y = b + A x (``torch.addmv``), or A x (``mv``)."""
+    dims = list(row.tensors.items())
+    a = next((d for n, d in dims if len(d) == 2), None)
+    vec = [d for n, d in dims if len(d) == 1]
+    if a is None or not vec:
+        raise AutotuneError("gemv needs a 2-D matrix and a 1-D vector")
+    x = g.input("x", [a[1], 1])
+    y = g.op("MatMul", [g.input("A", a), x], "mv/MatMul")
+    y = g.op("Reshape", [y, g.const("shape", np.array([a[0]], dtype=np.int64))], "mv/Reshape")
+    if len(vec) >= 2 or "addmv" in row.op.lower():
+        y = g.op("Add", [g.input("bias", [a[0]]), y], "mv/Add")
+    return [y]
+
+
+def softmax(row: RealRow, g: _Graph) -> list[str]:
+    (x,) = _dims(row, "x", count=1)
+    return [g.op("Softmax", [g.input("x", x)], "softmax/Softmax", axis=-1)]
+
+
+def reduce(row: RealRow, g: _Graph) -> list[str]:
+    """ReduceSum / Mean / Max over the last axis (``dim=`` in the op column picks another;
+    a 1-D input reduces to one value)."""
+    (x,) = _dims(row, "x", count=1)
+    text = row.op.lower()
+    kind = "ReduceMax" if "max" in text else "ReduceMean" if "mean" in text else "ReduceSum"
+    if "min" in text and "max" not in text:
+        kind = "ReduceMin"
+    axis = -1
+    m = re.search(r"dim\s*=\s*(-?\d+)", text)
+    if m:
+        axis = int(m.group(1))
+    axes = g.const("axes", np.array([axis], dtype=np.int64))
+    return [g.op(kind, [g.input("x", x), axes], f"reduce/{kind}", keepdims=0)]
+
+
+def binary(row: RealRow, g: _Graph) -> list[str]:
+    dims = list(row.tensors.values())
+    a = dims[0]
+    b = dims[1] if len(dims) > 1 else dims[0]
+    text = row.op.lower()
+    kind = next(
+        (k for w, k in (("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("max", "Max"),
+                        ("min", "Min")) if w in text),
+        "Add",
+    )  # fmt: skip
+    return [g.op(kind, [g.input("a", a), g.input("b", b)], f"binary/{kind}")]
+
+
+def _gelu(g: _Graph, x: str) -> str:
+    """Exact GELU as exported: x * (1 + erf(x / sqrt 2)) * 0.5."""
+    e = g.op("Erf", [g.op("Div", [x, g.const("sqrt2", math.sqrt(2.0))], "gelu/Div")], "gelu/Erf")
+    y = g.op("Mul", [x, g.op("Add", [e, g.const("one", 1.0)], "gelu/Add")], "gelu/Mul")
+    return g.op("Mul", [y, g.const("half", 0.5)], "gelu/Mul_1")
+
+
+_UNARY: dict[str, Callable[[_Graph, str], str]] = {
+    "gelu": _gelu,
+    "silu": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
+    "swish": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
+    "relu": lambda g, x: g.op("Relu", [x], "unary/Relu"),
+    "exp": lambda g, x: g.op("Exp", [x], "unary/Exp"),
+    "sigmoid": lambda g, x: g.op("Sigmoid", [x], "unary/Sigmoid"),
+    "tanh": lambda g, x: g.op("Tanh", [x], "unary/Tanh"),
+    "neg": lambda g, x: g.op("Neg", [x], "unary/Neg"),
+    "rsqrt": lambda g, x: g.op(
+        "Reciprocal", [g.op("Sqrt", [x], "unary/Sqrt")], "unary/Reciprocal"
+    ),
+    "sqrt": lambda g, x: g.op("Sqrt", [x], "unary/Sqrt"),
+    "abs": lambda g, x: g.op("Abs", [x], "unary/Abs"),
+    "log": lambda g, x: g.op("Log", [x], "unary/Log"),
+    "erf": lambda g, x: g.op("Erf", [x], "unary/Erf"),
+}
+
+
+def unary(row: RealRow, g: _Graph) -> list[str]:
+    (x,) = _dims(row, "x", count=1)
+    text = row.op.lower()
+    key = next((k for k in _UNARY if k in text), None)
+    if key is None:
+        raise AutotuneError(f"unknown unary op {row.op!r}; known: {', '.join(_UNARY)}")
+    return [_UNARY[key](g, g.input("x", x))]
+
+
+def cast(row: RealRow, g: _Graph) -> list[str]:
+    """A cast to the other float width (fp32 <-> fp16) unless ``to fp16/bf16/fp32`` says."""
+    (x,) = _dims(row, "x", count=1)
+    text = row.op.lower() + " " + row.notes.lower()
+    to = TensorProto.FLOAT if g.elem != TensorProto.FLOAT else TensorProto.FLOAT16
+    for word, elem in (("fp16", TensorProto.FLOAT16), ("bf16", TensorProto.BFLOAT16),
+                       ("fp32", TensorProto.FLOAT)):  # fmt: skip
+        if f"to {word}" in text or f"->{word}" in text.replace(" ", ""):
+            to = elem
+    return [g.op("Cast", [g.input("x", x)], "cast/Cast", to=to)]
+
+
+def transpose(row: RealRow, g: _Graph) -> list[str]:
+    (x,) = _dims(row, "x", count=1)
+    m = re.search(r"perm\s*=\s*\[([\d,\s]+)\]", row.op + " " + row.notes)
+    perm = (
+        [int(p) for p in m.group(1).split(",")]
+        if m
+        else [*range(len(x) - 2), len(x) - 1, len(x) - 2]
+    )
+    return [g.op("Transpose", [g.input("x", x)], "transpose/Transpose", perm=perm)]
+
+
+def gather(row: RealRow, g: _Graph) -> list[str]:
+    dims = list(row.tensors.items())
+    table = next((d for n, d in dims if len(d) == 2), dims[0][1])
+    idx = next((d for n, d in dims if d is not table), (1,))
+    ids = g.input("indices", idx, TensorProto.INT64)
+    return [g.op("Gather", [g.input("table", table), ids], "gather/Gather", axis=0)]
+
+
+def concat(row: RealRow, g: _Graph) -> list[str]:
+    names = [g.input(f"x{i}", d) for i, d in enumerate(row.tensors.values())]
+    return [g.op("Concat", names, "concat/Concat", axis=-1)]
+
+
+KERNELS: dict[str, Callable[[RealRow, _Graph], list[str]]] = {
+    "rmsnorm": rmsnorm,
+    "add_rmsnorm": add_rmsnorm,
+    "layernorm": layernorm,
+    "add_layernorm": add_layernorm,
+    "swiglu": swiglu,
+    "rope": rope,
+    "attention": attention,
+    "matmul": matmul,
+    "gemv": gemv,
+    "softmax": softmax,
+    "reduce": reduce,
+    "binary": binary,
+    "unary": unary,
+    "cast": cast,
+    "transpose": transpose,
+    "gather": gather,
+    "concat": concat,
+}
+
+
+def one_kernel(row: RealRow) -> onnx.ModelProto:
+    """The row's kernel as an ONNX model whose compute ops form one fusion group.
+
+    Raises:
+        AutotuneError: the row's shapes do not fit its family.
+    """
+    if row.family not in KERNELS:
+        raise AutotuneError(f"no one-kernel model for family {row.family!r}")
+    g = _Graph(row.dtype)
+    outputs = KERNELS[row.family](row, g)
+    return g.model(outputs)

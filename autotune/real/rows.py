@@ -1,0 +1,347 @@
+"""Real measured kernel times as rows: one CSV row per timing published by someone who ran the
+kernel on an Ascend NPU (``datasets/real/``).
+
+Columns (the format of the public collections; extra columns are kept, missing optional ones
+are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``, ``throughput``,
+``block_dim``, ``source``, ``quote``, ``notes``.
+
+* ``op`` names the operator as its source does (``RmsNorm``, ``MatMul (linear, y=x@W^T)``,
+  ``Addmv (torch.addmv: y=b+A@x)``, ``ReduceSum``...); :func:`family_of` maps it to a family.
+* ``shapes`` names each input with its dims: ``x=[128,512], W=[512,512]``; names joined by
+  ``=`` share dims (``q=k=v=[1,32,128,128]``); whatever follows ``->`` (the outputs) and
+  annotations in parentheses are ignored. Dims may be products or carry K/M/G suffixes
+  (``[64*1024*1024]``, ``[64M]``).
+* ``timing`` is ``device`` (msprof task duration: the kernel alone on the device) or ``host``
+  (wall clock or ``do_bench``: launch included). Without the column it is read from the notes.
+
+A row that cannot be read (an unknown op, a shape that does not parse, a missing time) is
+reported by its row number and skipped; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune.exceptions import AutotuneError
+
+__all__ = [
+    "FAMILIES",
+    "RealRow",
+    "RowProblem",
+    "family_of",
+    "parse_dims",
+    "parse_row",
+    "parse_tensors",
+    "read_real",
+    "target_of",
+]
+
+# op family -> words that name it (matched on the op column, lower case, punctuation dropped),
+# tried in this order: the first family with a matching word wins
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "add_rmsnorm": ("addrmsnorm", "add rms norm", "add_rms_norm", "npu_add_rms_norm"),
+    "rmsnorm": ("rmsnorm", "rms norm", "rms_norm", "npu_rms_norm"),
+    "add_layernorm": ("addlayernorm", "add layer norm", "add_layer_norm"),
+    "layernorm": ("layernorm", "layer norm", "layer_norm", "layernormalization"),
+    "swiglu": ("swiglu", "npu_swiglu"),
+    "rope": ("rope", "rotary", "rotarymul", "npu_rotary_mul", "rotary_embedding"),
+    "attention": (
+        "attention",
+        "flashattention",
+        "fusedinferattentionscore",
+        "promptflashattention",
+        "sdpa",
+        "scaled_dot_product",
+    ),
+    "gemv": ("addmv", "gemv", "matvec", "mv"),
+    "matmul": ("matmul", "mm", "bmm", "linear", "gemm", "batchmatmul"),
+    "softmax": ("softmax",),
+    "reduce": ("reducesum", "reducemean", "reducemax", "reducemin", "sum", "mean", "amax"),
+    "gather": ("gather", "embedding", "index_select"),
+    "transpose": ("transpose", "permute"),
+    "concat": ("concat", "cat"),
+    "cast": ("cast",),
+    "binary": ("add", "sub", "mul", "div", "maximum", "minimum"),
+    "unary": (
+        "gelu",
+        "silu",
+        "swish",
+        "relu",
+        "exp",
+        "sigmoid",
+        "tanh",
+        "neg",
+        "sqrt",
+        "rsqrt",
+        "abs",
+        "log",
+        "erf",
+    ),
+}
+CHIPS = {
+    "910b1": "ascend910b1",
+    "910b2": "ascend910b2",
+    "910b3": "ascend910b3",
+    "910b4": "ascend910b4",
+    "910b": "ascend910b",
+    "910": "ascend910",
+    "310p": "ascend310p",
+}
+DTYPES = {
+    "fp16": "float16",
+    "float16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp32": "float32",
+    "float32": "float32",
+    "float": "float32",
+    "hf32": "float32",
+}
+DEVICE_WORDS = ("msprof", "task duration", "kernel_details", "kernel-only", "device time")
+HOST_WORDS = ("do_bench", "wall", "time.time", "perf_counter", "host", "synchronize", "e2e")
+_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_TENSOR = re.compile(r"((?:[A-Za-z_][\w.]*\s*=\s*)+)[\[(]([^\])]*)[\])]")
+
+
+@dataclass(frozen=True)
+class RealRow:
+    """One real timing: what ran, on which chip, how long it took and how that was timed.
+
+    Attributes:
+        row: the row's number in its file (1 = the first row after the header).
+        path: the file it came from.
+        chip: the chip as the source names it; ``target`` is the spec it maps to.
+        op: the op column as written; ``family`` is what :func:`family_of` made of it.
+        tensors: input name -> dims, in the order the shapes column names them.
+        dtype: numpy-style dtype name of the data (``float16``, ``bfloat16``, ``float32``).
+        time_us: the measured time.
+        timing: ``device`` or ``host``.
+        source, quote, notes: provenance, as written.
+    """
+
+    row: int
+    path: str
+    chip: str
+    target: str
+    op: str
+    family: str
+    tensors: Mapping[str, tuple[int, ...]]
+    dtype: str
+    time_us: float
+    timing: str
+    source: str = ""
+    quote: str = ""
+    notes: str = ""
+    block_dim: int | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def source_name(self) -> str:
+        """The source without its commit and path: ``github:owner/repo`` or a URL's site."""
+        s = self.source.strip()
+        if s.startswith("github:"):
+            return s.split("@")[0].split(":")[1] if ":" in s[7:] else s.split("@")[0]
+        m = re.match(r"https?://(?:www\.)?github\.com/([^/]+/[^/]+)", s)
+        if m:
+            return m.group(1)
+        m = re.match(r"https?://([^/]+)", s)
+        return m.group(1) if m else (s or "unknown")
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """A row that was skipped, and why (one line)."""
+
+    row: int
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path} row {self.row}: {self.reason}; skipped"
+
+
+def _words(text: str) -> str:
+    return re.sub(r"[^a-z0-9_^@ ]+", " ", text.lower())
+
+
+def family_of(op: str) -> str:
+    """The family an op column names (the text before a parenthesis is tried first).
+
+    Raises:
+        AutotuneError: no family matches (the message lists the known ones).
+    """
+    head = op.split("(")[0]
+    for text in (head, op):
+        words = _words(text)
+        squashed = words.replace(" ", "")
+        tokens = set(words.split())
+        for family, names in FAMILIES.items():
+            for name in names:
+                if " " in name or len(name) > 5:
+                    if name.replace(" ", "") in squashed:
+                        return family
+                elif name in tokens:
+                    return family
+    raise AutotuneError(f"unknown op {op!r}; known families: {', '.join(FAMILIES)}")
+
+
+def parse_dims(text: str) -> tuple[int, ...]:
+    """``"2, 64, 4K"`` -> ``(2, 64, 4096)``; products (``64*1024``) and powers (``2^26``) too.
+
+    Raises:
+        AutotuneError: a dim that is not a positive whole number.
+    """
+    dims = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        value = 1
+        for factor in re.split(r"\s*[*x×]\s*", part):
+            m = re.fullmatch(r"(\d+)\s*\^\s*(\d+)|(\d+(?:\.\d+)?)\s*([kmgKMG])?i?", factor.strip())
+            if m is None:
+                raise AutotuneError(f"dim {part!r} is not a whole number")
+            if m.group(1):
+                value *= int(m.group(1)) ** int(m.group(2))
+            else:
+                number = float(m.group(3)) * _SUFFIX.get((m.group(4) or "").lower(), 1)
+                if number != int(number):
+                    raise AutotuneError(f"dim {part!r} is not a whole number")
+                value *= int(number)
+        if value < 1:
+            raise AutotuneError(f"dim {part!r} must be >= 1")
+        dims.append(value)
+    return tuple(dims)
+
+
+def parse_tensors(shapes: str) -> dict[str, tuple[int, ...]]:
+    """The named inputs of a shapes column, in order.
+
+    Raises:
+        AutotuneError: no ``name=[dims]`` before ``->``, or a dim that does not parse.
+    """
+    inputs = shapes.split("->")[0]
+    found: dict[str, tuple[int, ...]] = {}
+    for m in _TENSOR.finditer(inputs):
+        dims = parse_dims(m.group(2))
+        if not dims:
+            continue
+        for name in (n.strip() for n in m.group(1).split("=") if n.strip()):
+            found.setdefault(name, dims)
+    if not found:
+        raise AutotuneError(f"no input shape in {shapes!r} (write them as name=[d0,d1,...])")
+    return found
+
+
+def target_of(chip: str) -> str:
+    """The spec name of a chip column (``910B4`` -> ``ascend910b4``; a 910B of no stated SKU
+    -> ``ascend910b``, the 910B2).
+
+    Raises:
+        AutotuneError: a chip this tool has no spec for.
+    """
+    text = chip.lower().replace("ascend", "").replace(" ", "")
+    m = re.search(r"(910b[1-4]?|910|310p)", text)
+    if m is None:
+        raise AutotuneError(f"unknown chip {chip!r}; known: {', '.join(sorted(CHIPS))}")
+    return CHIPS[m.group(1)]
+
+
+def _timing(row: Mapping[str, str]) -> str:
+    given = (row.get("timing") or "").strip().lower()
+    if given:
+        if given not in ("device", "host"):
+            raise AutotuneError(f"timing {given!r} must be 'device' or 'host'")
+        return given
+    text = " ".join(row.get(k, "") or "" for k in ("notes", "quote")).lower()
+    device = any(w in text for w in DEVICE_WORDS)
+    host = any(w in text for w in HOST_WORDS)
+    return "host" if host and not device else "device"
+
+
+def _block_dim(text: str) -> int | None:
+    m = re.match(r"\s*(\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
+    """One CSV row as a :class:`RealRow`.
+
+    Raises:
+        AutotuneError: a field that cannot be read (the message names it).
+    """
+    op = (row.get("op") or "").strip()
+    if not op:
+        raise AutotuneError("no op")
+    dtype_text = (row.get("dtype") or "").strip().lower()
+    lead = re.match(r"[a-z0-9]+", dtype_text)
+    dtype = DTYPES.get(lead.group(0) if lead else "")
+    if dtype is None:
+        raise AutotuneError(f"unknown dtype {row.get('dtype')!r}; known: fp16, bf16, fp32")
+    try:
+        time_us = float(row.get("time_us") or "nan")
+    except ValueError:
+        raise AutotuneError(f"time_us {row.get('time_us')!r} is not a number") from None
+    if not math.isfinite(time_us) or time_us <= 0:
+        raise AutotuneError(f"time_us must be a positive number, but got {row.get('time_us')!r}")
+    chip = (row.get("chip") or "").strip()
+    known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source"}
+    return RealRow(
+        row=number,
+        path=path,
+        chip=chip,
+        target=target_of(chip),
+        op=op,
+        family=family_of(op),
+        tensors=parse_tensors(row.get("shapes") or ""),
+        dtype=dtype,
+        time_us=time_us,
+        timing=_timing(row),
+        source=(row.get("source") or "").strip(),
+        quote=(row.get("quote") or "").strip(),
+        notes=(row.get("notes") or "").strip(),
+        block_dim=_block_dim(row.get("block_dim") or ""),
+        extra={k: v for k, v in row.items() if k and k not in known and v},
+    )
+
+
+def read_real(paths: Iterable[str | Path]) -> tuple[list[RealRow], list[RowProblem]]:
+    """Every readable row of the CSV files, and the rows skipped with why.
+
+    Raises:
+        AutotuneError: a file that cannot be read, or has no ``op``/``shapes``/``time_us``
+            column.
+    """
+    rows: list[RealRow] = []
+    problems: list[RowProblem] = []
+    for p in paths:
+        path = Path(p)
+        try:
+            with path.open(newline="", encoding="utf-8") as fh:
+                reader = csv.DictReader(fh)
+                missing = {"op", "shapes", "time_us"} - set(reader.fieldnames or ())
+                if missing:
+                    raise AutotuneError(
+                        f"'{path}' has no {', '.join(sorted(missing))} column; real-data CSVs "
+                        "have chip,op,shapes,dtype,time_us,timing,source,quote"
+                    )
+                records = list(reader)
+        except (OSError, UnicodeDecodeError, csv.Error) as err:
+            raise AutotuneError(f"cannot read real-data file '{path}': {err}") from None
+        for number, record in enumerate(records, start=1):
+            try:
+                rows.append(parse_row(number, str(path), record))
+            except AutotuneError as err:
+                problems.append(RowProblem(number, str(path), str(err)))
+    return rows, problems
+
+
+def tensor_list(row: RealRow) -> Sequence[tuple[str, tuple[int, ...]]]:
+    """The row's inputs as (name, dims) pairs in order."""
+    return list(row.tensors.items())

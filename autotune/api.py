@@ -9,7 +9,7 @@ from typing import Any
 
 import onnx
 
-from autotune.tune import TuneConfig, TuneResult, tune_graph
+from autotune.tuner import TuneConfig, TuneResult, tune_graph
 from autotune.zoo import ZooOptions, resolve_model
 from search_space.onnx import ModelSource, load_graph, read_model
 from search_space.space import FusionPlan
@@ -92,8 +92,8 @@ def tune(
     **options: Any,
 ) -> Plan:
     """Tune a model (a path, a ModelProto, or ``zoo:NAME``); ``options`` are
-    :class:`autotune.tune.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
-    from autotune.tune import make_safety
+    :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
+    from autotune.tuner import make_safety
     from costmodel.spec import load_target
 
     source = resolve_model(model, zoo) if isinstance(model, str) else model

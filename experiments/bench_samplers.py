@@ -22,8 +22,8 @@ from typing import Any
 import optuna
 from _table import RESULTS, emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.tune import enqueue_neighbours, make_sampler
-from autotune.tune.steps import DESCENT
+from autotune.tuner import enqueue_neighbours, make_sampler
+from autotune.tuner.steps import DESCENT
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.tune import TuneConfig, tune_graph
+from autotune.tuner import TuneConfig, tune_graph
 from autotune.zoo import build, list_models
 from search_space import load_graph
 from search_space.rules import Policy

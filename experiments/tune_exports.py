@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from _table import RESULTS, emit
 
-from autotune.tune import TuneConfig, tune_graph
+from autotune.tuner import TuneConfig, tune_graph
 from search_space import load_graph
 from search_space.rules import Policy
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.tune import TuneConfig, tune_graph
+from autotune.tuner import TuneConfig, tune_graph
 from autotune.zoo import build, list_models
 from costmodel.lower import Lowering
 from costmodel.oracle import CostOracle

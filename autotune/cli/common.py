@@ -173,9 +173,11 @@ def _bundle(
         own = [p for p in signature.parameters.values() if p.name != name]
 
         @functools.wraps(fn)
-        def wrapper(**kwargs: Any) -> Any:
-            values = {f: kwargs.pop(f) for f in flags}
-            return fn(**{name: make(values)}, **kwargs)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if name in kwargs:  # called from Python with the bundle already made
+                return fn(*args, **kwargs)
+            values = {f: kwargs.pop(f, default) for f, default in flags.items()}
+            return fn(*args, **{name: make(values)}, **kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

@@ -27,8 +27,8 @@ from autotune.cli.common import (
     user_errors,
 )
 
-if TYPE_CHECKING:  # the CLI imports the tuner (and optuna) only when a command runs
-    from autotune.tune import Safety, TuneConfig, TuneResult
+if TYPE_CHECKING:  # annotations only: the commands import what they run
+    from autotune.tuner import Safety, TuneConfig, TuneResult
     from search_space.ir import Graph
 
 __all__ = ["apply", "report", "tune", "verify"]
@@ -92,7 +92,7 @@ def tune(
 ) -> None:
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
     # Long for its flags: typer reads the command line from this signature.
-    from autotune.tune import TuneConfig, make_safety
+    from autotune.tuner import TuneConfig, make_safety
     from costmodel.spec import load_target
     from search_space.atomic import output_path
 
@@ -138,7 +138,7 @@ def _run_with_progress(
     """Run the study under a progress bar on stderr."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from autotune.tune import tune_graph
+    from autotune.tuner import tune_graph
 
     columns = (
         TextColumn("[bold]tuning[/] {task.description}"),

@@ -74,12 +74,6 @@ class FusionContext(KernelGraph):
             edges += [Edge(a, b, "horizontal", tensor) for a, b in combinations(names, 2)]
         return edges
 
-    def _compile_time(self, tensor: str) -> bool:
-        g = self.graph
-        root = alias_root(g, tensor)
-        op = g.producer(root)
-        return g.tensors[root].kind in ("weight", "constant") or (op is not None and op.constant)
-
     def group(self, ops: Iterable[str]) -> FusionGroup:
         """The FusionGroup a set of kernel ops runs as (views between members included)."""
         return self.to_groups([frozenset(ops)])[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.apply import apply_plan
-from autotune.tune import TuneConfig, tune_graph
+from autotune.tuner import TuneConfig, tune_graph
 from autotune.verify import graph_equivalence, verify_kernels
 from autotune.zoo import build, list_models
 from costmodel.spec import load_target

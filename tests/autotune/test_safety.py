@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.tune import make_safety
+from autotune.tuner import make_safety
 from autotune.zoo import ZooOptions, build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target

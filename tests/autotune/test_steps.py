@@ -1,4 +1,4 @@
-"""Each named step of the tuning loop on its own (autotune.tune.steps), and the records."""
+"""Each named step of the tuning loop on its own (autotune.tuner.steps), and the records."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from autotune.exceptions import AutotuneError
-from autotune.tune import Candidate, MeasureResult, TuneConfig, TuneResult, steps, tune_graph
-from autotune.tune.session import Session
+from autotune.tuner import Candidate, MeasureResult, TuneConfig, TuneResult, steps, tune_graph
+from autotune.tuner.session import Session
 from autotune.zoo import build
 from costmodel.exceptions import SimulationError
 from costmodel.spec import load_target
@@ -125,7 +125,7 @@ def test_a_descent_end_is_recorded_with_where_it_came_from(graph, tmp_path) -> N
 def test_the_prior_hedge_measures_where_the_prior_descends(graph, tmp_path, monkeypatch):
     """With the prior replaced by the kernel count, its descent from a trial ends on fewer
     kernels; the hedge records it as a candidate "by the prior"."""
-    from autotune.tune import Evaluator
+    from autotune.tuner import Evaluator
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: float(len(plan.groups)))
     s = _session(graph, tmp_path, cost="learned")
@@ -166,7 +166,7 @@ def test_rule_based_candidates_are_greedy_max_and_each_grouping_at_both_tilings(
 def test_settle_starts_from_the_winners_grouping(graph, tmp_path, monkeypatch) -> None:
     """With the study's model replaced by minus the kernel count, the descent from the winner
     splits groups: every settled plan has more kernels than the winner."""
-    from autotune.tune import Evaluator
+    from autotune.tuner import Evaluator
 
     s = _session(graph, tmp_path)
     winner = s.measure(s.baselines["max"], "max")
@@ -244,3 +244,23 @@ def test_a_tune_result_is_frozen(graph, tmp_path) -> None:
         result.baseline_us["none"] / result.best_latency_us
     )
     assert load_target().spec.name == result.plan.target
+
+
+def test_a_failed_plan_within_the_memory_limit_leaves_the_answer_to_one_that_ran(graph, tmp_path):
+    """The only plan within max_mem_usage failed to simulate: the answer is the leanest plan
+    that ran (with the warning), not an error; the failure stays listed."""
+    s = _session(graph, tmp_path, policy=Policy(safe_mode=False, max_mem_usage=1))
+    lean, fat = s.baselines["max"], s.baselines["none"]
+    broken = Candidate(lean, MeasureResult(None, "SimulationError: deadlock"), "lean-failed")
+    ran = Candidate(fat, MeasureResult(5.0), "fat-ran")
+    winner, listed, _ = steps.pick(s, [broken, ran])
+    assert winner is ran and broken in listed
+
+
+def test_rule_based_regroups_the_best_plan_that_ran(graph, tmp_path) -> None:
+    s = _session(graph, tmp_path)
+    s.measured["x"] = Candidate(s.baselines["none"], MeasureResult(None, "boom"), "trial 9")
+    s.measured["y"] = Candidate(s.baselines["greedy"], MeasureResult(7.0), "trial 4")
+    sources = [c.source for c in steps.rule_based(s)]
+    assert any(src.startswith("trial 4: groups") for src in sources)
+    assert not any(src.startswith("trial 9") for src in sources)

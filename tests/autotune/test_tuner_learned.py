@@ -10,7 +10,7 @@ import pytest
 from tuner_helpers import _cfg, bert_graph
 
 from autotune.exceptions import AutotuneError
-from autotune.tune import tune_graph
+from autotune.tuner import tune_graph
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monk
     best trials at the end; an analytic study has no prior to hedge with. The prior here is
     replaced by the kernel count, so each such descent ends on fewer kernels than the trial it
     started from, and the fewest kernels of any trial are measured."""
-    from autotune.tune import Evaluator
+    from autotune.tuner import Evaluator
     from search_space.rules import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: float(len(plan.groups)))
@@ -122,7 +122,7 @@ def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, mo
     trial the prior scores best. With a prior that favours the most kernels (the unfused
     trial, which neither the study's model nor the baselines put forward), the most kernels
     of any trial are among the measured candidates."""
-    from autotune.tune import Evaluator, steps
+    from autotune.tuner import Evaluator, steps
     from search_space.rules import Policy
 
     monkeypatch.setattr(Evaluator, "prior_score", lambda self, plan: -float(len(plan.groups)))
@@ -145,7 +145,7 @@ def test_the_measured_winner_is_settled_by_a_descent_from_its_grouping(
     itself a start: a descent from its grouping, under the prior in a learned study and in
     the model in an analytic one, is measured. With that cost replaced by minus the kernel
     count, each such settled plan has more kernels than the winner it came from."""
-    from autotune.tune import Evaluator
+    from autotune.tuner import Evaluator
     from search_space.rules import Policy
 
     how = "by the prior" if cost == "learned" else "in the model"
@@ -179,7 +179,7 @@ def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, 
 def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path) -> None:
     """Rows measured by another simulator version (an upgrade between runs) describe other
     physics: resuming ignores them and keeps the ones this simulator measured."""
-    from autotune.tune import Evaluator
+    from autotune.tuner import Evaluator
     from costmodel.calibration import SIMULATOR_VERSION, read_table, write_table
     from costmodel.registry import make_cost_model
     from costmodel.spec import load_target

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tuner_helpers import _cfg, bert_graph
 
-from autotune.tune import TuneConfig, descend, enqueue_neighbours, tune_graph
+from autotune.tuner import TuneConfig, descend, enqueue_neighbours, tune_graph
 
 
 @pytest.fixture(scope="module")

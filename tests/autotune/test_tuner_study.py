@@ -9,7 +9,7 @@ import pytest
 from tuner_helpers import _cfg, bert_graph
 
 from autotune.exceptions import AutotuneError
-from autotune.tune import tune_graph
+from autotune.tuner import tune_graph
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_resuming_keeps_trials_and_does_not_replay_start_up(graph, tmp_path) -> 
 
 
 def test_a_trial_that_raises_is_recorded_and_the_study_goes_on(graph, tmp_path, monkeypatch):
-    from autotune.tune import evaluator
+    from autotune.tuner import evaluator
 
     calls = {"n": 0}
     real = evaluator.Evaluator.score

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.tune import TuneConfig
+from autotune.tuner import TuneConfig
 from autotune.zoo import build
 from search_space import load_graph
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autotune.exceptions import AutotuneError
-from autotune.tune.evaluator import COSTS
+from autotune.tuner.evaluator import COSTS
 from search_space.rules import Policy
 
 __all__ = ["OBJECTIVES", "TuneConfig"]

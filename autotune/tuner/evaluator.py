@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.exceptions import AutotuneError
-from autotune.tune.records import MeasureResult
+from autotune.tuner.records import MeasureResult
 from costmodel.analytic import AnalyticModel
 from costmodel.base import CostModel
 from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
@@ -25,6 +25,7 @@ from costmodel.learned import LearnedModel
 from costmodel.lower import Lowering
 from costmodel.registry import make_cost_model
 from costmodel.spec import Target
+from search_space import AutofusionError
 from search_space.ir import Graph, KernelConfig
 from search_space.space import SpacePlan
 
@@ -140,8 +141,11 @@ class Evaluator:
         if key not in self._measured:
             try:
                 self._measured[key] = MeasureResult(self._simulate(plan))
-            except Exception as err:  # any failure is this plan's, as data
+            except AutofusionError as err:  # a deadlock, a budget, a config refused: data
                 log.warning("simulating a plan failed: %s: %s", type(err).__name__, err)
+                self._measured[key] = MeasureResult(None, f"{type(err).__name__}: {err}")
+            except Exception as err:  # a bug: this plan fails, and the traceback is logged
+                log.error("simulating a plan raised %s", type(err).__name__, exc_info=True)
                 self._measured[key] = MeasureResult(None, f"{type(err).__name__}: {err}")
         return self._measured[key]
 

@@ -1,5 +1,5 @@
 """Optuna plumbing of a tuning study: its storage, its sampler, its name, opening or
-resuming it (the loop itself is :mod:`autotune.tune.loop`)."""
+resuming it (the loop itself is :mod:`autotune.tuner.loop`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 
 from autotune.exceptions import AutotuneError
-from autotune.tune.config import TuneConfig
+from autotune.tuner.config import TuneConfig
 from costmodel.spec import Target
 from search_space.ir import Graph
 

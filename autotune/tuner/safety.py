@@ -29,7 +29,7 @@ def make_safety(
     policy: Policy,
     target: Target,
 ) -> Safety:
-    """A verification hook for :func:`autotune.tune.tune_graph`.
+    """A verification hook for :func:`autotune.tuner.tune_graph`.
 
     Zoo models are rebuilt with random weights (verification needs values); files are read
     as given.

@@ -10,14 +10,14 @@ sampler, opening a study), :mod:`.search` (local search in the model), :mod:`.pa
 
 from __future__ import annotations
 
-from autotune.tune.config import OBJECTIVES, TuneConfig
-from autotune.tune.evaluator import COSTS, Evaluator, make_study_model
-from autotune.tune.loop import tune_graph
-from autotune.tune.pareto import knee, picked
-from autotune.tune.records import Candidate, MeasureResult, TuneResult
-from autotune.tune.safety import Safety, make_safety
-from autotune.tune.search import descend, enqueue_neighbours
-from autotune.tune.study import DEFAULT_STORAGE, SAMPLERS, make_sampler, open_storage
+from autotune.tuner.config import OBJECTIVES, TuneConfig
+from autotune.tuner.evaluator import COSTS, Evaluator, make_study_model
+from autotune.tuner.loop import tune_graph
+from autotune.tuner.pareto import knee, picked
+from autotune.tuner.records import Candidate, MeasureResult, TuneResult
+from autotune.tuner.safety import Safety, make_safety
+from autotune.tuner.search import descend, enqueue_neighbours
+from autotune.tuner.study import DEFAULT_STORAGE, SAMPLERS, make_sampler, open_storage
 
 __all__ = [
     "COSTS",

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.candidates import CandidateVerdict, analyse_candidates
-from autotune.tune.records import Candidate
-from autotune.tune.session import Session
+from autotune.tuner.records import Candidate
+from autotune.tuner.session import Session
 from search_space.space import FusionPlan, PlanGroup, SpacePlan
 
 __all__ = ["census", "kernel_rows", "plan_record"]

@@ -1,4 +1,4 @@
-"""The named steps of a study (:func:`autotune.tune.loop.tune_graph` calls them in order).
+"""The named steps of a study (:func:`autotune.tuner.loop.tune_graph` calls them in order).
 
 * :func:`warm_start`: enqueue the none, greedy and max plans in a new study;
 * :func:`objective`: a trial's plan, scored by the study's model (and its peak memory);
@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 import optuna
 
 from autotune.exceptions import AutotuneError
-from autotune.tune.pareto import knee, picked
-from autotune.tune.records import Candidate
-from autotune.tune.search import descend, enqueue_neighbours
-from autotune.tune.session import COMPLETE, Session
+from autotune.tuner.pareto import knee, picked
+from autotune.tuner.records import Candidate
+from autotune.tuner.search import descend, enqueue_neighbours
+from autotune.tuner.session import COMPLETE, Session
 from search_space.space import peak_live_bytes
 
 __all__ = [
@@ -218,7 +218,8 @@ def rule_based(s: Session, regroup: bool = True) -> list[Candidate]:
     are never simulated)."""
     greedy, max_plan = s.baselines["greedy"], s.baselines["max"]
     out = [s.measure(greedy, "greedy"), s.measure(max_plan, "max")]
-    best = min(s.measured.values(), key=lambda c: c.latency_us, default=None)
+    ran = [c for c in s.measured.values() if c.measured.ok]
+    best = min(ran, key=lambda c: c.latency_us, default=None)
     groupings = [("greedy groups", greedy.groups), ("max groups", max_plan.groups)]
     if best is not None:
         groupings.append((f"{best.source}: groups", best.plan.groups))
@@ -272,14 +273,15 @@ def pick(
         if front:
             chosen = knee(front) if s.config.pick is None else picked(front, s.config.pick)
             candidates = [s.measure(s.replay(chosen), f"trial {chosen.number}")]
-    if s.config.policy.max_mem_usage is not None:
-        within = [c for c in candidates if s.fits(c.plan.groups)]
-        if not within:
-            log.warning("no measured plan fits max_mem_usage; keeping the leanest")
-            within = [min(candidates, key=lambda c: peak_live_bytes(s.graph, c.plan.groups))]
-        candidates = within
-    ok = [c for c in candidates if c.measured.ok]
-    if not ok:
+    pool = [c for c in candidates if c.measured.ok]  # a failed simulation never competes
+    if not pool:
         errors = "; ".join(f"{c.source}: {c.measured.error}" for c in candidates[:3])
         raise AutotuneError(f"no candidate plan could be simulated ({errors})")
-    return min(ok, key=lambda c: c.latency_us), candidates, pareto
+    if s.config.policy.max_mem_usage is not None:
+        within = [c for c in pool if s.fits(c.plan.groups)]
+        if not within:
+            log.warning("no measured plan fits max_mem_usage; keeping the leanest")
+            within = [min(pool, key=lambda c: peak_live_bytes(s.graph, c.plan.groups))]
+        pool = within
+    listed = [c for c in candidates if not c.measured.ok or c in pool]  # failures stay listed
+    return min(pool, key=lambda c: c.latency_us), listed, pareto

@@ -1,4 +1,4 @@
-"""One study's working state, shared by the steps of the loop (:mod:`autotune.tune.steps`).
+"""One study's working state, shared by the steps of the loop (:mod:`autotune.tuner.steps`).
 
 A :class:`Session` holds what a study is about (the graph, its space, the baselines), the
 Optuna study, the evaluator that scores and measures plans, and the candidates measured so far.
@@ -16,10 +16,10 @@ from typing import Any
 
 import optuna
 
-from autotune.tune.config import TuneConfig
-from autotune.tune.evaluator import Evaluator, make_study_model
-from autotune.tune.records import Candidate
-from autotune.tune.study import open_storage, open_study, study_name
+from autotune.tuner.config import TuneConfig
+from autotune.tuner.evaluator import Evaluator, make_study_model
+from autotune.tuner.records import Candidate
+from autotune.tuner.study import open_storage, open_study, study_name
 from costmodel.analytic import AnalyticModel
 from costmodel.learned import LearnedModel
 from costmodel.oracle import CostOracle

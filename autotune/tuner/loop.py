@@ -7,7 +7,7 @@ machine), or any Optuna storage URL (SQLite, PostgreSQL, ...). Running the same 
 resumes the study: completed trials are kept, and the sampler seed moves on so random start-up
 trials are not replayed. Evaluations are cached by plan hash (many trials repair to one plan).
 
-The loop reads as its steps (:mod:`autotune.tune.steps`): warm start, trials (with measurement,
+The loop reads as its steps (:mod:`autotune.tuner.steps`): warm start, trials (with measurement,
 refits and local search on schedule), a last measurement, polish, the rule-based candidates,
 settle, pick, safe mode, and the plan record.
 """
@@ -20,12 +20,12 @@ from collections.abc import Callable
 import optuna
 
 from autotune.exceptions import AutotuneError
-from autotune.tune import steps
-from autotune.tune.config import TuneConfig
-from autotune.tune.output import census, plan_record
-from autotune.tune.records import Candidate, TuneResult
-from autotune.tune.safety import Safety
-from autotune.tune.session import Session
+from autotune.tuner import steps
+from autotune.tuner.config import TuneConfig
+from autotune.tuner.output import census, plan_record
+from autotune.tuner.records import Candidate, TuneResult
+from autotune.tuner.safety import Safety
+from autotune.tuner.session import Session
 from search_space.ir import Graph
 
 __all__ = ["tune_graph"]

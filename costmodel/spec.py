@@ -38,6 +38,8 @@ _ZERO_OK = frozenset(
         "l2_latency_cycles",
         "mte3_latency_cycles",
         "kernel_head_cycles",
+        "scalar_setup_cycles",
+        "scalar_iter_cycles",
         "cross_core_sync_cycles",
         "kernel_gap_s",
         "mmad_fixed_cycles",
@@ -88,6 +90,10 @@ class HardwareSpec:
     l1_align_bytes: int
     l0_align_bytes: int
     gm_burst_bytes: int
+    # defaults only so that documents saved before these fields existed still load; every
+    # shipped spec names them (and a spec file without a base must)
+    scalar_setup_cycles: float = 0.0
+    scalar_iter_cycles: float = 0.0
 
     # -- derived figures ----------------------------------------------------------------------
     @property
@@ -99,6 +105,18 @@ class HardwareSpec:
     def hbm_bytes_per_cycle(self) -> float:
         """Effective HBM bandwidth of the chip per core-clock cycle."""
         return self.hbm_bytes_per_s / self.clock_hz
+
+    @property
+    def kernel_setup_cycles(self) -> float:
+        """The device-side prologue of every kernel before its first data load: the scalar
+        unit reads the kernel's tiling data from GM (a dependent load, one GM latency) and then
+        sets up its pipes, queues and offsets (``scalar_setup_cycles``)."""
+        return self.gm_latency_cycles + self.scalar_setup_cycles
+
+    @property
+    def kernel_fixed_cycles(self) -> float:
+        """Device cycles every kernel pays whatever its work: start-up head plus setup."""
+        return self.kernel_head_cycles + self.kernel_setup_cycles
 
     @property
     def is_split(self) -> bool:

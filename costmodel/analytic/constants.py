@@ -43,7 +43,8 @@ class AnalyticConstants:
 
     Rate factors multiply a bandwidth or throughput (``hbm`` the effective HBM bandwidth,
     ``cube`` the cube's cycles-per-step divisor, ...); ``*_latency``, ``head`` and ``gap``
-    multiply fixed costs; ``l2_capacity`` scales the usable L2 bytes, ``l2_window`` is how
+    multiply fixed costs (``setup`` the kernel's device-side prologue: tiling read and scalar
+    set-up); ``l2_capacity`` scales the usable L2 bytes, ``l2_window`` is how
     many steps of a wave's working set must fit for cores of one wave to share blocks, and
     ``l2_fill_wait`` is the fraction of the fill in flight a core sharing a block concurrently
     waits for beyond its own L2 read (0: it completes at the L2 rate; 1: with the fill, the
@@ -64,6 +65,7 @@ class AnalyticConstants:
     l2_latency: float = 1.0
     store_latency: float = 1.0
     head: float = 1.0
+    setup: float = 1.0
     gap: float = 1.0
     sync: float = 1.0
     l2_capacity: float = 1.0

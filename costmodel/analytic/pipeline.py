@@ -195,7 +195,11 @@ def score(
     body_sb = waves * tile_sb + np.maximum(chain_sb - tile_sb, 0.0)
     body = np.where(batch.double_buffer, body_db, body_sb)
 
-    fixed = spec.kernel_gap_s * c.gap * spec.clock_hz + spec.kernel_head_cycles * c.head
+    fixed = (
+        spec.kernel_gap_s * c.gap * spec.clock_hz
+        + spec.kernel_head_cycles * c.head
+        + spec.kernel_setup_cycles * c.setup
+    )
     loaded = t.raw_bytes * tiles
     return Breakdown(
         latency_us=(fixed + body) / spec.clock_hz * 1e6,

@@ -92,14 +92,16 @@ class VectorCost:
 
 
 def vector_cost(
-    target: Target, op_bytes: Iterable[tuple[Op, np.ndarray]], opaque: bool = False
+    target: Target, op_bytes: Iterable[tuple[Op | str, np.ndarray]], opaque: bool = False
 ) -> VectorCost:
-    """Vector cycles of a list of (op, bytes it touches per tile) on one vector core."""
+    """Vector cycles of a list of (op or op type, bytes it touches per tile) on one vector
+    core."""
     spec = target.spec
     cycles: np.ndarray = np.zeros(1)
     instrs: np.ndarray = np.zeros(1)
     for op, nbytes in op_bytes:
-        simple, slow = OPAQUE_PASSES if opaque else _PASSES.get(op.op_type, (1.0, 0.0))
+        kind = op if isinstance(op, str) else op.op_type
+        simple, slow = OPAQUE_PASSES if opaque else _PASSES.get(kind, (1.0, 0.0))
         passes = simple + slow / spec.vector_slow_op_rate
         per_instr = np.maximum(1, ceil_div(np.ceil(nbytes).astype(np.int64), MAX_REPEAT_BYTES))
         n = math.ceil(simple + slow) * per_instr

@@ -47,6 +47,8 @@ class VectorWork:
     flops: int = 0
     compulsory: int = 0
     extra: dict[str, int] = field(default_factory=dict)
+    normalise: bool = False  # a reduction whose full-size result needs the row statistics
+    casts: float = 0.0  # bf16 elements cast to or from fp32, per element of the work
 
     @property
     def elems(self) -> int:
@@ -140,7 +142,24 @@ def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWo
         opaque=any(op.op_class is OpClass.OPAQUE for op in ops),
         flops=sum(op.flops for op in ops),
         compulsory=compulsory,
+        normalise=red is not None and any(n >= elems for _, _, n in outputs),
+        casts=_cast_share(graph, group, target) / max(elems, 1),
     )
+
+
+def _cast_share(graph: Graph, group: FusionGroup, target: Target) -> int:
+    """Elements the group casts: the vector unit has no bf16 arithmetic (CANN's vector
+    intrinsics take fp16 and fp32), so bf16 data (the model's, or any float data under
+    ``--precision bf16``) is cast to fp32 on the way in and back on the way out."""
+    total = 0
+    for t in (*group.inputs, *group.outputs):
+        ten = graph.tensors[alias_root(graph, t)]
+        if target.precision == "bf16":
+            bf16 = ten.dtype.startswith(("float", "bfloat"))
+        else:
+            bf16 = ten.dtype == "bfloat16" and target.precision in ("auto", "mixed")
+        total += ten.numel if bf16 else 0
+    return total
 
 
 def vector_grid(work: VectorWork, target: Target) -> list[KernelConfig]:
@@ -216,15 +235,22 @@ def lower_vector(
     split = C < work.cols
     gi = ceil_div(work.rows, R)
     if work.reduce:
-        gj = np.ones(n, dtype=np.int64)
-        steps = np.where(split, ceil_div(work.cols, C), 1)
+        # fewer rows than cores: each row is split into contiguous parts on several cores,
+        # which combine their partial statistics after a cross-core sync
+        cores = np.array([c.block_dim for c in configs], dtype=np.int64)
+        chunks_per_row = ceil_div(work.cols, C)
+        gj = np.where(split & (gi < cores), np.minimum(cores // gi, chunks_per_row), 1)
+        gj = np.maximum(gj, 1)
+        steps = np.where(split, ceil_div(chunks_per_row, gj), 1)
     else:
         gj = ceil_div(work.cols, C)
         steps = np.ones(n, dtype=np.int64)
     tiles = gi * gj
     chunks = tiles * steps
     avg = work.elems / chunks  # elements moved per tile-step, edges averaged
-    passes = np.where(split & work.reduce, 2, 1)  # a split row is read twice
+    # a split row is read twice when its full-size result needs the row's statistics (a norm,
+    # a softmax); a plain reduction streams it once
+    passes = np.where(split & work.reduce & work.normalise, 2, 1)
     per = "step" if work.reduce else "tile"
     streams = []
     for t, it, numel, gathered in work.inputs:
@@ -234,12 +260,12 @@ def lower_vector(
             nbytes = np.maximum(it, out_bytes / chunks)
             key, run = "ij", np.maximum(it, nbytes / np.maximum(R, 1))
         elif numel == work.cols and work.rows > 1:
-            nbytes, key, run = C * it, ("k" if work.reduce else "j"), C * it
+            nbytes, key, run = C * it, ("jk" if work.reduce else "j"), C * it
         elif numel == work.rows and work.cols > 1:
             nbytes, key, run = R * it, "i", R * it
         else:
             nbytes = np.maximum(it, avg * ratio * it) * passes
-            key = "ik" if work.reduce else "ij"
+            key = "ijk" if work.reduce else "ij"
             run = _runs(work, R, C, it)
         streams.append(
             StreamBatch(
@@ -262,20 +288,29 @@ def lower_vector(
                 pipe="MTE3",
                 bytes=np.ceil(total).astype(np.int64),
                 row_bytes=np.ceil(np.minimum(_runs(work, R, C, it), total)).astype(np.int64),
-                key="i" if work.reduce else "ij",
+                key="ij",
                 per="tile",
                 side="vector",
                 tensor_bytes=numel * it,
             )
         )
-    touched = [(op, avg * min(1.0, e / work.elems) * work.item * passes) for op, e in work.ops]
+    # bf16 data is computed in fp32 (see analyse_vector), with a cast pass per bf16 stream
+    calc = max(work.item, 4) if work.casts else work.item
+    touched: list[tuple[Op | str, np.ndarray]] = [
+        (op, avg * min(1.0, e / work.elems) * calc * passes) for op, e in work.ops
+    ]
+    if work.casts:
+        touched.append(("Cast", avg * work.casts * 4.0 * passes))
     vc = vector_cost(target, touched, opaque=work.opaque)
+    # each loop iteration (tile-step) also runs the scalar unit's bookkeeping before its
+    # vector instructions issue: queue and buffer hand-overs, DMA descriptors, flags
+    cycles = vc.cycles + target.spec.scalar_iter_cycles
     zeros = np.zeros(n, dtype=np.int64)
     ub = np.array(
         [_ub_bytes(work, int(r), int(c), bool(d)) for r, c, d in zip(R, C, db, strict=True)]
     )
-    step_cycles = np.where(steps > 1, vc.cycles, 0.0)
-    tile_cycles = np.where(steps > 1, 0.0, vc.cycles)
+    step_cycles = np.where(steps > 1, cycles, 0.0)
+    tile_cycles = np.where(steps > 1, 0.0, cycles) + np.where(gj > 1, _combine(gj, target), 0.0)
     return KernelBatch(
         name=name,
         ops=ops,
@@ -299,6 +334,15 @@ def lower_vector(
         compulsory_bytes=work.compulsory,
         signature=signature,
     )
+
+
+def _combine(parts: np.ndarray, target: Target) -> np.ndarray:
+    """Cycles a core of a split row spends combining the row's partial statistics: a sync
+    with the other cores of the row, a read of their partials (L2 hits: just written) and a
+    reduction over them."""
+    spec = target.spec
+    fold = np.ceil(np.log2(np.maximum(parts, 1))) * spec.vector_issue_cycles
+    return spec.cross_core_sync_cycles + spec.l2_latency_cycles + spec.vector_issue_cycles + fold
 
 
 def _runs(work: VectorWork, R: np.ndarray, C: np.ndarray, it: int) -> np.ndarray:

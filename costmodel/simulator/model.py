@@ -201,7 +201,7 @@ class SimulatorModel(CostModel):
         spec = self.target.spec
         clock = spec.clock_hz
         body_s = res.cycles / clock
-        overhead_s = spec.kernel_gap_s + spec.kernel_head_cycles / clock
+        overhead_s = spec.kernel_gap_s + spec.kernel_fixed_cycles / clock
         pipes = {p: res.busy[i] / clock * 1e6 for i, p in enumerate(PIPES)}
         hit_rate = res.hit_bytes / res.load_bytes if res.load_bytes > 0 else 0.0
         if overhead_s >= body_s:

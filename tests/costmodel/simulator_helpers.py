@@ -12,7 +12,7 @@ from costmodel.spec import Target, load_target
 T910B = load_target("ascend910b")
 SPEC = T910B.spec
 FP16 = 2
-GAP_HEAD_US = (SPEC.kernel_gap_s + SPEC.kernel_head_cycles / SPEC.clock_hz) * 1e6
+GAP_HEAD_US = (SPEC.kernel_gap_s + SPEC.kernel_fixed_cycles / SPEC.clock_hz) * 1e6
 
 
 # -- kernels by hand ----------------------------------------------------------------------------

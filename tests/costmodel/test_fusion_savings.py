@@ -36,7 +36,7 @@ def _bounds(graph, intermediates: list[str]) -> tuple[float, float]:
     """(least, most) a fusion of three kernels into one may save, in us."""
     spec = TARGET.spec
     launch = spec.kernel_gap_s * 1e6
-    head = spec.kernel_head_cycles / spec.clock_hz * 1e6
+    head = spec.kernel_fixed_cycles / spec.clock_hz * 1e6
     moved = sum(graph.tensors[t].nbytes for t in intermediates) * 2  # write + re-read
     return 2 * launch, 2 * (launch + head) + 1.25 * moved / spec.hbm_bytes_per_s * 1e6
 

@@ -1,0 +1,111 @@
+"""Vector-kernel mechanisms from first principles (docs/cost-model.md): reductions over few,
+long rows spread over all cores, a plain reduction streams its input once, and bf16 data is
+computed in fp32 (the vector unit has no bf16 arithmetic) at the cost of casts."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from costmodel import make_cost_model
+from costmodel.lower import Lowering
+from costmodel.spec import load_target
+from search_space import load_graph
+from search_space.ir import singleton_groups
+
+KINDS = ("simulator", "analytic")
+T910B = load_target("ascend910b")
+
+
+def _reduce_sum(shape: list[int]) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape[:-1] or [1])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [len(shape) - 1])
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="rsum", keepdims=0)
+    graph = helper.make_graph([node], "rsum", [x], [y], initializer=[axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _binary(op: str, dtype: int, shape: list[int]) -> onnx.ModelProto:
+    a = helper.make_tensor_value_info("a", dtype, shape)
+    b = helper.make_tensor_value_info("b", dtype, shape)
+    y = helper.make_tensor_value_info("y", dtype, shape)
+    graph = helper.make_graph(
+        [helper.make_node(op, ["a", "b"], ["y"], name="op")], "g", [a, b], [y]
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _default_kernel(model: onnx.ModelProto, target=T910B):
+    graph = load_graph(model)
+    group = singleton_groups(graph)[0]
+    low = Lowering(graph, target)
+    return low.kernel(group, low.default(group))
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    rows=st.sampled_from([1, 2, 3, 5, 7]),
+    log_cols=st.integers(21, 24),
+    kind=st.sampled_from(KINDS),
+)
+def test_few_long_rows_are_reduced_at_chip_bandwidth(rows: int, log_cols: int, kind: str) -> None:
+    """A ReduceSum over a few rows of millions of elements is bound by the chip's HBM, not by
+    one core's GM path: each row is split over several cores that combine their partial sums
+    (as CANN's reduce kernels do)."""
+    kernel = _default_kernel(_reduce_sum([rows, 1 << log_cols]))
+    spec = T910B.spec
+    assert kernel.tiles >= spec.vector_cores // 2
+    cost = make_cost_model(kind, T910B).evaluate([kernel])[0]
+    nbytes = rows * (1 << log_cols) * 4
+    bandwidth = nbytes / (cost.device_us * 1e-6)
+    assert bandwidth >= 0.6 * spec.hbm_bytes_per_s
+    assert bandwidth <= spec.hbm_peak_bytes_per_s
+
+
+@pytest.mark.parametrize("shape", [[1 << 24], [3, 1 << 22], [64, 1 << 18]])
+def test_a_plain_reduction_reads_its_input_once(shape: list[int]) -> None:
+    """Nothing but the statistics is written, so nothing needs a second pass over a row that
+    does not fit in UB: the simulated HBM traffic is the input (and the tiny result)."""
+    kernel = _default_kernel(_reduce_sum(shape))
+    cost = make_cost_model("simulator", T910B).evaluate([kernel])[0]
+    numel = 1
+    for d in shape:
+        numel *= d
+    assert cost.hbm_bytes == pytest.approx(numel * 4, rel=0.05)
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul", "Div", "Sigmoid"])
+def test_bf16_moves_like_fp16_but_computes_like_fp32_plus_casts(op: str) -> None:
+    shape = [4096, 1024]
+    unary = op == "Sigmoid"
+
+    def kernel(dtype: int):
+        if unary:
+            x = helper.make_tensor_value_info("x", dtype, shape)
+            y = helper.make_tensor_value_info("y", dtype, shape)
+            node = helper.make_node(op, ["x"], ["y"], name="op")
+            model = helper.make_model(
+                helper.make_graph([node], "g", [x], [y]),
+                opset_imports=[helper.make_opsetid("", 17)],
+            )
+        else:
+            model = _binary(op, dtype, shape)
+        return _default_kernel(model)
+
+    bf16, fp16, fp32 = (
+        kernel(d) for d in (TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT)
+    )
+
+    def vector(k) -> float:
+        return (k.vector_cycles_tile + k.vector_cycles_step * k.steps) * k.tiles
+
+    def moved(k) -> int:
+        return sum(s.bytes for s in k.streams) * k.tiles
+
+    assert moved(bf16) == moved(fp16) < moved(fp32)
+    # the same arithmetic on fp32 data, plus one cast per bf16 element read or written
+    assert vector(bf16) > vector(fp32) > vector(fp16)

@@ -3,7 +3,7 @@ into a calibration table, or read a real NPU's msprof op summary into one."""
 
 from __future__ import annotations
 
-from autotune.calibrate.msprof import CANN_TYPES, msprof_table, read_op_summary
+from autotune.calibrate.msprof import CANN_TYPES, hardware_table, msprof_table, read_op_summary
 from autotune.calibrate.sample import (
     DEFAULT_MODELS,
     WARM,
@@ -20,6 +20,7 @@ __all__ = [
     "WARM",
     "Sample",
     "calibrate_tables",
+    "hardware_table",
     "msprof_table",
     "read_op_summary",
     "run_on_simulator",

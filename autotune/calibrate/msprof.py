@@ -1,7 +1,10 @@
-"""Calibration rows from a real NPU: the Ascend profiler's op summary (``msprof``).
+"""Calibration rows from a real NPU: the Ascend profiler's op summary (``msprof``), torch_npu's
+``kernel_details.csv``, or a real-data CSV of published timings (``datasets/real/``).
 
 ``msprof --application=... --aic-metrics=PipeUtilization`` writes ``op_summary_*.csv`` with
-one row per task. Columns read (others are ignored):
+one row per task; torch_npu's profiler writes the same facts as ``kernel_details.csv``
+(``Name``, ``Type``, ``Accelerator Core``, ``Duration(us)``, ``Input Shapes``, ``Block Dim``,
+read as the columns below). Columns read (others are ignored):
 
 * ``Op Name``: the operator's name; matched to an ONNX node of the same name (ATC keeps node
   names for ops it does not fuse);
@@ -16,8 +19,10 @@ one row per task. Columns read (others are ignored):
   ``aiv_mte3_time(us)``, ``aic_mte1_time(us)`` (optional): per-pipe busy times.
 
 Each matched row becomes the op alone, lowered with its default config (block_dim from the
-profile), with the profiled duration as its latency. Rows that match no node are counted and
-skipped.
+profile), with the profiled duration plus the spec's gap between kernels as its latency (a
+task duration is the kernel alone on the device; every model's latency includes the gap).
+Rows that match no node are counted and skipped. A real-data CSV needs no model: each of its
+rows names its op and shapes (:mod:`autotune.real.table`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,14 @@ from costmodel.lower import Lowering
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
 
-__all__ = ["CANN_TYPES", "msprof_table", "read_op_summary"]
+__all__ = [
+    "CANN_TYPES",
+    "csv_header",
+    "hardware_table",
+    "is_real_csv",
+    "msprof_table",
+    "read_op_summary",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +71,36 @@ _PIPES = {
     "MTE3": "aiv_mte3_time(us)",
 }
 _REQUIRED = ("Op Name", "OP Type", "Task Type", "Task Duration(us)", "Input Shapes")
+# torch_npu's kernel_details.csv names the same columns differently
+_KERNEL_DETAILS = {
+    "Name": "Op Name",
+    "Type": "OP Type",
+    "Accelerator Core": "Task Type",
+    "Duration(us)": "Task Duration(us)",
+}
+_REAL_COLUMNS = {"chip", "op", "shapes", "time_us"}  # a real-data CSV (datasets/real/)
+
+
+def csv_header(path: str | Path) -> list[str]:
+    """The stripped column names of a CSV file (empty for an empty file).
+
+    Raises:
+        AutotuneError: unreadable or not text.
+    """
+    try:
+        with Path(path).open(newline="", encoding="utf-8-sig") as fh:
+            return [h.strip() for h in next(csv.reader(fh), [])]
+    except OSError as err:
+        raise AutotuneError(f"cannot read '{path}': {err.strerror or err}") from None
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise AutotuneError(
+            f"'{path}' is not an msprof op_summary CSV ({type(err).__name__}); pass the "
+            "op_summary_*.csv that msprof writes"
+        ) from None
+
+
+def is_real_csv(header: list[str]) -> bool:
+    return _REAL_COLUMNS <= set(header)
 
 
 def _shapes(text: str) -> tuple[tuple[int, ...], ...]:
@@ -83,6 +125,9 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
         with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             header = [h.strip() for h in (reader.fieldnames or [])]
+            details = "Op Name" not in header and "Name" in header
+            if details:
+                header = [_KERNEL_DETAILS.get(h, h) for h in header]
             missing = [c for c in _REQUIRED if c not in header]
             if missing:
                 raise AutotuneError(
@@ -92,6 +137,8 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
             rows = []
             for n, raw in enumerate(reader, start=2):
                 r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
+                if details:
+                    r = {_KERNEL_DETAILS.get(k, k): v for k, v in r.items()}
                 if r["Task Type"] not in _CORE_TASKS:
                     continue
                 try:
@@ -164,7 +211,8 @@ def msprof_table(
         if r["block_dim"] > 0:  # never more cores than the default (all of them) uses
             config = dataclasses.replace(config, block_dim=min(r["block_dim"], config.block_dim))
         kernels.append(lowering.kernel(group, config))
-        costs.append(KernelCost(r["duration_us"], r["pipes"]))
+        gap_us = target.spec.kernel_gap_s * 1e6  # a task duration excludes the gap before it
+        costs.append(KernelCost(r["duration_us"] + gap_us, r["pipes"]))
     if not kernels:
         raise AutotuneError(
             f"no row of '{csv_path}' matches an op of {model} (by Op Name, or by OP Type and "
@@ -191,3 +239,52 @@ def msprof_table(
     )
     log.info("msprof: %d rows matched, %d skipped", n, skipped)
     return {"rows": n, "skipped": skipped, "path": str(out), "families": [table_rows[0]["family"]]}
+
+
+def hardware_table(
+    csv_path: str | Path,
+    model: str | None,
+    target: Target,
+    out: str | Path,
+    *,
+    command: str = "",
+) -> dict[str, Any]:
+    """A calibration table of measurements on hardware: a real-data CSV (each row its own
+    kernel; ``model`` unused), or an msprof op summary / kernel_details CSV of ``model``.
+
+    Raises:
+        AutotuneError: an unreadable CSV, a profile without ``model``, or no usable row.
+    """
+    if not is_real_csv(csv_header(csv_path)):
+        if model is None:
+            raise AutotuneError(
+                "--from-msprof needs --model (the ONNX model the profile ran) for a profile; "
+                "a real-data CSV (datasets/real/) needs none"
+            )
+        return msprof_table(csv_path, model, target, out, command=command)
+    from autotune.real import read_real
+    from autotune.real.table import table_rows
+
+    rows, problems = read_real([str(csv_path)])
+    table, left_out = table_rows(rows, target.spec.name)
+    lines = [*(str(p) for p in problems), *left_out]
+    if not table:
+        raise AutotuneError(
+            f"no row of '{csv_path}' was measured on {target.spec.name} or a SKU of it and "
+            f"lowers to one kernel ({len(lines)} left out; first: {lines[0] if lines else '-'})"
+        )
+    out = Path(out)
+    n = write_table(table, out)
+    update_manifest(
+        out.parent / "MANIFEST.json",
+        out,
+        {"rows": n, "target": target.spec.name, "source": str(csv_path), "command": command},
+    )
+    return {
+        "rows": n,
+        "skipped": len(lines),
+        "problems": lines,
+        "path": str(out),
+        "families": sorted({r["family"] for r in table}),
+        "sources": sorted({r["source"] for r in table}),
+    }

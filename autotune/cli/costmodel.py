@@ -45,10 +45,33 @@ def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
     return found
 
 
-def _default_table(target: str) -> Path:
+def _default_table(target: str, suffix: str = "") -> Path:
     folder = Path("datasets/calibration")
-    name = f"{Path(target).stem}.parquet"
+    name = f"{Path(target).stem}{suffix}.parquet"
     return folder / name if folder.is_dir() else Path(name)
+
+
+def _simulated_tables(given: list[Path] | None, target: str, written: Path) -> list[Path]:
+    """The simulator tables a fit on hardware rows also uses: those given, or the target's
+    under datasets/calibration/ (never the hardware table being written)."""
+    if given:
+        missing = [str(p) for p in given if not p.is_file()]
+        if missing:
+            raise AutotuneError(f"--table {missing[0]}: no such file")
+        return list(given)
+    folder = Path("datasets/calibration")
+    stem = Path(target).stem
+    candidates = sorted([*folder.glob(f"{stem}.parquet"), *folder.glob(f"{stem}-*.parquet")])
+    found = [
+        p for p in candidates if p.resolve() != written.resolve() and not p.stem.endswith("-real")
+    ]
+    if not found:
+        raise AutotuneError(
+            f"--fit with --from-msprof fits on simulator rows too, and there is no table for "
+            f"'{target}' under {folder}/; make one with `autotune calibrate --target {target}` "
+            "or pass --table"
+        )
+    return found
 
 
 @user_errors
@@ -79,11 +102,30 @@ def calibrate(
     ] = None,
     from_msprof: Annotated[
         Path | None,
-        typer.Option("--from-msprof", help="An msprof op_summary CSV to refit on (real NPU)."),
+        typer.Option(
+            "--from-msprof",
+            help="Measurements on a real NPU: an msprof op_summary or torch_npu "
+            "kernel_details CSV of --model, or a real-data CSV (datasets/real/).",
+        ),
     ] = None,
     model: Annotated[
         str | None,
         typer.Option("--model", help="With --from-msprof: the model the profile ran."),
+    ] = None,
+    table_in: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--table",
+            help="With --from-msprof --fit: simulator tables to fit on too (default: the "
+            "target's under datasets/calibration/).",
+        ),
+    ] = None,
+    hardware_weight: Annotated[
+        float | None,
+        typer.Option(
+            help="With --fit: weight of a row measured on hardware against a simulated one "
+            "(default: the two kinds weigh the same in total)."
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -100,17 +142,23 @@ def calibrate(
         raise AutotuneError(f"--samples must be >= 1, but got {samples}")
     if not 0.0 <= warm <= 1.0:
         raise AutotuneError(f"--warm must be a fraction in [0, 1], but got {warm}")
+    if hardware_weight is not None and not hardware_weight > 0:
+        raise AutotuneError(f"--hardware-weight must be > 0, but got {hardware_weight}")
     tgt = load_target(target, tuple(set_ or ()), precision)
-    table = output_path(output or _default_table(target))
+    hardware = from_msprof is not None
+    table = output_path(output or _default_table(target, "-real" if hardware else ""))
     if fit is not None:
         output_path(fit)
     command = "autotune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    fit_tables = [table]
     if from_msprof is not None:
-        from autotune.calibrate import msprof_table
+        from autotune.calibrate import hardware_table
 
-        if model is None:
-            raise AutotuneError("--from-msprof needs --model (the ONNX model the profile ran)")
-        summary = msprof_table(from_msprof, model, tgt, table, command=command)
+        if fit is not None:  # checked before any work
+            fit_tables = [*_simulated_tables(table_in, target, table), table]
+        summary = hardware_table(from_msprof, model, tgt, table, command=command)
+        for line in summary.pop("problems", []):
+            err.print(line, highlight=False, markup=False)
     else:
         sources = _sources(list(models or DEFAULT_MODELS), seed)
         with Progress(
@@ -133,7 +181,7 @@ def calibrate(
     if fit is not None:
         from costmodel.learned import fit_learned
 
-        learned = fit_learned([table], tgt)
+        learned = fit_learned(fit_tables, tgt, hardware_weight=hardware_weight)
         learned.save(fit)
         summary["model"] = str(fit)
         summary["fit"] = learned.trained_on

@@ -30,11 +30,13 @@ from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
 from costmodel.lower import Lowering
 from search_space import load_graph
 from search_space.fusion import FusionContext
+from search_space.ir import FusionGroup
 
 __all__ = [
     "MODELS",
     "NAIVE_FLOOR_US",
     "RealPrediction",
+    "lowered",
     "metrics",
     "predict_rows",
     "summarize",
@@ -82,6 +84,17 @@ def _target(row: RealRow) -> Target:
     return load_target(row.target, (), PRECISION.get(row.dtype, "auto"))
 
 
+def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:
+    """The row's target (its chip in its dtype), a lowering of its one-kernel model and the
+    model's fusion groups (one, unless the chain cannot be fused as the real kernel is)."""
+    graph = load_graph(one_kernel(row))
+    target = _target(row)
+    ctx = FusionContext(graph)
+    verdict = ctx.check(ctx.nodes)
+    parts = [frozenset(ctx.nodes)] if verdict.ok else ctx.repair(ctx.edges)
+    return target, Lowering(graph, target), ctx.to_groups(parts)
+
+
 def _time(cost: Any, timing: str) -> float:
     return float(cost.device_us if timing == "device" else cost.latency_us)
 
@@ -106,13 +119,7 @@ def predict_row(
 ) -> RealPrediction:
     """Every model's prediction for one row (an error, not an exception, when it fails)."""
     try:
-        graph = load_graph(one_kernel(row))
-        target = _target(row)
-        ctx = FusionContext(graph)
-        verdict = ctx.check(ctx.nodes)
-        parts = [frozenset(ctx.nodes)] if verdict.ok else ctx.repair(ctx.edges)
-        groups = ctx.to_groups(parts)
-        lowering = Lowering(graph, target)
+        target, lowering, groups = lowered(row)
         defaults = [lowering.default(g) for g in groups]
         grids = [lowering.grid(g) for g in groups]
         out: dict[str, float] = {}

@@ -40,14 +40,25 @@ class RowBatches:
     Args:
         kernels: the kernels as run.
         resident: per kernel, the L2-resident fraction of each load stream's tensor.
+        specs: per kernel, the spec it ran on when the rows come from several SKUs of one chip
+            (real measurements); None: every row runs on the spec :meth:`scores` is given.
     """
 
-    def __init__(self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]) -> None:
+    def __init__(
+        self,
+        kernels: Sequence[Kernel],
+        resident: Sequence[Sequence[float]],
+        specs: Sequence[HardwareSpec | None] | None = None,
+    ) -> None:
         self.n = len(kernels)
+        if specs is not None and len(specs) != self.n:
+            raise CostModelError(f"{len(specs)} specs for {self.n} rows")
+        own = list(specs) if specs is not None else [None] * self.n
         groups: dict[Any, list[int]] = {}
         for i, k in enumerate(kernels):
-            groups.setdefault(layout(k), []).append(i)
+            groups.setdefault((own[i], layout(k)), []).append(i)
         self.parts: list[tuple[np.ndarray, KernelBatch, list[np.ndarray]]] = []
+        self.part_specs: list[HardwareSpec | None] = [key[0] for key in groups]
         for rows in groups.values():
             batch = stack([kernels[i] for i in rows])
             loads = sum(1 for s in batch.streams if s.pipe == "MTE2")
@@ -75,10 +86,11 @@ class RowBatches:
         busiest core, under ``constants``."""
         out = np.empty(self.n)
         busy = {p: np.empty(self.n) for p in PIPES}
-        us = 1e6 / spec.clock_hz
-        for rows, batch, res in self.parts:
-            b = score(spec, constants, batch, res)
+        for (rows, batch, res), own in zip(self.parts, self.part_specs, strict=True):
+            part_spec = own or spec
+            b = score(part_spec, constants, batch, res)
             out[rows] = b.latency_us
+            us = 1e6 / part_spec.clock_hz
             for p in PIPES:
                 busy[p][rows] = b.busy[p] * us
         return out, busy
@@ -95,6 +107,7 @@ def fit_constants(
     max_nfev: int = 25,
     source: str = "",
     pipes: Mapping[str, np.ndarray] | None = None,
+    weights: np.ndarray | None = None,
 ) -> Calibration:
     """Least-squares fit of the analytic constants to measured latencies (and, when given,
     to each pipe's measured busy time, which pins the rate factors down directly rather than
@@ -112,6 +125,8 @@ def fit_constants(
             busiest core, one per row; 0 or NaN where not measured. The pipes' log errors
             over the rows where both sides are busy weigh, together, as much as the
             latency's.
+        weights: per row, how much its latency error counts (default 1 each): real
+            measurements weighted up against simulated rows.
 
     Raises:
         CostModelError: no rows, measurements that are not positive and finite, or busy
@@ -126,6 +141,10 @@ def fit_constants(
         raise CostModelError(f"need one measurement per row, got {len(measured)} for {rows.n}")
     if not np.all(np.isfinite(measured) & (measured > 0)):
         raise CostModelError("measured latencies must be positive and finite")
+    w = np.ones(rows.n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (rows.n,) or not np.all(np.isfinite(w) & (w >= 0)) or w.sum() <= 0:
+        raise CostModelError(f"need one finite weight >= 0 per row (not all 0) for {rows.n} rows")
+    row_scale = np.sqrt(w / w.sum())  # a latency residual's share: sqrt(w / W)
     all_names = [f.name for f in fields(AnalyticConstants)]
     names = list(names or all_names)
     start = start or AnalyticConstants()
@@ -159,7 +178,7 @@ def fit_constants(
 
     def residual(theta: np.ndarray) -> np.ndarray:
         pred, busy = rows.scores(spec, constants(theta))
-        parts = [(np.log(np.maximum(pred, 1e-12)) - log_meas) / math.sqrt(rows.n)]
+        parts = [(np.log(np.maximum(pred, 1e-12)) - log_meas) * row_scale]
         for p, keep in busy_rows.items():
             if keep.any():
                 err = np.log(np.maximum(busy[p][keep], 1e-12)) - np.log(busy_meas[p][keep])
@@ -185,19 +204,24 @@ def fit_constants(
             for i, n in enumerate(names)
         ]
     )
-    before = float(np.sqrt(np.mean((np.log(rows.latency(spec, start)) - log_meas) ** 2)))
+
+    def rmse(c: AnalyticConstants) -> float:
+        err = np.log(rows.latency(spec, c)) - log_meas
+        return float(np.sqrt(np.sum(w * err**2) / w.sum()))
+
+    before = rmse(start)
     result = least_squares(
         residual,
         x0,
         bounds=(lo, hi),
         method="trf",
         loss="soft_l1",
-        f_scale=0.1 / math.sqrt(rows.n),
+        f_scale=0.1 * math.sqrt(float(w[w > 0].mean()) / w.sum()),  # 0.1 of a typical row
         diff_step=1e-3,
         max_nfev=max_nfev * len(names),
     )
     fitted = constants(result.x)
-    after = float(np.sqrt(np.mean((np.log(rows.latency(spec, fitted)) - log_meas) ** 2)))
+    after = rmse(fitted)
     if after > before:  # never ship a fit worse than where it started
         fitted, after = start, before
     return Calibration(spec.name, spec.digest(), fitted, rows.n, before, after, source)

@@ -179,14 +179,18 @@ def per_row(kernels: Sequence[Kernel], rows: Sequence[int]) -> tuple[np.ndarray,
 
 
 def row_features(
-    analytic: AnalyticModel, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
+    analytic: AnalyticModel,
+    kernels: Sequence[Kernel],
+    resident: Sequence[Sequence[float]],
+    specs: Sequence[HardwareSpec | None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Features and analytic latency of measured rows, each scored in its own context."""
-    spec = analytic.target.spec
-    batches = RowBatches(kernels, resident)
+    """Features and analytic latency of measured rows, each scored in its own context (and on
+    its own spec, when ``specs`` names one: rows measured on another SKU of the chip)."""
+    batches = RowBatches(kernels, resident, specs)
     X = np.empty((len(kernels), len(FEATURES)))
     lat = np.empty(len(kernels))
-    for rows, batch, res in batches.parts:
+    for (rows, batch, res), own in zip(batches.parts, batches.part_specs, strict=True):
+        spec = own or analytic.target.spec
         b = score(spec, analytic.constants, batch, res)
         X[rows] = kernel_features(spec, batch, b, *per_row(kernels, list(rows)))
         lat[rows] = b.latency_us

@@ -17,7 +17,7 @@ from costmodel.kernel import PIPES, Kernel
 from costmodel.learned.corrector import LatencyCorrector
 from costmodel.learned.features import row_features
 from costmodel.learned.model import LearnedModel
-from costmodel.spec import Target
+from costmodel.spec import HardwareSpec, Target, fitted_lineage, load_spec
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ __all__ = [
     "CANDIDATE_PARAMS",
     "DEFAULT_PARAMS",
     "fit_learned",
+    "on_hardware",
     "select_params",
     "table_arrays",
 ]
@@ -65,8 +66,16 @@ def fit_learned(
     *,
     params: Mapping[str, Any] | None = None,
     calibrate: bool = True,
+    hardware_weight: float | None = None,
 ) -> LearnedModel:
     """Fit the analytic constants, then the correction, on calibration rows.
+
+    Rows measured on hardware (a ``simulator_version`` that is not a simulator's: ``real``,
+    ``msprof``) may come from any SKU of the target's chip (``ascend910b4`` rows for
+    ``ascend910b``); each is scored on its own spec, and weighs ``hardware_weight`` times a
+    simulated row in both fits (default: the hardware rows together weigh as much as the
+    simulated ones, or 1 when either kind is missing); the constants are fitted on every
+    hardware row and a fixed subsample of the simulated ones.
 
     Args:
         tables: parquet paths, or a DataFrame of rows (:func:`costmodel.calibration.read_table`).
@@ -79,28 +88,24 @@ def fit_learned(
         CostModelError: unreadable tables, or rows of another target.
     """
     frame = tables if hasattr(tables, "columns") else read_table(list(tables))
-    names = set(frame["target"])
-    if names != {target.spec.name}:
-        raise CostModelError(
-            f"rows were measured on {sorted(names)}, not on '{target.spec.name}'; "
-            "pass tables of one target"
-        )
-    digests = set(frame["spec_digest"]) - {target.spec.digest()}
-    if digests:
-        raise CostModelError(
-            f"rows were measured on another spec of '{target.spec.name}' (spec digest "
-            f"{sorted(digests)}, this one is {target.spec.digest()}; a --set changes it): "
-            "calibrate on this spec first"
-        )
+    specs, weights = _row_specs(frame, target, hardware_weight)
     kernels, resident, measured = table_arrays(frame)
     model = LearnedModel.uncorrected(target)
     cal: Calibration | None = None
     if calibrate:  # the constants are few: a fixed subsample of rows pins them down
-        pick = np.random.default_rng(0).permutation(len(kernels))[:CALIBRATION_ROWS]
+        real = on_hardware(frame)
+        every = np.flatnonzero(~real)
+        sim = every[np.random.default_rng(0).permutation(len(every))[:CALIBRATION_ROWS]]
+        pick = np.sort(np.concatenate([np.flatnonzero(real), sim]))
+        # the subsample stands for every simulated row: the balance of the two kinds holds
+        scale = np.where(real[pick], 1.0, len(every) / max(1, len(sim)))
         cal = fit_constants(
             target.spec,
-            RowBatches([kernels[i] for i in pick], [resident[i] for i in pick]),
+            RowBatches(
+                [kernels[i] for i in pick], [resident[i] for i in pick], [specs[i] for i in pick]
+            ),
             measured[pick],
+            weights=weights[pick] * scale,
             start=AnalyticConstants(),  # from the spec as written: no earlier fit leaks in
             source="fit_learned",
             pipes={
@@ -110,12 +115,12 @@ def fit_learned(
             },
         )
         model.analytic.constants = cal.constants
-    X, analytic = row_features(model.analytic, kernels, resident)
+    X, analytic = row_features(model.analytic, kernels, resident, specs)
     y = np.log(measured / analytic)
     cv: dict[str, Any] = {}
     if params is None:
         params, cv = select_params(X, y, frame["family"].to_numpy())
-    model.base = LatencyCorrector(**params).fit(X, y)
+    model.base = LatencyCorrector(**params).fit(X, y, sample_weight=weights)
     model.generation += 1
     model.trained_on = {
         "rows": len(kernels),
@@ -125,6 +130,44 @@ def fit_learned(
         **({"selection": cv} if cv else {}),  # the choice itself is the corrector's params
     }
     return model
+
+
+def on_hardware(frame: Any) -> np.ndarray:
+    """Which rows of a table were measured on hardware, not simulated."""
+    return ~frame["simulator_version"].astype(str).str.startswith("sim-").to_numpy()
+
+
+def _row_specs(
+    frame: Any, target: Target, hardware_weight: float | None
+) -> tuple[list[HardwareSpec | None], np.ndarray]:
+    """Each row's own spec (None: the target's) and weight; refuses rows of another chip or
+    of a spec that was changed (a ``--set``)."""
+    real = on_hardware(frame)
+    own = target.spec.name
+    specs: list[HardwareSpec | None] = []
+    known: dict[str, HardwareSpec] = {own: target.spec}
+    for name, digest, hw in zip(frame["target"], frame["spec_digest"], real, strict=True):
+        name = str(name)
+        if name != own and not (hw and own in fitted_lineage(name)):
+            raise CostModelError(
+                f"rows were measured on '{name}', not on '{own}' (or, for measurements on "
+                "hardware, on a SKU of it); pass tables of one target"
+            )
+        if name not in known:
+            known[name] = load_spec(name)
+        if str(digest) != known[name].digest():
+            raise CostModelError(
+                f"rows were measured on another spec of '{name}' (spec digest {digest}, this "
+                f"one is {known[name].digest()}; a --set changes it): calibrate on this spec "
+                "first"
+            )
+        specs.append(None if name == own else known[name])
+    if hardware_weight is None:
+        n_real = int(real.sum())
+        hardware_weight = (len(real) - n_real) / n_real if 0 < n_real < len(real) else 1.0
+    if not (np.isfinite(hardware_weight) and hardware_weight > 0):
+        raise CostModelError(f"hardware_weight must be > 0, got {hardware_weight}")
+    return specs, np.where(real, hardware_weight, 1.0)
 
 
 def _latency_mape(log_ratio: np.ndarray, predicted: np.ndarray) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -162,7 +163,7 @@ def test_calibrate_bad_input_is_one_line(args: list[str], message: str, tmp_path
     assert not list(tmp_path.iterdir())
 
 
-def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path) -> None:
+def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path, small_table: Path) -> None:
     rows = read_op_summary(FIXTURE)
     assert all(r["duration_us"] > 0 for r in rows)
     assert not any(r["name"] == "trans_Cast_aicpu" for r in rows)  # AI_CPU tasks are skipped
@@ -170,7 +171,7 @@ def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path) -> None:
     res = runner.invoke(
         app,
         ["calibrate", "--from-msprof", str(FIXTURE), "--model", "zoo:bert-base", "-o",
-         str(table), "--fit", str(model), "--json"],
+         str(table), "--fit", str(model), "--table", str(small_table), "--json"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
@@ -178,9 +179,11 @@ def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path) -> None:
     assert summary["rows"] == len(rows) - 1
     frame = read_table(table)
     assert set(frame["simulator_version"]) == {"msprof"}
-    # every row is the op the profile named: durations land on kernels of matching shape
-    durations = {r["duration_us"] for r in rows}
-    assert set(frame["latency_us"]) <= durations
+    # every row is the op the profile named: durations land on kernels of matching shape,
+    # with the gap before the kernel that a task duration leaves out and every model counts
+    durations = {round(r["duration_us"], 6) for r in rows}
+    gap = T.spec.kernel_gap_s * 1e6
+    assert {round(x - gap, 6) for x in frame["latency_us"]} <= durations
     before = LearnedModel(T)  # whatever ships: the refit must fit the profile better
     after = LearnedModel.load(model)
     kernels = [kernel_from_json(json.loads(k)) for k in frame["kernel"]]
@@ -271,3 +274,72 @@ def test_costmodel_eval_unknown_kind_is_refused_before_any_work(small_table: Pat
     res = runner.invoke(app, ["costmodel", "eval", "--table", str(small_table), "--kind", "xgb"])
     assert res.exit_code == 1
     assert "unknown --kind 'xgb'; available: hgb, forest, ridge" in res.output
+
+
+# -- other formats of measurements on hardware ------------------------------------------------
+def test_kernel_details_csv_reads_like_the_op_summary_it_renames(tmp_path: Path) -> None:
+    """torch_npu's kernel_details.csv names msprof's columns differently; the same rows under
+    those names read the same."""
+    renames = {"Op Name": "Name", "OP Type": "Type", "Task Type": "Accelerator Core",
+               "Task Duration(us)": "Duration(us)"}  # fmt: skip
+    text = FIXTURE.read_text().splitlines()
+    header = ",".join(renames.get(h, h) for h in text[0].split(","))
+    details = tmp_path / "kernel_details.csv"
+    details.write_text("\n".join([header, *text[1:]]) + "\n")
+    assert read_op_summary(details) == read_op_summary(FIXTURE)
+
+
+REAL_CSV = """chip,op,shapes,dtype,time_us,timing,source
+910B4,RmsNorm,"x=[2,512,512] (B,S,H), gamma=[512]",fp32,10.18,device,github:a/b@1:x.md
+910B2,MatMul (torch.mm),"A=[1024,1024] x B=[1024,1024]",fp16,21.9,host,github:c/d@2:y.md
+910B4,RmsNorm,"x=[2,what,512]",fp32,5.0,device,github:a/b@1:x.md
+910,RmsNorm,"x=[2,512,512], gamma=[512]",fp32,9.0,device,github:e/f@3:z.md
+"""
+
+
+def test_a_real_data_csv_becomes_hardware_rows_each_on_its_own_chip(tmp_path: Path) -> None:
+    real = tmp_path / "real.csv"
+    real.write_text(REAL_CSV)
+    table = tmp_path / "real.parquet"
+    res = runner.invoke(app, ["calibrate", "--from-msprof", str(real), "-o", str(table), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert (summary["rows"], summary["skipped"]) == (2, 2)
+    lines = [ln for ln in res.stderr.splitlines() if "skipped" in ln]
+    assert len(lines) == 2 and "row 3: dim" in lines[0] and "row 4" in lines[1]
+    assert "measured on ascend910, not ascend910b" in lines[1]
+    frame = read_table(table).set_index("target")
+    assert set(frame["simulator_version"]) == {"real"}
+    b4 = load_target("ascend910b4").spec
+    # a device row is the kernel alone: the gap every model counts is added; a host row not
+    assert frame.loc["ascend910b4", "latency_us"] == pytest.approx(10.18 + b4.kernel_gap_s * 1e6)
+    assert frame.loc["ascend910b2", "latency_us"] == pytest.approx(21.9)
+    assert frame.loc["ascend910b4", "spec_digest"] == b4.digest()
+    assert set(frame["family"]) == {"rmsnorm", "matmul"}
+
+
+def test_fitting_on_real_rows_moves_the_model_toward_them(
+    tmp_path: Path, small_table: Path
+) -> None:
+    real = tmp_path / "real.csv"
+    real.write_text(REAL_CSV)
+    table, model = tmp_path / "real.parquet", tmp_path / "m.json.gz"
+    res = runner.invoke(
+        app,
+        ["calibrate", "--from-msprof", str(real), "-o", str(table), "--fit", str(model),
+         "--table", str(small_table), "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    frame = read_table(table)
+    fitted = LearnedModel.load(model)
+
+    def error(m_of) -> float:
+        errs = []
+        for _, row in frame.iterrows():
+            kernel = kernel_from_json(json.loads(row["kernel"]))
+            pred = m_of(load_target(row["target"], (), row["precision"])).predict([kernel])[0]
+            errs.append(abs(math.log(pred / row["latency_us"])))
+        return float(np.mean(errs))
+
+    state = json.loads(json.dumps(fitted.state()))
+    assert error(lambda t: LearnedModel(t, state)) < error(LearnedModel)

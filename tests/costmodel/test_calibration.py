@@ -131,6 +131,42 @@ def test_a_row_with_the_wrong_number_of_residencies_is_refused() -> None:
         RowBatches([k, k], [[0.0, 0.0], [0.0, 0.0, 0.0]])
 
 
+def test_rows_of_another_sku_are_scored_on_their_own_spec() -> None:
+    """Rows measured on a 910B4 score as the model on the 910B4 scores each kernel alone,
+    mixed in one batch with rows of the 910B itself."""
+    b4 = load_target("ascend910b4")
+    half = len(KERNELS) // 2
+    specs = [b4.spec] * half + [None] * (len(KERNELS) - half)
+    got = RowBatches(KERNELS, cold(KERNELS), specs).latency(T910B.spec, PLANTED)
+    on_b4 = AnalyticModel(b4, PLANTED)
+    expect = [on_b4.predict([k])[0] for k in KERNELS[:half]] + list(alone(PLANTED, KERNELS[half:]))
+    np.testing.assert_allclose(got, expect, rtol=1e-9)
+    assert not np.allclose(got[:half], alone(PLANTED, KERNELS[:half]), rtol=0.01)
+
+
+def test_a_row_of_weight_zero_does_not_move_the_fit() -> None:
+    """Weighting half the rows out fits what the other half alone fits; rows measured wrongly
+    (x3) but weighted out change nothing."""
+    measured = alone(PLANTED, KERNELS)
+    keep = np.arange(len(KERNELS)) % 2 == 0
+    names = ("hbm", "vector", "gap")
+    kept = [k for k, y in zip(KERNELS, keep, strict=True) if y]
+    alone_fit = fit_constants(
+        T910B.spec,
+        RowBatches(kept, cold(kept)),
+        measured[keep],
+        names=names,
+    )
+    weighted = fit_constants(
+        T910B.spec, ROWS, np.where(keep, measured, 3 * measured), names=names,
+        weights=keep.astype(float),
+    )  # fmt: skip
+    for n in names:
+        assert getattr(weighted.constants, n) == pytest.approx(
+            getattr(alone_fit.constants, n), rel=1e-3
+        )
+
+
 # -- fitting ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "names", [("hbm", "vector", "gap"), None], ids=["planted_names", "all_constants"]

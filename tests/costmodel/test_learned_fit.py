@@ -15,11 +15,13 @@ from learned_helpers import ANALYTIC, KERNELS, PARAMS, T910B, alone, rows, table
 from threadpoolctl import threadpool_limits
 
 from costmodel.analytic import AnalyticModel
-from costmodel.calibration import write_table
+from costmodel.base import KernelCost
+from costmodel.calibration import measurement_rows, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.learned import FEATURES
 from costmodel.learned.fit import fit_learned
 from costmodel.learned.model import MIN_LOCAL_ROWS, LearnedModel
+from costmodel.spec import load_target
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -87,7 +89,7 @@ def test_a_table_on_disk_fits_like_the_frame(tmp_path: Path, slower: LearnedMode
 
 
 def test_rows_of_another_target_are_refused() -> None:
-    with pytest.raises(CostModelError, match=r"measured on \['ascend910'\], not on 'ascend910b'"):
+    with pytest.raises(CostModelError, match=r"measured on 'ascend910', not on 'ascend910b'"):
         fit_learned(table(1.5, target="ascend910"), T910B, params=PARAMS, calibrate=False)
     mixed = pd.concat([table(1.5), table(1.5, target="ascend310p")], ignore_index=True)
     with pytest.raises(CostModelError, match="ascend310p"):
@@ -176,3 +178,42 @@ def test_an_unreadable_model_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"\x1f\x8b" + b"not gzip at all")
     with pytest.raises(CostModelError, match="cannot read cost model file"):
         LearnedModel.load(path)
+
+
+# -- rows measured on hardware --------------------------------------------------------------
+def _on_hardware(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(simulator_version="real")
+
+
+def test_hardware_rows_of_a_sku_are_scored_on_its_own_spec() -> None:
+    """910B4 measurements teach the 910B's model: each row is scored on the 910B4's spec (20
+    cube cores at 1.5 GHz), so what is learned is the factor over that spec's analytic time."""
+    b4 = load_target("ascend910b4")
+    analytic_b4 = alone(AnalyticModel(b4), KERNELS)
+    measured = [KernelCost(1.5 * a) for a in analytic_b4]
+    resident = [[0.0] * sum(s.is_load for s in k.streams) for k in KERNELS]
+    frame = pd.DataFrame(
+        measurement_rows(
+            KERNELS, measured, resident, target="ascend910b4", spec_digest=b4.spec.digest(),
+            precision="auto", seed=0, source="real", family="hand", simulator_version="real",
+        )
+    )  # fmt: skip
+    model = fit_learned(frame, T910B, params=PARAMS, calibrate=False)
+    on_b4 = LearnedModel(b4, json.loads(json.dumps(model.state())))
+    np.testing.assert_allclose(alone(on_b4, KERNELS), 1.5 * analytic_b4, rtol=0.05)
+    assert not np.allclose(analytic_b4, ANALYTIC, rtol=0.05)  # the SKU's spec mattered
+
+
+def test_simulated_rows_of_another_sku_are_refused() -> None:
+    frame = table(1.5).assign(target="ascend910b4")
+    with pytest.raises(CostModelError, match="measured on 'ascend910b4'"):
+        fit_learned(frame, T910B, params=PARAMS, calibrate=False)
+
+
+@pytest.mark.parametrize(("weight", "expect"), [(1.0, 2**0.5), (50.0, 2 ** (50 / 51))])
+def test_hardware_rows_weigh_as_asked(weight: float, expect: float) -> None:
+    """The same kernels simulated at 1x and measured at 2x the analytic time: the fit lands at
+    the weighted geometric mean."""
+    frame = pd.concat([table(1.0), _on_hardware(table(2.0))], ignore_index=True)
+    model = fit_learned(frame, T910B, params=PARAMS, calibrate=False, hardware_weight=weight)
+    np.testing.assert_allclose(alone(model, KERNELS), expect * ANALYTIC, rtol=0.05)

@@ -1,0 +1,70 @@
+"""Real measurements as calibration rows, so that the cost models can be fitted on them.
+
+Each row's kernel is lowered at its default config (the row's ``block_dim`` when it names
+one) on its own chip's spec, cold L2, and measured at the row's time: a ``device`` row (msprof
+task duration, the kernel alone) plus the spec's gap between kernels, which every model's
+latency includes; a ``host`` row as timed. The rows carry ``simulator_version = "real"``, the
+row's chip as ``target`` and its source and op family, so that a fit can weigh them up and an
+evaluation can hold out whole sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.real.evaluate import lowered
+from autotune.real.rows import RealRow
+from costmodel.base import KernelCost
+from costmodel.calibration import measurement_rows
+from costmodel.spec import fitted_lineage
+
+__all__ = ["HARDWARE_VERSION", "table_rows"]
+
+HARDWARE_VERSION = "real"  # the simulator_version of a row measured on hardware
+
+
+def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Calibration rows of the real rows measured on ``chip`` or a SKU of it, and one line per
+    row left out (another chip, or a kernel that does not lower to one kernel)."""
+    out: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for row in rows:
+        where = f"{row.path} row {row.row}"
+        if chip not in fitted_lineage(row.target):
+            problems.append(
+                f"{where}: measured on {row.target}, not {chip} or a SKU of it; skipped"
+            )
+            continue
+        try:
+            target, lowering, groups = lowered(row)
+            if len(groups) != 1:
+                problems.append(
+                    f"{where}: its {row.family} lowers to {len(groups)} kernels here; one "
+                    "measured time cannot be split between them; skipped"
+                )
+                continue
+            config = lowering.default(groups[0])
+            if row.block_dim:  # never more cores than the chip has
+                config = dataclasses.replace(
+                    config, block_dim=min(row.block_dim, config.block_dim)
+                )
+            kernel = lowering.kernel(groups[0], config)
+        except Exception as err:  # one row that cannot be lowered is reported, never fatal
+            problems.append(f"{where}: cannot be lowered ({type(err).__name__}: {err}); skipped")
+            continue
+        gap = target.spec.kernel_gap_s * 1e6 if row.timing == "device" else 0.0
+        out += measurement_rows(
+            [kernel],
+            [KernelCost(row.time_us + gap)],
+            [[0.0] * sum(s.is_load for s in kernel.streams)],
+            target=target.spec.name,
+            spec_digest=target.spec.digest(),
+            precision=target.precision,
+            seed=0,
+            source=row.source_name,
+            family=row.family,
+            simulator_version=HARDWARE_VERSION,
+        )
+    return out, problems

@@ -143,11 +143,11 @@ def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWo
         flops=sum(op.flops for op in ops),
         compulsory=compulsory,
         normalise=red is not None and any(n >= elems for _, _, n in outputs),
-        casts=_cast_share(graph, group, target) / max(elems, 1),
+        casts=_cast_elements(graph, group, target) / max(elems, 1),
     )
 
 
-def _cast_share(graph: Graph, group: FusionGroup, target: Target) -> int:
+def _cast_elements(graph: Graph, group: FusionGroup, target: Target) -> int:
     """Elements the group casts: the vector unit has no bf16 arithmetic (CANN's vector
     intrinsics take fp16 and fp32), so bf16 data (the model's, or any float data under
     ``--precision bf16``) is cast to fp32 on the way in and back on the way out."""
@@ -310,7 +310,9 @@ def lower_vector(
         [_ub_bytes(work, int(r), int(c), bool(d)) for r, c, d in zip(R, C, db, strict=True)]
     )
     step_cycles = np.where(steps > 1, cycles, 0.0)
-    tile_cycles = np.where(steps > 1, 0.0, cycles) + np.where(gj > 1, _combine(gj, target), 0.0)
+    tile_cycles = np.where(steps > 1, 0.0, cycles)
+    if work.reduce:  # the parts of a split row combine their statistics
+        tile_cycles = tile_cycles + np.where(gj > 1, _combine(gj, target), 0.0)
     return KernelBatch(
         name=name,
         ops=ops,

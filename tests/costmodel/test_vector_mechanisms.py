@@ -109,3 +109,18 @@ def test_bf16_moves_like_fp16_but_computes_like_fp32_plus_casts(op: str) -> None
     assert moved(bf16) == moved(fp16) < moved(fp32)
     # the same arithmetic on fp32 data, plus one cast per bf16 element read or written
     assert vector(bf16) > vector(fp32) > vector(fp16)
+
+
+@pytest.mark.parametrize("shape", [[4, 1 << 20], [4096, 256]])
+def test_elementwise_work_never_waits_for_other_cores(shape: list[int]) -> None:
+    """Only the parts of a split reduction exchange partials: an elementwise op's kernels, at
+    every config of its grid, cost the same however slow a cross-core sync is."""
+    graph = load_graph(_binary("Add", TensorProto.FLOAT16, shape))
+    group = singleton_groups(graph)[0]
+    kernels = []
+    for sync in (0, 10**6):
+        target = load_target("ascend910b", {"cross_core_sync_cycles": sync})
+        low = Lowering(graph, target)
+        kernels.append([low.kernel(group, c) for c in low.grid(group)])
+    assert any(k.grid[2] > 1 for k in kernels[0])  # some configs split the columns
+    assert [k.vector_cycles_tile for k in kernels[0]] == [k.vector_cycles_tile for k in kernels[1]]

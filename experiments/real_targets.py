@@ -25,6 +25,7 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from _table import RESULTS, emit
@@ -33,7 +34,7 @@ from autotune.real import RealPrediction, RealRow, metrics, predict_rows, read_r
 from autotune.real.evaluate import predict_row
 from autotune.real.table import table_rows
 from costmodel import CostModel, Target, make_cost_model
-from costmodel.analytic import AnalyticModel
+from costmodel.analytic import AnalyticConstants, AnalyticModel
 from costmodel.calibration import read_table
 from costmodel.learned import LearnedModel, fit_learned
 from costmodel.spec import load_target
@@ -47,6 +48,29 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
+def _fitted_models(
+    state: dict[str, Any], constants: AnalyticConstants
+) -> dict[str, Callable[[Target], CostModel]]:
+    """Model factories for one refit, each model built once per SKU and precision."""
+    cache: dict[tuple[str, str, str], CostModel] = {}
+
+    def maker(kind: str) -> Callable[[Target], CostModel]:
+        def make(target: Target) -> CostModel:
+            key = (kind, target.spec.name, target.precision)
+            if key not in cache:
+                if kind == "learned":
+                    cache[key] = LearnedModel(target, state)
+                elif kind == "analytic":
+                    cache[key] = AnalyticModel(target, constants)
+                else:
+                    cache[key] = make_cost_model(kind, target)
+            return cache[key]
+
+        return make
+
+    return {m: maker(m) for m in ("simulator", "analytic", "learned")}
+
+
 def _holdout(rows: Sequence[RealRow]) -> list[RealPrediction]:
     """Each source's rows predicted by models refitted without that source."""
     sim = read_table([ROOT / f"datasets/calibration/{CHIP}.parquet"])
@@ -55,26 +79,7 @@ def _holdout(rows: Sequence[RealRow]) -> list[RealPrediction]:
         train_rows, _ = table_rows([r for r in rows if r.source_name != source], CHIP)
         frame = pd.concat([sim, pd.DataFrame(train_rows)], ignore_index=True)
         learned = fit_learned(frame, load_target(CHIP))
-        state = learned.state()
-        constants = learned.analytic.constants
-        cache: dict[tuple[str, str, str], CostModel] = {}
-
-        def maker(kind: str) -> Callable[[Target], CostModel]:
-            def make(target: Target) -> CostModel:
-                key = (kind, target.spec.name, target.precision)
-                if key not in cache:
-                    cache[key] = (
-                        LearnedModel(target, state)
-                        if kind == "learned"
-                        else AnalyticModel(target, constants)
-                        if kind == "analytic"
-                        else make_cost_model(kind, target)
-                    )
-                return cache[key]
-
-            return make
-
-        models = {m: maker(m) for m in ("simulator", "analytic", "learned")}
+        models = _fitted_models(learned.state(), learned.analytic.constants)
         held = [r for r in rows if r.source_name == source]
         print(f"held out {source}: {len(held)} rows; fitted on {len(train_rows)} real rows")
         out += [predict_row(r, models) for r in held]

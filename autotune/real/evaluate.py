@@ -14,6 +14,7 @@ Spearman rank correlation.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,13 +31,14 @@ from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
 from costmodel.lower import Lowering
 from search_space import load_graph
 from search_space.fusion import FusionContext
-from search_space.ir import FusionGroup
+from search_space.ir import FusionGroup, KernelConfig
 
 __all__ = [
     "MODELS",
     "NAIVE_FLOOR_US",
     "RealPrediction",
     "lowered",
+    "measured_config",
     "metrics",
     "predict_rows",
     "summarize",
@@ -95,6 +97,15 @@ def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:
     return target, Lowering(graph, target), ctx.to_groups(parts)
 
 
+def measured_config(lowering: Lowering, group: FusionGroup, row: RealRow) -> KernelConfig:
+    """The config the real kernel ran at, as far as the row tells: the group's default config
+    on as many cores as the row's ``block_dim`` names (never more than the chip has)."""
+    config = lowering.default(group)
+    if row.block_dim:
+        config = dataclasses.replace(config, block_dim=min(row.block_dim, config.block_dim))
+    return config
+
+
 def _time(cost: Any, timing: str) -> float:
     return float(cost.device_us if timing == "device" else cost.latency_us)
 
@@ -120,7 +131,7 @@ def predict_row(
     """Every model's prediction for one row (an error, not an exception, when it fails)."""
     try:
         target, lowering, groups = lowered(row)
-        defaults = [lowering.default(g) for g in groups]
+        defaults = [measured_config(lowering, g, row) for g in groups]
         grids = [lowering.grid(g) for g in groups]
         out: dict[str, float] = {}
         default_kernels = [lowering.kernel(g, c) for g, c in zip(groups, defaults, strict=True)]

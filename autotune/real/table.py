@@ -10,11 +10,10 @@ evaluation can hold out whole sources.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.real.evaluate import lowered
+from autotune.real.evaluate import lowered, measured_config
 from autotune.real.rows import RealRow
 from costmodel.base import KernelCost
 from costmodel.calibration import measurement_rows
@@ -45,12 +44,7 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
                     "measured time cannot be split between them; skipped"
                 )
                 continue
-            config = lowering.default(groups[0])
-            if row.block_dim:  # never more cores than the chip has
-                config = dataclasses.replace(
-                    config, block_dim=min(row.block_dim, config.block_dim)
-                )
-            kernel = lowering.kernel(groups[0], config)
+            kernel = lowering.kernel(groups[0], measured_config(lowering, groups[0], row))
         except Exception as err:  # one row that cannot be lowered is reported, never fatal
             problems.append(f"{where}: cannot be lowered ({type(err).__name__}: {err}); skipped")
             continue

@@ -3,6 +3,7 @@ numpy formulas), and the accuracy metrics."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from autotune.real import (
     read_real,
     target_of,
 )
+from autotune.real.evaluate import lowered, measured_config, predict_row
+from autotune.real.table import table_rows
+from costmodel import make_cost_model
 from search_space import load_graph
 from search_space.fusion import FusionContext
 
@@ -241,3 +245,22 @@ def test_estimate_reports_each_kernels_device_time_without_the_gap() -> None:
     for k in kernels:
         assert 0 < k["device_us"] < k["latency_us"]
         assert k["latency_us"] - k["device_us"] == pytest.approx(gap)
+
+
+@pytest.mark.parametrize("given_cores", ["6", "4096", ""])
+def test_the_evaluator_and_the_fit_cost_a_row_on_the_cores_it_ran_on(given_cores: str) -> None:
+    row = _row("SwiGlu", "x=[2,512,1024]", block_dim=given_cores)
+    _, lowering, groups = lowered(row)
+    default = lowering.default(groups[0])
+    cores = measured_config(lowering, groups[0], row).block_dim
+    assert cores == (6 if given_cores == "6" else default.block_dim)
+    [fit_row], problems = table_rows([row], "ascend910b")
+    assert problems == [] and json.loads(fit_row["config"])["block_dim"] == cores
+    # fewer cores move the same bytes more slowly, and the evaluator's default sees it
+    models = {"simulator": lambda t: make_cost_model("simulator", t)}
+    sim = predict_row(row, models)
+    full = predict_row(_row("SwiGlu", "x=[2,512,1024]"), models)
+    if given_cores == "6":
+        assert sim.predicted["simulator/default"] > 2 * full.predicted["simulator/default"]
+    else:
+        assert sim.predicted == full.predicted

@@ -9,10 +9,8 @@ float64 reference of the unfused ops, and unfuse the kernels that fail (safe mod
 from __future__ import annotations
 
 from autotune.verify.check import (
-    Errors,
     KernelVerdict,
     Status,
-    compare,
     safe_groups,
     verify_group,
     verify_kernels,
@@ -21,6 +19,7 @@ from autotune.verify.cube import flash_attention, online_softmax, split_k_matmul
 from autotune.verify.emulate import emulate, kernel_roles
 from autotune.verify.equivalence import draw_inputs, graph_equivalence
 from autotune.verify.extract import SkipVerification, Subgraph, extract_group
+from autotune.verify.judge import Errors, compare, judge
 from autotune.verify.numerics import Numerics, numerics_for
 from autotune.verify.reference import reference_outputs
 from autotune.verify.shrink import NotShrinkable
@@ -41,6 +40,7 @@ __all__ = [
     "extract_group",
     "flash_attention",
     "graph_equivalence",
+    "judge",
     "kernel_roles",
     "numerics_for",
     "online_softmax",

@@ -20,6 +20,7 @@ Example ``autotune.toml``::
     max_abs_err = 0.05
     max_rel_err = 0.05
     error_factor = 4.0
+    outlier_scale = 64.0      # also check on activations this large (0: off)
 
     [[rules]]                 # user rules, same form as the built-in table
     name = "my_gelu"
@@ -74,6 +75,7 @@ class Policy:
     max_abs_err: float = 0.05
     max_rel_err: float = 0.05
     error_factor: float = 4.0
+    outlier_scale: float = 64.0
     rules: tuple[Mapping[str, Any], ...] = ()
 
     def replace(self, **changes: Any) -> Policy:
@@ -148,6 +150,7 @@ def _validate(values: dict[str, Any], origin: str) -> Policy:
     num("max_abs_err", float, 0.0, 1e30)
     num("max_rel_err", float, 0.0, 1e30)
     num("error_factor", float, 1.0, 1e30)
+    num("outlier_scale", float, 0.0, 1e4)
     for key in ("safe_mode", "share_repeated"):
         if key in values:
             if isinstance(values[key], bool):

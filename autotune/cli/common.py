@@ -153,8 +153,26 @@ _FLAGS: dict[str, tuple[Any, Any]] = {
             ),
         ],
     ),
+    "strict_safety": (
+        None,
+        Annotated[
+            bool | None,
+            typer.Option(
+                "--strict-safety",
+                help="Safe mode also unfuses kernels it could not verify (default: keeps "
+                "them, counted as unverified).",
+            ),
+        ],
+    ),
 }
-POLICY_FLAGS = ("preset", "fusion_level", "no_fusion_ops", "max_fused_ops", "benefit_threshold")
+POLICY_FLAGS = (
+    "preset",
+    "fusion_level",
+    "no_fusion_ops",
+    "max_fused_ops",
+    "benefit_threshold",
+    "strict_safety",
+)
 
 
 def _bundle(

@@ -268,7 +268,7 @@ def apply(
 
 @user_errors
 @model_options(weights=None)
-@policy_options()
+@policy_options("strict_safety")
 def verify(
     model: ModelArg,
     opts: ModelOptions,
@@ -279,7 +279,7 @@ def verify(
 ) -> None:
     """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics."""
     from autotune.apply import apply_plan
-    from autotune.verify import graph_equivalence, verify_kernels
+    from autotune.verify import Status, graph_equivalence, verify_kernels
     from costmodel.spec import load_target
 
     proto, graph, record = _model_and_plan(model, opts, plan)
@@ -288,9 +288,17 @@ def verify(
         meta.get("target_source", record.target), meta.get("sets", ()), record.precision
     )
     equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
-    verdicts = verify_kernels(proto, graph, record.groups, target, policy.load(), seed=seed)
+    pol = policy.load()
+    verdicts = verify_kernels(proto, graph, record.groups, target, pol, seed=seed)
+    unverified = sum(v.status is Status.UNVERIFIED for v in verdicts)
     ok = bool(equiv["ok"]) and all(v.ok for v in verdicts)
-    result = {"ok": ok, **equiv, "kernels": [v.to_json() for v in verdicts]}
+    ok = ok and not (pol.strict_safety and unverified)
+    result = {
+        "ok": ok,
+        **equiv,
+        "unverified": unverified,
+        "kernels": [v.to_json() for v in verdicts],
+    }
     if json_out:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
@@ -311,5 +319,10 @@ def verify(
                 escape(v.verdict),
             )
         out.print(table)
+        if unverified:
+            out.print(
+                f"{unverified} kernel signature(s) could not be verified"
+                + (" (--strict-safety: not ok)" if pol.strict_safety else "")
+            )
     if not ok:
         raise typer.Exit(1)

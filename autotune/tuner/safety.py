@@ -46,7 +46,7 @@ def make_safety(
             PlanGroup(g.ops, g.kind, c) for g, c in zip(plan.groups, plan.configs, strict=True)
         ]
         verdicts = verify_kernels(proto, graph, groups, target, policy)
-        kept, counts = safe_groups(groups, verdicts)
+        kept, counts = safe_groups(groups, verdicts, strict=policy.strict_safety)
         by_ops = {g.ops: g.verdict for g in kept if g.verdict}
         if len(kept) == len(groups):
             return plan, counts, by_ops

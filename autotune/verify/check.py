@@ -42,15 +42,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SKIPPED = "ok (not shrinkable, skipped)"
-
 
 class Status(StrEnum):
-    """What a kernel's check concluded: it passed, it could not be run (kept fused, with the
-    reason in the verdict text), or it failed (safe mode unfuses it)."""
+    """What a kernel's check concluded: it passed, it could not be checked (``unverified``:
+    kept fused and counted, unfused under ``strict_safety``; the reason is in the verdict
+    text), or it failed (safe mode unfuses it)."""
 
     PASSED = "passed"
-    SKIPPED = "skipped"
+    UNVERIFIED = "unverified"
     FAILED = "failed"
 
 
@@ -161,13 +160,14 @@ def verify_group(
         fused = emulate(sub, num_f, fused=True)
         unfused = emulate(sub, num_u, fused=False, split_k=split)
     except extract.SkipVerification as err:
-        log.warning("kernel %s (%s..): %s; skipped", sig, group.ops[0], err)
-        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, SKIPPED, status=Status.SKIPPED)
+        log.warning("kernel %s (%s..): %s; unverified", sig, group.ops[0], err)
+        text = "unverified: not shrinkable and too large to run whole"
+        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, text, status=Status.UNVERIFIED)
     except Exception as err:  # a verification gap is data, not a crash
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         log.warning("kernel %s (%s..) could not be verified: %s", sig, group.ops[0], reason)
-        text = f"ok (not verified: {reason})"
-        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, text, status=Status.SKIPPED)
+        text = f"unverified: {reason}"
+        return KernelVerdict(group.ops, sig, nan, nan, nan, nan, text, status=Status.UNVERIFIED)
     floats = [t for t in sub.outputs if np.asarray(ref[t]).dtype.kind == "f"]
     errs_f = {t: compare(ref[t], fused[t]) for t in floats}
     errs_u = {t: compare(ref[t], unfused[t]) for t in floats}
@@ -309,33 +309,38 @@ def verify_kernels(
 
 
 def safe_groups(
-    groups: Iterable[PlanGroup], verdicts: Iterable[KernelVerdict]
+    groups: Iterable[PlanGroup], verdicts: Iterable[KernelVerdict], *, strict: bool = False
 ) -> tuple[list[PlanGroup], dict[str, int]]:
-    """Safe mode: unfuse every group whose kernel signature failed.
+    """Safe mode: unfuse every group whose kernel signature failed (and, when ``strict``,
+    every group whose kernel could not be verified).
 
-    A failed group becomes one single-op group per op that does work (views and constant-only
-    ops are not kernels on their own), each carrying the reason as its verdict; every other
-    group is kept, with its signature's verdict.
+    An unfused group becomes one single-op group per op that does work (views and
+    constant-only ops are not kernels on their own), each carrying the reason as its verdict;
+    every other group is kept, with its signature's verdict.
 
     Returns:
-        The new groups and the counts for the report: ``fused`` (verified multi-op groups
-        kept fused) and ``skipped_precision`` (groups unfused because their numerics failed).
+        The new groups and the counts for the report: ``fused`` (multi-op groups kept fused),
+        ``unverified`` (of those, the ones no check could run on), ``skipped_precision``
+        (unfused because their numerics failed) and ``skipped_unverified`` (unfused, under
+        ``strict``, because they could not be checked).
     """
     by_ops: dict[tuple[str, ...], KernelVerdict] = {}
     for v in verdicts:
         for ops in v.members or (v.ops,):
             by_ops[tuple(ops)] = v
     kept: list[PlanGroup] = []
-    counts = {"fused": 0, "skipped_precision": 0}
+    counts = {"fused": 0, "unverified": 0, "skipped_precision": 0, "skipped_unverified": 0}
     for pg in groups:
         found = by_ops.get(tuple(pg.ops))
+        unverified = found is not None and found.status is Status.UNVERIFIED
         if found is None:
             kept.append(pg)
-        elif found.ok:
+        elif found.status is Status.PASSED or (unverified and not strict):
             kept.append(PlanGroup(pg.ops, pg.kind, pg.config, found.verdict))
             counts["fused"] += 1
+            counts["unverified"] += unverified
         else:
-            counts["skipped_precision"] += 1
+            counts["skipped_unverified" if unverified else "skipped_precision"] += 1
             reason = f"unfused: {found.verdict}"
             singles = [op for op in pg.ops if op not in found.views]
             kept.extend(PlanGroup((op,), "single", None, reason) for op in singles)

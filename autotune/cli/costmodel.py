@@ -198,10 +198,17 @@ DEFAULT_HOLDOUT = ("gpt2", "resnet50")
 
 
 def _tables(tables: list[Path] | None, target: str) -> list[Path]:
+    """The tables given, else the target's simulator tables under datasets/calibration/:
+    ``<target>.parquet`` and ``<target>-<part>.parquet`` (not another target's that starts
+    alike, as ascend910b's does ascend910's; hardware tables are left to the caller)."""
     if tables:
         return tables
-    folder = Path("datasets/calibration")
-    found = sorted(folder.glob(f"{Path(target).stem}*.parquet")) if folder.is_dir() else []
+    folder, stem = Path("datasets/calibration"), Path(target).stem
+    found = (
+        sorted([*folder.glob(f"{stem}.parquet"), *folder.glob(f"{stem}-*.parquet")])
+        if folder.is_dir()
+        else []
+    )
     if not found:
         raise AutotuneError(
             f"no calibration table for '{target}' under {folder}/; make one with "
@@ -242,13 +249,15 @@ def costmodel_eval(
     if csv:
         raise AutotuneError("CSV files are read with --real; a calibration table is --table")
     from costmodel.calibration import read_table
-    from costmodel.learned import DEFAULT_PARAMS, KINDS, METRICS, evaluate_models
+    from costmodel.learned import DEFAULT_PARAMS, KINDS, METRICS, evaluate_models, on_hardware
     from costmodel.spec import load_target
 
     if kind not in KINDS:
         raise AutotuneError(f"unknown --kind '{kind}'; available: {', '.join(KINDS)}")
     tgt = load_target(target, tuple(set_ or ()), precision)
     frame = read_table(_tables(table, target))
+    if not table:  # the shipped models are fitted on simulated rows only: so is this check
+        frame = frame[~on_hardware(frame)]
     frame = frame[frame["target"] == tgt.spec.name]
     if frame.empty:
         raise AutotuneError(f"the tables hold no rows measured on '{tgt.spec.name}'")

@@ -17,6 +17,7 @@ from costmodel.learned.fit import (
     CANDIDATE_PARAMS,
     DEFAULT_PARAMS,
     fit_learned,
+    on_hardware,
     select_params,
     table_arrays,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "fit_learned",
     "heldout_split",
     "kernel_features",
+    "on_hardware",
     "pair_tau",
     "per_row",
     "row_features",

@@ -343,3 +343,24 @@ def test_fitting_on_real_rows_moves_the_model_toward_them(
 
     state = json.loads(json.dumps(fitted.state()))
     assert error(lambda t: LearnedModel(t, state)) < error(LearnedModel)
+
+
+def test_a_targets_default_tables_are_its_own_not_those_of_a_name_that_starts_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.cli.costmodel import _tables
+
+    folder = tmp_path / "datasets" / "calibration"
+    folder.mkdir(parents=True)
+    for name in ("ascend910", "ascend910-warm", "ascend910b", "ascend910b-real"):
+        (folder / f"{name}.parquet").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    rel = Path("datasets/calibration")
+    assert _tables(None, "ascend910") == [
+        rel / "ascend910-warm.parquet",
+        rel / "ascend910.parquet",
+    ]
+    assert _tables(None, "ascend910b") == [
+        rel / "ascend910b-real.parquet",
+        rel / "ascend910b.parquet",
+    ]

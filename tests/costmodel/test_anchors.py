@@ -60,7 +60,10 @@ def test_large_fp16_add_streams_at_hbm_speed(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_1kb_kernel_costs_the_gap_plus_heads(kind: str) -> None:
-    assert 4.0 <= _us(_add(256), kind) <= 7.0
+    # at least the shortest gap between kernels (3 us) plus its heads; at most the longest gap
+    # (5 us) plus the shortest device time measured for a small vector kernel on a 910B
+    # (torch_npu SwiGlu on [2,64,512] fp32: 5.04 us, datasets/real row 28)
+    assert 4.0 <= _us(_add(256), kind) <= 10.0
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -14,12 +14,13 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from autotune.verify.shrink import NotShrinkable, Shrink, group_rows, plan_shrinks, validate_shapes
+from autotune.verify.shrink import NotShrinkable, Shape, Shrink, group_rows, plan_shrinks
 from autotune.verify.sources import ModelSource, np_dtype
 from costmodel.lower import template_of
 from search_space.ir import FusionGroup, Graph, is_compile_time
@@ -276,3 +277,25 @@ def extract_group(
         full_rows=full_rows,
         note=note,
     )
+
+
+def validate_shapes(model: onnx.ModelProto, expected: dict[str, Shape]) -> None:
+    """Run strict shape inference on the reduced subgraph and compare every shape.
+
+    Raises:
+        NotShrinkable: inference fails (a broadcast conflict) or a shape differs.
+    """
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as err:  # onnx raises several error types here
+        raise NotShrinkable(
+            f"shape inference: {str(err).strip().splitlines()[-1][:160]}"
+        ) from None
+    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
+        want = expected.get(vi.name)
+        tt: Any = vi.type.tensor_type
+        if want is None or not tt.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        if -1 not in dims and tuple(dims) != tuple(want):
+            raise NotShrinkable(f"{vi.name} would be {dims}, expected {list(want)}")

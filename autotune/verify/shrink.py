@@ -14,7 +14,7 @@ fewest rows that every strided tensor on the way scales to whole. Reshape and Ex
 that hard-code the axis are recomputed. Weights keep their shapes; a compile-time tensor that
 meets the shrunk axis in an elementwise op (rotary tables, position embeddings, a causal mask
 over query rows) is replaced, for that op only, by a copy cut to its first positions.
-Every candidate is then checked by strict shape inference (:func:`validate_shapes`); the
+Every candidate is then checked by strict shape inference (``extract.validate_shapes``); the
 extraction keeps the valid one closest to the rows asked for.
 """
 
@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import onnx
 
 from search_space.ir import REDUCE_OPS, FusionGroup, Graph, Op, OpClass, is_compile_time
 
-__all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks", "validate_shapes"]
+__all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks"]
 
 Shape = tuple[int, ...]
 _TRIES = 8  # row counts tried when the asked one does not scale every tensor whole
@@ -388,25 +386,3 @@ def plan_shrinks(
                 )
             )
     return True, found, reasons
-
-
-def validate_shapes(model: onnx.ModelProto, expected: dict[str, Shape]) -> None:
-    """Run strict shape inference on the reduced subgraph and compare every shape.
-
-    Raises:
-        NotShrinkable: inference fails (a broadcast conflict) or a shape differs.
-    """
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
-    except Exception as err:  # onnx raises several error types here
-        raise NotShrinkable(
-            f"shape inference: {str(err).strip().splitlines()[-1][:160]}"
-        ) from None
-    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
-        want = expected.get(vi.name)
-        tt: Any = vi.type.tensor_type
-        if want is None or not tt.HasField("shape"):
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
-        if -1 not in dims and tuple(dims) != tuple(want):
-            raise NotShrinkable(f"{vi.name} would be {dims}, expected {list(want)}")

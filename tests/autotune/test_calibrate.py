@@ -364,3 +364,23 @@ def test_a_targets_default_tables_are_its_own_not_those_of_a_name_that_starts_al
         rel / "ascend910b-real.parquet",
         rel / "ascend910b.parquet",
     ]
+
+
+def test_eval_leaves_hardware_rows_of_the_default_tables_out_and_keeps_given_ones(
+    small_table: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shipped models are fitted on simulated rows only, so the default check is too;
+    tables named with --table are used as given."""
+    folder = tmp_path / "datasets" / "calibration"
+    folder.mkdir(parents=True)
+    frame = read_table(small_table)
+    frame.to_parquet(folder / "ascend910b.parquet")
+    measured = frame[frame["family"] == "synth-a"].assign(simulator_version="real")
+    measured.to_parquet(folder / "ascend910b-real.parquet")
+    monkeypatch.chdir(tmp_path)
+    args = ["costmodel", "eval", "--holdout", "synth-b", "--json"]
+    default = json.loads(runner.invoke(app, args).stdout)["rows"]
+    tables = [a for t in sorted(folder.glob("*.parquet")) for a in ("--table", str(t))]
+    given = json.loads(runner.invoke(app, [*args, *tables]).stdout)["rows"]
+    assert default["train"] == len(frame[frame["family"] == "synth-a"])
+    assert given["train"] == default["train"] + len(measured)

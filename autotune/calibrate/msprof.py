@@ -27,10 +27,12 @@ rows names its op and shapes (:mod:`autotune.real.table`).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import logging
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,15 +83,11 @@ _KERNEL_DETAILS = {
 _REAL_COLUMNS = {"chip", "op", "shapes", "time_us"}  # a real-data CSV (datasets/real/)
 
 
-def csv_header(path: str | Path) -> list[str]:
-    """The stripped column names of a CSV file (empty for an empty file).
-
-    Raises:
-        AutotuneError: unreadable or not text.
-    """
+@contextlib.contextmanager
+def _reading(path: str | Path) -> Iterator[None]:
+    """A file that cannot be read, or is not CSV text, as one clear error naming it."""
     try:
-        with Path(path).open(newline="", encoding="utf-8-sig") as fh:
-            return [h.strip() for h in next(csv.reader(fh), [])]
+        yield
     except OSError as err:
         raise AutotuneError(f"cannot read '{path}': {err.strerror or err}") from None
     except (UnicodeDecodeError, csv.Error) as err:
@@ -97,6 +95,16 @@ def csv_header(path: str | Path) -> list[str]:
             f"'{path}' is not an msprof op_summary CSV ({type(err).__name__}); pass the "
             "op_summary_*.csv that msprof writes"
         ) from None
+
+
+def csv_header(path: str | Path) -> list[str]:
+    """The stripped column names of a CSV file (empty for an empty file).
+
+    Raises:
+        AutotuneError: unreadable or not text.
+    """
+    with _reading(path), Path(path).open(newline="", encoding="utf-8-sig") as fh:
+        return [h.strip() for h in next(csv.reader(fh), [])]
 
 
 def is_real_csv(header: list[str]) -> bool:
@@ -121,53 +129,45 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
         AutotuneError: a missing file, missing columns, or a value that is not a number.
     """
     path = Path(path)
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            header = [h.strip() for h in (reader.fieldnames or [])]
-            details = "Op Name" not in header and "Name" in header
+    with _reading(path), path.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        details = "Op Name" not in header and "Name" in header
+        if details:
+            header = [_KERNEL_DETAILS.get(h, h) for h in header]
+        missing = [c for c in _REQUIRED if c not in header]
+        if missing:
+            raise AutotuneError(
+                f"'{path}' is not an msprof op_summary CSV: it lacks column(s) "
+                f"{', '.join(missing)}"
+            )
+        rows = []
+        for n, raw in enumerate(reader, start=2):
+            r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
             if details:
-                header = [_KERNEL_DETAILS.get(h, h) for h in header]
-            missing = [c for c in _REQUIRED if c not in header]
-            if missing:
-                raise AutotuneError(
-                    f"'{path}' is not an msprof op_summary CSV: it lacks column(s) "
-                    f"{', '.join(missing)}"
+                r = {_KERNEL_DETAILS.get(k, k): v for k, v in r.items()}
+            if r["Task Type"] not in _CORE_TASKS:
+                continue
+            try:
+                rows.append(
+                    {
+                        "name": r["Op Name"],
+                        "type": r["OP Type"],
+                        "duration_us": float(r["Task Duration(us)"]),
+                        "shapes": _shapes(r["Input Shapes"]),
+                        "block_dim": int(float(r["Block Dim"])) if r.get("Block Dim") else 0,
+                        "pipes": {p: float(r[c]) for p, c in _PIPES.items() if r.get(c)},
+                    }
                 )
-            rows = []
-            for n, raw in enumerate(reader, start=2):
-                r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
-                if details:
-                    r = {_KERNEL_DETAILS.get(k, k): v for k, v in r.items()}
-                if r["Task Type"] not in _CORE_TASKS:
-                    continue
-                try:
-                    rows.append(
-                        {
-                            "name": r["Op Name"],
-                            "type": r["OP Type"],
-                            "duration_us": float(r["Task Duration(us)"]),
-                            "shapes": _shapes(r["Input Shapes"]),
-                            "block_dim": int(float(r["Block Dim"])) if r.get("Block Dim") else 0,
-                            "pipes": {p: float(r[c]) for p, c in _PIPES.items() if r.get(c)},
-                        }
-                    )
-                except ValueError as err:
-                    raise AutotuneError(f"'{path}' line {n}: {err}") from None
-                duration = float(r["Task Duration(us)"])
-                if not (math.isfinite(duration) and duration > 0):
-                    raise AutotuneError(
-                        f"'{path}' line {n}: Task Duration(us) must be a positive number, "
-                        f"got {r['Task Duration(us)']!r}"
-                    )
-            return rows
-    except OSError as err:
-        raise AutotuneError(f"cannot read '{path}': {err.strerror or err}") from None
-    except (UnicodeDecodeError, csv.Error) as err:
-        raise AutotuneError(
-            f"'{path}' is not an msprof op_summary CSV ({type(err).__name__}); pass the "
-            "op_summary_*.csv that msprof writes"
-        ) from None
+            except ValueError as err:
+                raise AutotuneError(f"'{path}' line {n}: {err}") from None
+            duration = float(r["Task Duration(us)"])
+            if not (math.isfinite(duration) and duration > 0):
+                raise AutotuneError(
+                    f"'{path}' line {n}: Task Duration(us) must be a positive number, "
+                    f"got {r['Task Duration(us)']!r}"
+                )
+        return rows
 
 
 def msprof_table(

@@ -19,7 +19,7 @@ from autotune.verify.cube import flash_attention, online_softmax, split_k_matmul
 from autotune.verify.emulate import emulate, kernel_roles
 from autotune.verify.equivalence import draw_inputs, graph_equivalence
 from autotune.verify.extract import SkipVerification, Subgraph, extract_group
-from autotune.verify.judge import Errors, compare, judge
+from autotune.verify.judge import Errors, Judgement, compare, judge
 from autotune.verify.numerics import Numerics, numerics_for
 from autotune.verify.reference import reference_outputs
 from autotune.verify.shrink import NotShrinkable
@@ -27,6 +27,7 @@ from autotune.verify.sources import ModelSource
 
 __all__ = [
     "Errors",
+    "Judgement",
     "KernelVerdict",
     "ModelSource",
     "NotShrinkable",

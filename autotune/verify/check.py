@@ -171,8 +171,7 @@ def verify_group(
     floats = [t for t in sub.outputs if np.asarray(ref[t]).dtype.kind == "f"]
     errs_f = {t: compare(ref[t], fused[t]) for t in floats}
     errs_u = {t: compare(ref[t], unfused[t]) for t in floats}
-    verdict, cos, mabs, mrel, uabs, ucos = judge(errs_f, errs_u, policy)
-    status = Status.FAILED if verdict.startswith("fail") else Status.PASSED
+    j = judge(errs_f, errs_u, policy)
     log.info(
         "kernel %s (%s, %d ops, %d/%d rows%s): cosine %.6f, max abs %.3g, unfused %.3g: %s",
         sig,
@@ -181,23 +180,23 @@ def verify_group(
         sub.rows,
         sub.full_rows,
         f", {sub.note}" if sub.note else "",
-        cos,
-        mabs,
-        uabs,
-        verdict,
+        j.cosine,
+        j.max_abs,
+        j.unfused_max_abs,
+        j.verdict,
     )
     return KernelVerdict(
         group.ops,
         sig,
-        cos,
-        mabs,
-        mrel,
-        uabs,
-        verdict,
+        j.cosine,
+        j.max_abs,
+        j.max_rel,
+        j.unfused_max_abs,
+        j.verdict,
         rows=sub.rows,
         full_rows=sub.full_rows,
-        unfused_cosine=ucos,
-        status=status,
+        unfused_cosine=j.unfused_cosine,
+        status=Status.FAILED if j.failed else Status.PASSED,
     )
 
 
@@ -226,9 +225,8 @@ def _with_outliers(
     )
     if big.status is not Status.FAILED:
         return typical
-    return dataclasses.replace(
-        big, verdict=f"fail at input scale {policy.outlier_scale:g}: {big.verdict[6:]}"
-    )
+    why = big.verdict.removeprefix("fail: ")
+    return dataclasses.replace(big, verdict=f"fail at input scale {policy.outlier_scale:g}: {why}")
 
 
 def verify_kernels(

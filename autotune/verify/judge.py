@@ -11,7 +11,7 @@ import numpy as np
 from autotune.verify.numerics import f64
 from search_space.rules import Policy
 
-__all__ = ["Errors", "compare", "judge"]
+__all__ = ["Errors", "Judgement", "compare", "judge"]
 
 MASKED = -1e30  # reference scores at or below this are masked (-inf or the float minimum)
 REL_FLOOR = 5e-2  # rel error = |d| / (|ref| + REL_FLOOR * max|ref|)
@@ -57,10 +57,22 @@ def compare(ref: np.ndarray, got: np.ndarray) -> Errors:
     return Errors(cos, max_abs, max_rel, finite, scale, kept)
 
 
-def judge(
-    fused: dict[str, Errors], unfused: dict[str, Errors], policy: Policy
-) -> tuple[str, float, float, float, float, float]:
-    """The verdict text and the worst errors (fused cosine, abs, rel; unfused abs, cosine).
+@dataclass(frozen=True)
+class Judgement:
+    """Whether a fused kernel failed, its verdict text, and the worst errors over its outputs
+    (the fused kernel's and the unfused ops', against the same reference)."""
+
+    failed: bool
+    verdict: str
+    cosine: float
+    max_abs: float
+    max_rel: float
+    unfused_max_abs: float
+    unfused_cosine: float
+
+
+def judge(fused: dict[str, Errors], unfused: dict[str, Errors], policy: Policy) -> Judgement:
+    """Judge one fused kernel from each output's errors, fused and unfused.
 
     A fused kernel fails when it alone is wrong (a non-finite output or a lost mask where the
     unfused ops stay finite), or when it is beyond a threshold (``cosine_min``,
@@ -99,7 +111,8 @@ def judge(
             )
         elif 1.0 - e.cosine > policy.error_factor * (1.0 - u.cosine) + COS_FLOOR:
             added.append(f"{t}: fused cosine {e.cosine:.6f} against unfused {u.cosine:.6f}")
-    if alone or (beyond and added):
+    failed = bool(alone or (beyond and added))
+    if failed:
         verdict = "fail: " + "; ".join(alone + (beyond + added if added else []))
     elif beyond:
         verdict = (
@@ -108,4 +121,4 @@ def judge(
         )
     else:
         verdict = "ok"
-    return verdict, cos, mabs, mrel, uabs, ucos
+    return Judgement(failed, verdict, cos, mabs, mrel, uabs, ucos)

@@ -48,8 +48,9 @@ def test_a_kernel_that_errs_exactly_as_the_unfused_ops_never_fails(
 ) -> None:
     got = ref + size * noise
     errs = {"y": compare(ref, got)}
-    verdict, *_ = judge(errs, dict(errs), Policy())
-    assert verdict.startswith("ok"), verdict
+    j = judge(errs, dict(errs), Policy())
+    verdict = j.verdict
+    assert not j.failed and verdict.startswith("ok"), verdict
     beyond = errs["y"].max_abs > Policy().max_abs_err
     assert beyond <= verdict.startswith("ok (as the unfused ops")  # both errors shown
 
@@ -62,15 +63,16 @@ def test_a_kernel_beyond_the_thresholds_that_adds_the_error_fails(
     ref[0] = 100.0  # a scale, so that the shift is beyond the abs threshold
     fused = {"y": compare(ref, ref + np.float32(shift))}
     unfused = {"y": compare(ref, ref)}  # exact: any fused error is fusion's
-    verdict, *_ = judge(fused, unfused, Policy())
-    assert verdict.startswith("fail: ") and "x unfused" in verdict, verdict
+    j = judge(fused, unfused, Policy())
+    assert j.failed and j.verdict.startswith("fail: ") and "x unfused" in j.verdict, j.verdict
 
 
 def test_a_kernel_within_the_thresholds_passes_whatever_the_unfused_ops_make() -> None:
     ref = np.linspace(-1, 1, 64, dtype=np.float32)
     fused = {"y": compare(ref, ref + 1e-3)}
     exact = {"y": compare(ref, ref)}
-    assert judge(fused, exact, Policy())[0] == "ok"
+    j = judge(fused, exact, Policy())
+    assert not j.failed and j.verdict == "ok"
 
 
 def test_a_non_finite_or_unmasked_output_fails_only_when_the_unfused_ops_stay_right() -> None:
@@ -83,8 +85,10 @@ def test_a_non_finite_or_unmasked_output_fails_only_when_the_unfused_ops_stay_ri
         (unmasked, "masked scores lost their mask in y"),
     ):
         wrong = {"y": compare(ref, bad)}
-        assert judge(wrong, right, Policy())[0].startswith(f"fail: {words}")
-        assert not judge(wrong, dict(wrong), Policy())[0].startswith("fail")
+        alone = judge(wrong, right, Policy())
+        assert alone.failed and alone.verdict.startswith(f"fail: {words}")
+        both = judge(wrong, dict(wrong), Policy())
+        assert not both.failed and not both.verdict.startswith("fail")
 
 
 def _he_initialised(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:

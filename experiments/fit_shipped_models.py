@@ -24,6 +24,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from costmodel.analytic import Calibration, shipped_calibration_path
 from costmodel.calibration import read_table
 from costmodel.learned import fit_learned, on_hardware, shipped_model_path
@@ -44,10 +46,13 @@ def main() -> None:
     tables = sorted(
         [*folder.glob(f"{args.target}.parquet"), *folder.glob(f"{args.target}-*.parquet")]
     )
-    frame = read_table(tables)
-    if not args.with_hardware:
-        frame = frame[~on_hardware(frame)]
-        tables = [t for t in tables if not on_hardware(read_table([t])).all()]
+    if not args.with_hardware:  # each table read once; a table of hardware rows only drops
+        frames = {t: read_table([t]) for t in tables}
+        frames = {t: f[~on_hardware(f)] for t, f in frames.items()}
+        tables = [t for t, f in frames.items() if len(f)]
+        frame = pd.concat([frames[t] for t in tables], ignore_index=True)
+    else:
+        frame = read_table(tables)
     model = fit_learned(frame, target)
     cal = Calibration.from_json(model.trained_on["calibration"])
     cal = Calibration(

@@ -16,6 +16,18 @@ from onnx import helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).parent))
 
 EXPORTS = Path(__file__).parent / "fixtures" / "exports"
+EXPORT_FILES = sorted(p.name for p in EXPORTS.glob("*.onnx"))
+_TOKEN_MODELS = ("bert", "gpt2", "llama")
+
+
+def export_shapes(name: str, batch: int, seq: int) -> dict[str, tuple[int, ...]]:
+    """Input shapes for an exported fixture model, by its file name."""
+    if name.startswith(_TOKEN_MODELS):
+        return {"input_ids": (batch, seq), "attention_mask": (batch, seq)}
+    if name.startswith("encoder_layer"):
+        return {"x": (batch, seq, 32)}
+    return {"image": (batch, 3, 32, 32)}
+
 
 # CI draws the same examples on every run (a red build is reproducible and never depends on
 # luck); local runs keep drawing new ones. `.ci/run` sets HYPOTHESIS_PROFILE=ci.

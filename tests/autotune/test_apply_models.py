@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import pytest
 from apply_helpers import _assert_same, _check_apply, _feeds, _max_plan, _oracle, _zoo
-from conftest import EXPORTS
+from conftest import EXPORT_FILES, EXPORTS, export_shapes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,8 +13,6 @@ from autotune.zoo import build, list_models
 from search_space import load_graph
 from search_space.space import PlanGroup, baseline_plan
 
-TOKENS = ("bert", "gpt2", "llama")
-EXPORT_FILES = sorted(p.name for p in EXPORTS.glob("*.onnx"))
 ZOO = [info.name for info in list_models()]
 
 
@@ -38,19 +36,11 @@ def test_zoo_greedy_plan(name: str) -> None:
     _check_apply(model, graph, groups, _feeds(model))
 
 
-def _shapes(name: str, batch: int, seq: int) -> dict[str, tuple[int, ...]]:
-    if name.startswith(TOKENS):
-        return {"input_ids": (batch, seq), "attention_mask": (batch, seq)}
-    if name.startswith("encoder_layer"):
-        return {"x": (batch, seq, 32)}
-    return {"image": (batch, 3, 32, 32)}
-
-
 @pytest.mark.parametrize("name", EXPORT_FILES)
 def test_export_max_plan(name: str) -> None:
     path = EXPORTS / name
     legacy_encoder = name == "encoder_layer_legacy_op14.onnx"  # the exporter baked seq = 8 in
-    shapes = _shapes(name, 2, 8 if legacy_encoder else 16)
+    shapes = export_shapes(name, 2, 8 if legacy_encoder else 16)
     graph = load_graph(path, input_shapes=shapes)
     model = onnx.load(str(path))
     groups = _max_plan(graph)
@@ -58,7 +48,7 @@ def test_export_max_plan(name: str) -> None:
     # nothing was baked in: the fused model keeps the dynamic dims and runs at other sizes
     dims = [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in model.graph.input]
     assert [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in fused.graph.input] == dims
-    other = _shapes(name, 3, 8 if legacy_encoder else 5)
+    other = export_shapes(name, 3, 8 if legacy_encoder else 5)
     _assert_same(model, fused, _feeds(model, other, seed=1))
 
 

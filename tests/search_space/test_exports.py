@@ -12,26 +12,16 @@ from collections import Counter
 import numpy as np
 import onnx
 import pytest
-from conftest import EXPORTS
+from conftest import EXPORT_FILES, EXPORTS, export_shapes
 from oracles import random_feeds, run_all
 
 from search_space import GraphError, load_graph
 from search_space.ir import CUBE_OPS
 
-TOKENS = ("bert", "gpt2", "llama")
-FILES = sorted(p.name for p in EXPORTS.glob("*.onnx"))
-
-
-def _shapes(name: str, batch: int, seq: int) -> dict[str, tuple[int, ...]]:
-    if name.startswith(TOKENS):
-        return {"input_ids": (batch, seq), "attention_mask": (batch, seq)}
-    if name.startswith("encoder_layer"):
-        return {"x": (batch, seq, 32)}
-    return {"image": (batch, 3, 32, 32)}
 
 
 def _cases():
-    for name in FILES:
+    for name in EXPORT_FILES:
         sizes = [(2, 16), (1, 5)]
         if name == "encoder_layer_legacy_op14.onnx":  # the legacy exporter baked seq = 8 in
             sizes = [(2, 8), (3, 8)]
@@ -40,14 +30,14 @@ def _cases():
 
 
 def test_every_fixture_is_covered() -> None:
-    assert len(FILES) >= 14
+    assert len(EXPORT_FILES) >= 14
 
 
 @pytest.mark.parametrize(("name", "batch", "seq"), list(_cases()))
 def test_export_is_static_and_matches_onnxruntime(name: str, batch: int, seq: int) -> None:
     path = EXPORTS / name
     model = onnx.load(str(path))
-    shapes = _shapes(name, batch, seq)
+    shapes = export_shapes(name, batch, seq)
     graph = load_graph(path, input_shapes=shapes)
     assert graph.dynamic_tensors == ()
     names = [t for t, ten in graph.tensors.items() if ten.kind == "intermediate"]
@@ -78,7 +68,7 @@ def test_export_is_static_and_matches_onnxruntime(name: str, batch: int, seq: in
 def test_bert_matmul_flops_equal_a_hand_count(name: str) -> None:
     # hidden H=32, 2 layers, 2 heads of d=16, FFN I=64; batch 2 x seq 16 = T 32 tokens:
     # per layer 8*T*H^2 (Q,K,V,O) + 4*B*S^2*H (QK^T, PV) + 4*T*H*I (FFN) = 589,824 FLOPs.
-    graph = load_graph(EXPORTS / name, input_shapes=_shapes(name, 2, 16))
+    graph = load_graph(EXPORTS / name, input_shapes=export_shapes(name, 2, 16))
     assert graph.cube_flops == 2 * 589_824
 
 

@@ -19,7 +19,6 @@ from search_space import GraphError, load_graph
 from search_space.ir import CUBE_OPS
 
 
-
 def _cases():
     for name in EXPORT_FILES:
         sizes = [(2, 16), (1, 5)]

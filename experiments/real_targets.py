@@ -31,7 +31,7 @@ import pandas as pd
 from _table import RESULTS, emit
 
 from autotune.real import RealPrediction, RealRow, metrics, predict_rows, read_real
-from autotune.real.evaluate import predict_row
+from autotune.real.evaluate import MODELS, model_makers, predict_row
 from autotune.real.table import table_rows
 from costmodel import CostModel, Target, make_cost_model
 from costmodel.analytic import AnalyticConstants, AnalyticModel
@@ -51,24 +51,16 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 def _fitted_models(
     state: dict[str, Any], constants: AnalyticConstants
 ) -> dict[str, Callable[[Target], CostModel]]:
-    """Model factories for one refit, each model built once per SKU and precision."""
-    cache: dict[tuple[str, str, str], CostModel] = {}
+    """Model factories for one refit (the simulator needs no fit)."""
 
-    def maker(kind: str) -> Callable[[Target], CostModel]:
-        def make(target: Target) -> CostModel:
-            key = (kind, target.spec.name, target.precision)
-            if key not in cache:
-                if kind == "learned":
-                    cache[key] = LearnedModel(target, state)
-                elif kind == "analytic":
-                    cache[key] = AnalyticModel(target, constants)
-                else:
-                    cache[key] = make_cost_model(kind, target)
-            return cache[key]
+    def build(kind: str, target: Target) -> CostModel:
+        if kind == "learned":
+            return LearnedModel(target, state)
+        if kind == "analytic":
+            return AnalyticModel(target, constants)
+        return make_cost_model(kind, target)
 
-        return make
-
-    return {m: maker(m) for m in ("simulator", "analytic", "learned")}
+    return model_makers(MODELS, build)
 
 
 def _holdout(rows: Sequence[RealRow]) -> list[RealPrediction]:

@@ -40,6 +40,7 @@ __all__ = [
     "lowered",
     "measured_config",
     "metrics",
+    "model_makers",
     "predict_rows",
     "summarize",
 ]
@@ -174,20 +175,28 @@ def _best(
     return total
 
 
-def predict_rows(rows: Iterable[RealRow], models: Sequence[str] = MODELS) -> list[RealPrediction]:
-    """Predictions for every row by every model (one model object per chip and precision)."""
+def model_makers(
+    kinds: Sequence[str], build: Callable[[str, Target], CostModel] = make_cost_model
+) -> dict[str, Callable[[Target], CostModel]]:
+    """Per model kind, a factory of ``build(kind, target)`` that makes one model object per
+    chip and precision (the rows of one chip share it)."""
     cache: dict[tuple[str, str, str], CostModel] = {}
 
     def maker(kind: str) -> Callable[[Target], CostModel]:
         def make(target: Target) -> CostModel:
             key = (kind, target.spec.name, target.precision)
             if key not in cache:
-                cache[key] = make_cost_model(kind, target)
+                cache[key] = build(kind, target)
             return cache[key]
 
         return make
 
-    makers = {m: maker(m) for m in models}
+    return {k: maker(k) for k in kinds}
+
+
+def predict_rows(rows: Iterable[RealRow], models: Sequence[str] = MODELS) -> list[RealPrediction]:
+    """Predictions for every row by every model (one model object per chip and precision)."""
+    makers = model_makers(models)
     return [predict_row(r, makers) for r in rows]
 
 

@@ -239,8 +239,7 @@ def lower_vector(
         # which combine their partial statistics after a cross-core sync
         cores = np.array([c.block_dim for c in configs], dtype=np.int64)
         chunks_per_row = ceil_div(work.cols, C)
-        gj = np.where(split & (gi < cores), np.minimum(cores // gi, chunks_per_row), 1)
-        gj = np.maximum(gj, 1)
+        gj = np.where(split & (gi < cores), np.minimum(cores // gi, chunks_per_row), 1)  # >= 1
         steps = np.where(split, ceil_div(chunks_per_row, gj), 1)
     else:
         gj = ceil_div(work.cols, C)

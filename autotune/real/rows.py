@@ -13,6 +13,9 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
   (``[64*1024*1024]``, ``[64M]``).
 * ``timing`` is ``device`` (msprof task duration: the kernel alone on the device) or ``host``
   (wall clock or ``do_bench``: launch included). Without the column it is read from the notes.
+* ``impl`` (optional) is ``library`` (CANN's own op kernel, what ``torch_npu`` and ``aclnn``
+  call: the default, as public timings mostly are) or ``custom`` (a kernel written or
+  compiled for the shape: Ascend C, PyAsc, TileLang; what this tool generates).
 
 A row that cannot be read (an unknown op, a shape that does not parse, a missing time) is
 reported by its row number and skipped; it never stops the others.
@@ -103,6 +106,7 @@ DTYPES = {
     "float": "float32",
     "hf32": "float32",
 }
+IMPLS = ("library", "custom")
 DEVICE_WORDS = ("msprof", "task duration", "kernel_details", "kernel-only", "device time")
 HOST_WORDS = ("do_bench", "wall", "time.time", "perf_counter", "host", "synchronize", "e2e")
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -123,6 +127,7 @@ class RealRow:
         time_us: the measured time.
         timing: ``device`` or ``host``.
         source, quote, notes: provenance, as written.
+        impl: ``library`` (a CANN op kernel) or ``custom`` (a kernel written for the shape).
     """
 
     row: int
@@ -139,6 +144,7 @@ class RealRow:
     quote: str = ""
     notes: str = ""
     block_dim: int | None = None
+    impl: str = "library"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -265,6 +271,13 @@ def _timing(row: Mapping[str, str]) -> str:
     return "host" if host and not device else "device"
 
 
+def _impl(text: str) -> str:
+    impl = (text or "").strip().lower() or "library"
+    if impl not in IMPLS:
+        raise AutotuneError(f"impl {text!r} must be 'library' or 'custom'")
+    return impl
+
+
 def _block_dim(text: str) -> int | None:
     m = re.match(r"\s*(\d+)", text or "")
     return int(m.group(1)) if m else None
@@ -291,7 +304,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
     if not math.isfinite(time_us) or time_us <= 0:
         raise AutotuneError(f"time_us must be a positive number, but got {row.get('time_us')!r}")
     chip = (row.get("chip") or "").strip()
-    known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source"}
+    known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source", "impl"}
     return RealRow(
         row=number,
         path=path,
@@ -307,6 +320,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         quote=(row.get("quote") or "").strip(),
         notes=(row.get("notes") or "").strip(),
         block_dim=_block_dim(row.get("block_dim") or ""),
+        impl=_impl(row.get("impl") or ""),
         extra={k: v for k, v in row.items() if k and k not in known and v},
     )
 

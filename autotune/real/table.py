@@ -3,9 +3,11 @@
 Each row's kernel is lowered at its default config (the row's ``block_dim`` when it names
 one) on its own chip's spec, cold L2, and measured at the row's time: a ``device`` row (msprof
 task duration, the kernel alone) plus the spec's gap between kernels, which every model's
-latency includes; a ``host`` row as timed. The rows carry ``simulator_version = "real"``, the
-row's chip as ``target`` and its source and op family, so that a fit can weigh them up and an
-evaluation can hold out whole sources.
+latency includes; a ``host`` row as timed. A ``library`` row's time loses the library prologue
+(:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the
+tool would generate, on the chip's own spec, which is what the models are fitted to. The rows
+carry ``simulator_version = "real"``, the row's chip as ``target`` and its source and op
+family, so that a fit can weigh them up and an evaluation can hold out whole sources.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.real.evaluate import lowered, measured_config
+from autotune.real.evaluate import library_prologue_us, lowered, measured_config
 from autotune.real.rows import RealRow
 from costmodel.base import KernelCost
 from costmodel.calibration import measurement_rows
@@ -49,9 +51,13 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
             problems.append(f"{where}: cannot be lowered ({type(err).__name__}: {err}); skipped")
             continue
         gap = target.spec.kernel_gap_s * 1e6 if row.timing == "device" else 0.0
+        generated_us = row.time_us - library_prologue_us(row, target)
+        if generated_us <= 0:
+            problems.append(f"{where}: {row.time_us} us is less than a library prologue; skipped")
+            continue
         out += measurement_rows(
             [kernel],
-            [KernelCost(row.time_us + gap)],
+            [KernelCost(generated_us + gap)],
             [[0.0] * sum(s.is_load for s in kernel.streams)],
             target=target.spec.name,
             spec_digest=target.spec.digest(),

@@ -1,0 +1,49 @@
+"""CANN's own op kernels against kernels generated for one shape (docs/cost-model.md).
+
+A library kernel (what ``torch_npu`` and ``aclnn`` call) serves every shape: its scalar unit
+derives tiling, offsets and tails at run time before the first load, so the same pipes start
+later by ``library_setup_cycles``. That is a prologue: paid once per kernel, before any data
+moves, whatever the kernel's size, and never part of a generated kernel's cost.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernels_by_hand import add
+
+from costmodel import make_cost_model
+from costmodel.spec import Target, load_spec
+
+TARGETS = ("ascend910b", "ascend910b4", "ascend910", "ascend310p")
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    kind=st.sampled_from(("simulator", "analytic")),
+    name=st.sampled_from(TARGETS),
+    elements=st.sampled_from([1024, 1 << 16, 1 << 20]),
+)
+def test_a_library_kernel_pays_the_library_prologue_once_whatever_its_size(
+    kind: str, name: str, elements: int
+) -> None:
+    spec = load_spec(name)
+    kernel = add(elements, tile=min(elements, 16384))
+    extra = {"constants": "raw"} if kind == "analytic" else {}
+    generated = make_cost_model(kind, Target(spec), **extra).evaluate([kernel])[0]
+    library = make_cost_model(kind, Target(spec.library()), **extra).evaluate([kernel])[0]
+    extra_us = spec.library_setup_cycles / spec.clock_hz * 1e6
+    assert library.device_us - generated.device_us == pytest.approx(extra_us, rel=1e-6)
+    assert library.pipes_us == pytest.approx(generated.pipes_us)  # the body is the same
+
+
+def test_the_library_spec_is_a_fixed_point_and_only_it_changes_the_digest() -> None:
+    spec = load_spec("ascend910b")
+    assert spec.library_setup_cycles > 0
+    lib = spec.library()
+    assert lib.library() == lib  # the prologue is never charged twice
+    assert lib.digest() != spec.digest()
+    # tables and plans of generated kernels do not depend on the library prologue
+    assert spec.replace(library_setup_cycles=0.0).digest() == spec.digest()
+    assert spec.replace(scalar_setup_cycles=0.0).digest() != spec.digest()

@@ -1,14 +1,16 @@
 """Samplers against the exact optimum: on graphs where `optimal` is computable, how close does
-each sampler get, and after how many trials is it within 1% (and 2%)?
+the tuner's own trial loop get with each sampler, and after how many trials is it within 1%
+(and 2%)?
 
-Same space and the same cost as `optimal`: the bilevel space (fusion booleans, each group at
-its best config) scored by the additive analytic cost. Warm start and local search as in
-`autotune tune`: none, greedy and max enqueued; every 10 trials, once the best is 10 trials
-old, up to three of the cheapest untried block moves and single flips of it, the first of them
-replaced by where a descent in the model from the cheapest one ends (up to `DESCENT` moves).
+The loop is `autotune tune`'s (`autotune.tuner.steps`: the none/greedy/max warm start, the
+sampler's trials over the bilevel space, and every 10 trials the local search: block moves and
+flips of the incumbent, swaps where none of those improves, a descent in the model), with no
+optimal plan enqueued and no measurement. The study's model is made additive (each group
+standalone at its best config, cold L2: `plan_cost`), the cost under which `optimal`, an ILP
+over candidate groups of up to six ops, is exact; a plan with a larger group can beat it.
 gp runs only where torch is installed.
 
-    .venv/bin/python experiments/bench_samplers.py --trials 300
+    .venv/bin/python experiments/bench_samplers.py --trials 200
 
 Writes experiments/results/bench_samplers.csv.
 """
@@ -17,19 +19,18 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+import tempfile
+from pathlib import Path
 
 import optuna
 from _table import RESULTS, emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.tuner import enqueue_neighbours, make_sampler
-from autotune.tuner.steps import DESCENT
+from autotune.exceptions import AutotuneError
+from autotune.tuner import TuneConfig, steps
+from autotune.tuner.session import Session
 from autotune.zoo import build
-from costmodel.oracle import CostOracle
-from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.fusion import FusionContext
-from search_space.space import SearchSpace, baseline_plan, plan_cost
+from search_space.space import baseline_plan, plan_cost
 
 CASES = [
     ("bert-base", {"layers": 1}),
@@ -37,6 +38,8 @@ CASES = [
     ("resnet50", {"scale": 0.1}),
     ("gpt2", {"scale": 0.1}),
     ("vit-b16", {"scale": 0.1}),
+    ("mobilenetv3", {"scale": 0.1}),
+    ("transformer-base", {"layers": 1}),
 ]
 
 
@@ -49,75 +52,53 @@ def first_within(values: list[float], target: float, frac: float) -> int | str:
     return "-"
 
 
+def _run(name: str, kw: dict, sampler: str, trials: int, tmp: Path) -> dict[str, object]:
+    graph = load_graph(build(name, weights="inputs", **kw))
+    config = TuneConfig(
+        trials=trials,
+        sampler=sampler,
+        cost="analytic",
+        measure_every=10 * trials,  # the search alone: nothing is measured
+        storage=str(tmp / f"{name}-{sampler}.journal"),
+        dataset=str(tmp / f"{name}-{sampler}.parquet"),
+    )
+    row: dict[str, object] = {"model": name, "args": kw, "sampler": sampler}
+    try:
+        s = Session.open(graph, config, name)
+    except AutotuneError as err:  # gp without torch: say so in the table
+        return {**row, "note": str(err)[:60]}
+    s.ev.score = lambda plan: plan_cost(plan, s.oracle)  # type: ignore[method-assign]
+    opt = plan_cost(baseline_plan("optimal", s.ctx, s.oracle), s.oracle)
+    steps.warm_start(s)
+    steps.run_trials(s)
+    values = [t.value for t in s.study.trials if t.value is not None]
+    return {
+        **row,
+        "optimal_us": round(opt, 2),
+        "best_us": round(min(values), 2),
+        "gap_pct": round(100 * (min(values) / opt - 1), 2),
+        "within_2pct": first_within(values, opt, 0.02),
+        "within_1pct": first_within(values, opt, 0.01),
+        "note": "",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=300)
+    parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--samplers", nargs="*", default=["tpe", "random", "cmaes", "gp"])
     parser.add_argument("--models", nargs="*", default=[name for name, _ in CASES])
     parser.add_argument("--csv", default=str(RESULTS / "bench_samplers.csv"))
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
-    for name, kw in CASES:
-        if name not in args.models:
-            continue
-        graph = load_graph(build(name, weights="inputs", **kw))
-        ctx = FusionContext(graph)
-        oracle = CostOracle(graph, load_target(), ctx=ctx)
-        opt = plan_cost(baseline_plan("optimal", ctx, oracle), oracle)
-        for sampler in args.samplers:
-            numeric = sampler in ("cmaes", "gp")
-            space = SearchSpace(ctx, oracle, strategy="bilevel", numeric=numeric)
-            try:
-                study = optuna.create_study(sampler=make_sampler(sampler, 0, 0, False))
-            except Exception as err:  # gp without torch: say so in the table
-                rows.append(
-                    {
-                        "model": name,
-                        "args": kw,
-                        "sampler": sampler,
-                        "optimal_us": round(opt, 2),
-                        "best_us": "",
-                        "gap_pct": "",
-                        "within_2pct": "",
-                        "within_1pct": "",
-                        "note": str(err)[:60],
-                    }
-                )
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, kw in CASES:
+            if name not in args.models:
                 continue
-            for kind in ("none", "greedy", "max"):
-                part = [
-                    frozenset(n for n in g.ops if n in ctx.index)
-                    for g in baseline_plan(kind, ctx, oracle).groups
-                ]
-                study.enqueue_trial(space.params_for(part))
-            blocks = space.block_moves()
-
-            def mutant(
-                params: dict[str, Any], s: SearchSpace = space, o: CostOracle = oracle
-            ) -> float:  # the tuner's scoring of a mutation
-                return plan_cost(s.plan(s.chosen(params)), o)
-
-            for _ in range(args.trials // 10):  # the tuner's loop: 10 trials, then local moves
-                study.optimize(
-                    lambda t, s=space, o=oracle: plan_cost(s.suggest(t), o), n_trials=10
-                )
-                enqueue_neighbours(study, blocks=blocks, score=mutant, depth=DESCENT)
-            values = [t.value for t in study.trials if t.value is not None]
-            rows.append(
-                {
-                    "model": name,
-                    "args": kw,
-                    "sampler": sampler,
-                    "optimal_us": round(opt, 2),
-                    "best_us": round(min(values), 2),
-                    "gap_pct": round(100 * (min(values) / opt - 1), 2),
-                    "within_2pct": first_within(values, opt, 0.02),
-                    "within_1pct": first_within(values, opt, 0.01),
-                    "note": "",
-                }
-            )
-            print(rows[-1], flush=True)
+            for sampler in args.samplers:
+                rows.append(_run(name, kw, sampler, args.trials, Path(tmp)))
+                print(rows[-1], flush=True)
     emit(rows, args.csv)
 
 

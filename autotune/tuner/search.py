@@ -38,11 +38,40 @@ def _mutations(
     for name in (names[i] for i in order):
         value = params[name]
         moves.append({**params, name: (not value) if isinstance(value, bool) else 1 - value})
+    return moves + _swapped(params, swaps)
+
+
+def _swapped(params: dict[str, Any], swaps: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Each pair of ``swaps`` that is half on in ``params``, exchanged."""
+    moves = []
     for a, b in swaps:
         ka, kb = f"fuse/{a}", f"fuse/{b}"
         if ka in params and kb in params and bool(params[ka]) != bool(params[kb]):
             moves.append({**params, ka: params[kb], kb: params[ka]})
     return moves
+
+
+def _cheapest(
+    start: dict[str, Any],
+    moves: list[dict[str, Any]],
+    score: Callable[[dict[str, Any]], float],
+    swaps: Sequence[tuple[str, str]],
+    seen: set[tuple[tuple[str, Any], ...]],
+    cost: float,
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """The untried ``moves`` (block moves and flips) with their scores, and the untried swaps
+    of ``start`` too when none of those lowers ``cost``: swaps are a second tier, scored only
+    at a local optimum of one-class moves (each exchange makes new groups for a learned model
+    to tile, so scoring them at every step made learned studies several times slower)."""
+    fresh = [p for p in moves if _key(p) not in seen]
+    seen.update(_key(p) for p in fresh)
+    costs = [score(p) for p in fresh]
+    if swaps and not any(c < cost for c in costs):
+        more = [p for p in _swapped(start, swaps) if _key(p) not in seen]
+        seen.update(_key(p) for p in more)
+        fresh += more
+        costs += [score(p) for p in more]
+    return fresh, costs
 
 
 def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -72,11 +101,13 @@ def enqueue_neighbours(
     With ``score`` (a cost of a trial's parameters, e.g. the study's model on the repaired
     plan), every untried mutation is scored and the ``limit`` cheapest are enqueued (steepest
     descent; the order above breaks ties): the budget goes to the moves the model believes in,
-    not to the first ones drawn. A mutation scored ``inf`` (e.g. over a memory limit) is never
-    enqueued. With ``depth`` > 0 as well, the descent goes on in the model alone from the
-    cheapest mutation, up to ``depth`` more moves while one lowers the score (no trial spent on
-    the way), and its end takes the first trial: the trials go to the model's local optimum,
-    where one move at a time would need a stall per step.
+    not to the first ones drawn; swaps are then a second tier, scored only when no block move
+    or flip lowers the incumbent's score (a local optimum of one-class moves, where an operator
+    moving between neighbours' groups is what is left). A mutation scored ``inf`` (e.g. over a
+    memory limit) is never enqueued. With ``depth`` > 0 as well, the descent goes on in the
+    model alone from the cheapest mutation, up to ``depth`` more moves while one lowers the
+    score (no trial spent on the way), and its end takes the first trial: the trials go to the
+    model's local optimum, where one move at a time would need a stall per step.
 
     Returns:
         How many trials were enqueued.
@@ -90,14 +121,16 @@ def enqueue_neighbours(
     seen = {_key(t.params) for t in study.trials}
     rng = np.random.default_rng([seed, len(study.trials)])
     n_names = sum(1 for n in best.params if n.startswith("fuse/"))
-    fresh = []
-    for params in _mutations(best.params, blocks, rng.permutation(n_names), swaps):
-        key = _key(params)
-        if key not in seen:
-            seen.add(key)
-            fresh.append(params)
-    if score is not None:
-        costs = [score(p) for p in fresh]
+    if score is None:
+        fresh = []
+        for params in _mutations(best.params, blocks, rng.permutation(n_names), swaps):
+            if _key(params) not in seen:
+                seen.add(_key(params))
+                fresh.append(params)
+    else:
+        moves = _mutations(best.params, blocks, rng.permutation(n_names))
+        here = score(best.params) if swaps else math.inf  # only swaps need the incumbent's
+        fresh, costs = _cheapest(best.params, moves, score, swaps, seen, here)
         kept = sorted(
             (i for i in range(len(fresh)) if math.isfinite(costs[i])), key=lambda i: (costs[i], i)
         )
@@ -122,9 +155,10 @@ def descend(
     swaps: Sequence[tuple[str, str]] = (),
 ) -> tuple[dict[str, Any], float]:
     """Steepest descent in the model from ``start``: up to ``depth`` moves (block moves, single
-    flips and ``swaps``, as the local search makes them), each to the cheapest mutation not in
-    ``seen`` while it lowers ``score``. ``cost`` is the start's score when known; every point
-    scored is added to ``seen``. No trial is spent: this is a search in the model alone.
+    flips and, where none of those lowers the score, ``swaps``, as the local search makes them),
+    each to the cheapest mutation not in ``seen`` while it lowers ``score``. ``cost`` is the
+    start's score when known; every point scored is added to ``seen``. No trial is spent: this
+    is a search in the model alone.
 
     Returns:
         The end (``start`` itself when no move lowered the score) and its score.
@@ -136,12 +170,10 @@ def descend(
     rng = np.random.default_rng([seed, depth])
     n_names = sum(1 for n in start if n.startswith("fuse/"))
     for _ in range(depth):
-        moves = _mutations(current, blocks, rng.permutation(n_names), swaps)
-        step = [p for p in moves if _key(p) not in seen]
+        moves = _mutations(current, blocks, rng.permutation(n_names))
+        step, costs = _cheapest(current, moves, score, swaps, seen, cost)
         if not step:
             break
-        seen.update(_key(p) for p in step)
-        costs = [score(p) for p in step]
         i = min(range(len(step)), key=lambda j: (costs[j], j))
         if not costs[i] < cost:
             break

@@ -118,6 +118,7 @@ def local_search(s: Session) -> None:
     enqueue_neighbours(
         s.study,
         blocks=s.blocks,
+        swaps=s.swaps,
         seed=s.config.seed,
         incumbent=best,
         score=s.mutant_cost,
@@ -188,10 +189,7 @@ def measure_descent(
 def hedge_prior(s: Session, incumbent: optuna.trial.FrozenTrial) -> None:
     """Measure where descents under the prior end: from the incumbent, and from the trial the
     prior itself scores best (its grouping measured even where it cannot descend), so a
-    grouping the correction ranks too low is still measured and learned from. These descents
-    try swap moves, the study model's own do not: scoring every exchange under the study's
-    model (each a new group to tile) made a learned study several times slower (only the
-    final :func:`settle` does, once)."""
+    grouping the correction ranks too low is still measured and learned from."""
     measure_descent(s, incumbent, prior=True, moves=s.swaps)
     done = [t for t in s.complete() if "plan_key" in t.user_attrs]
     if done:
@@ -207,7 +205,7 @@ def polish(s: Session) -> None:
     it, and the refitted model knows most about the plans near the best."""
     tops = [t for t in s.ranked(s.complete()) if "plan_key" in t.user_attrs]
     for t in tops[: s.config.polish]:
-        measure_descent(s, t)
+        measure_descent(s, t, moves=s.swaps)
         if s.hedges:
             hedge_prior(s, t)
 

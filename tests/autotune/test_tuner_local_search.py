@@ -192,6 +192,33 @@ def test_a_swap_crosses_the_ridge_that_single_flips_cannot(n: int, data: st.Data
     assert end == {**start, a: False, b: True} and value == 1.0
 
 
+@pytest.mark.parametrize("flip_helps", [True, False])
+def test_swaps_are_scored_only_at_a_local_optimum_of_flips(flip_helps: bool) -> None:
+    """The study's local search tries swaps as a second tier: while a block move or flip
+    lowers the incumbent's score, no swap is scored (each is a new group for a learned model
+    to tile); at a local optimum of flips, the swap that escapes it is enqueued first."""
+    names = [f"fuse/c{i}" for i in range(6)]
+    best = {k: False for k in names} | {"fuse/c0": True}
+    study = _stalled_study([best, *([{**best, "fuse/c5": True}] * 4)], [2.0] + [3.0] * 4)
+    swapped = {**best, "fuse/c0": False, "fuse/c1": True}
+    scored: list[dict] = []
+
+    def cost(p: dict) -> float:
+        scored.append(p)
+        if p == swapped:
+            return 1.0
+        if flip_helps and p == {**best, "fuse/c3": True}:
+            return 1.5
+        return 2.0 + sum(1.0 for k in names if p[k] != best[k])  # every other move is dearer
+
+    enqueue_neighbours(study, limit=2, stall=3, score=cost, swaps=[("c0", "c1")])
+    queued = _queued(study)
+    if flip_helps:
+        assert swapped not in scored and queued[0] == {**best, "fuse/c3": True}
+    else:
+        assert scored.count(swapped) == 1 and queued[0] == swapped
+
+
 @pytest.mark.parametrize("depth", [1, 2, 4])
 def test_the_descent_stops_after_depth_moves(depth: int) -> None:
     """The descent's end is at most ``depth`` moves past the cheapest mutation."""

@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 import optuna
 
-from autotune.exceptions import AutotuneError
 from autotune.tuner import steps
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.output import census, plan_record
@@ -72,16 +71,16 @@ def tune_graph(
         candidates += steps.settle(s, min(counted, key=lambda c: c.latency_us))
     winner, candidates, pareto = steps.pick(s, candidates)
     baseline_us = {k: s.measure(s.baselines[k], k).measured.latency_us for k in ("none", "greedy")}
+    compared_with = {"none": "none", "greedy": "greedy"}
     report: dict[str, int] = {}
     verdicts: dict[tuple[str, ...], str] = {}
     if safety is not None and config.policy.safe_mode:
-        safe, report, verdicts = safety(winner.plan)
-        winner = s.measure(safe, winner.source)
-        if not winner.measured.ok:
-            raise AutotuneError(f"the safe plan could not be simulated: {winner.measured.error}")
+        winner, report, verdicts, greedy = steps.safe_pick(s, winner, candidates, safety)
+        baseline_us["greedy"] = greedy.measured.latency_us
+        compared_with["greedy"] = greedy.source
     report = {**census(s), **report}
     report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
-    record = plan_record(s, winner, candidates, baseline_us, report, verdicts)
+    record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
     s.ev.save_rows(s.dataset)
     return TuneResult(
         plan=record,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import onnx
 
-from autotune.verify import safe_groups, verify_kernels
+from autotune.verify import KernelVerdict, safe_groups, verify_kernels
 from autotune.zoo import ZooOptions, resolve_model
 from costmodel.lower import Lowering
 from costmodel.spec import Target
@@ -32,20 +33,26 @@ def make_safety(
     """A verification hook for :func:`autotune.tuner.tune_graph`.
 
     Zoo models are rebuilt with random weights (verification needs values); files are read
-    as given.
+    as given. The model is read once and every kernel checked once per (signature, config):
+    a study checks many plans that share kernels.
     """
+    protos: list[onnx.ModelProto] = []
+    known: dict[tuple[str, Any], KernelVerdict] = {}
 
-    def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]:
+    def proto() -> onnx.ModelProto:
         if isinstance(model, onnx.ModelProto):
-            proto = model
-        else:
+            return model
+        if not protos:
             opts = dataclasses.replace(zoo or ZooOptions(), weights="random")
             source = resolve_model(model, opts)
-            proto = source if isinstance(source, onnx.ModelProto) else read_model(source)[0]
+            protos.append(source if isinstance(source, onnx.ModelProto) else read_model(source)[0])
+        return protos[0]
+
+    def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]:
         groups = [
             PlanGroup(g.ops, g.kind, c) for g, c in zip(plan.groups, plan.configs, strict=True)
         ]
-        verdicts = verify_kernels(proto, graph, groups, target, policy)
+        verdicts = verify_kernels(proto(), graph, groups, target, policy, known=known)
         kept, counts = safe_groups(groups, verdicts, strict=policy.strict_safety)
         by_ops = {g.ops: g.verdict for g in kept if g.verdict}
         if len(kept) == len(groups):

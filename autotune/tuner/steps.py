@@ -11,7 +11,9 @@
 * :func:`rule_based`: the greedy and max plans, and the best groupings at both tilings;
 * :func:`settle`: descend from the measured winner's grouping, with swap moves;
 * :func:`pick`: the answer among the measured candidates (Pareto knee for two objectives,
-  plans within the memory limit, failed measurements never).
+  plans within the memory limit, failed measurements never);
+* :func:`safe_pick` (safe mode): the candidates, fastest first, and the greedy baseline each
+  verified, failing kernels unfused and the result measured, before they compete.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from autotune.tuner.pareto import knee, picked
 from autotune.tuner.records import Candidate
 from autotune.tuner.search import descend, enqueue_neighbours
 from autotune.tuner.session import COMPLETE, Session
-from search_space.space import peak_live_bytes
+from search_space.space import SpacePlan, peak_live_bytes
 
 __all__ = [
     "DESCENT",
@@ -41,6 +43,7 @@ __all__ = [
     "polish",
     "rule_based",
     "run_trials",
+    "safe_pick",
     "settle",
     "warm_start",
 ]
@@ -48,6 +51,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 DESCENT = 8  # moves a descent in the model alone may make (local search, hedge, polish)
 LOCAL_EVERY = 10  # trials between local-search rounds
+SAFE_CHECKS = 6  # candidates safe mode verifies at most, fastest first
 
 
 def warm_start(s: Session) -> None:
@@ -283,3 +287,42 @@ def pick(
         pool = within
     listed = [c for c in candidates if not c.measured.ok or c in pool]  # failures stay listed
     return min(pool, key=lambda c: c.latency_us), listed, pareto
+
+
+# verified plan in -> (plan with failing kernels unfused, report counts, verdict per group)
+Check = Callable[[SpacePlan], tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]]
+
+
+def safe_pick(
+    s: Session, winner: Candidate, candidates: Sequence[Candidate], check: Check
+) -> tuple[Candidate, dict[str, int], dict[tuple[str, ...], str], Candidate]:
+    """Safe mode before the candidates compete: the picked winner and then the next fastest
+    measured candidates (within the memory limit, up to ``SAFE_CHECKS``) are each verified,
+    their failing kernels unfused and the result measured, until no unchecked candidate is
+    faster than the best safe plan so far (unfusing never speeds a plan up); the fastest safe
+    plan wins. The greedy baseline goes through the same check, so the plan is compared with
+    what greedy would be under safe mode. Two objectives keep the Pareto pick: only it is made
+    safe.
+
+    Returns:
+        The safe winner, its report counts and verdicts, and the safe greedy plan.
+    """
+    rest = sorted(
+        (c for c in candidates if c.measured.ok and c is not winner and s.fits(c.plan.groups)),
+        key=lambda c: c.latency_us,
+    )
+    queue = [winner] if s.config.multi else [winner, *rest][:SAFE_CHECKS]
+    best: tuple[Candidate, dict[str, int], dict[tuple[str, ...], str]] | None = None
+    for c in queue:
+        if best is not None and c.latency_us >= best[0].latency_us:
+            break
+        plan, counts, verdicts = check(c.plan)
+        safe = c if plan == c.plan else s.measure(plan, f"{c.source}, safe")
+        if safe.measured.ok and (best is None or safe.latency_us < best[0].latency_us):
+            best = (safe, counts, verdicts)
+    if best is None:
+        raise AutotuneError("no safe plan could be simulated")
+    greedy = s.baselines["greedy"]
+    safe_greedy, _, _ = check(greedy)
+    label = "greedy" if safe_greedy == greedy else "greedy, safe"
+    return (*best, s.measure(safe_greedy, label))

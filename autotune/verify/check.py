@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -239,6 +239,7 @@ def verify_kernels(
     seed: int = 0,
     rows: int = 64,
     input_scale: float = 1.0,
+    known: MutableMapping[tuple[str, Any], KernelVerdict] | None = None,
 ) -> list[KernelVerdict]:
     """Check the numerics of every distinct fused kernel of a plan, once per signature.
 
@@ -253,6 +254,9 @@ def verify_kernels(
         rows: rows each check runs on (the group's leading axis is shrunk to about this).
         input_scale: standard deviation of the float activations drawn. A kernel that passes
             is checked again at ``policy.outlier_scale`` when that is larger.
+        known: verdicts by (signature, config) from earlier calls on the same model, target
+            and policy, reused instead of checked again (a study checks many plans that share
+            kernels); new verdicts are added to it.
 
     Returns:
         One verdict per distinct multi-op signature, in plan order.
@@ -273,35 +277,19 @@ def verify_kernels(
         views.setdefault(sig, set()).update(n for n in pg.ops if n not in work)
     out = []
     for k, (sig, (fg, pg)) in enumerate(firsts.items()):
-        log.debug("verifying kernel %d/%d: %s", k + 1, len(firsts), sig)
-        v = verify_group(
-            source,
-            fg,
-            pg.config,
-            target,
-            policy,
-            rows=rows,
-            input_scale=input_scale,
-            lowering=lowering,
-        )
-        if v.status is Status.PASSED and policy.outlier_scale > input_scale:
-            v = _with_outliers(v, source, fg, pg.config, target, policy, rows, lowering)
+        cache = known if known is not None else {}
+        v = cache.get((sig, pg.config))
+        if v is None:
+            log.debug("verifying kernel %d/%d: %s", k + 1, len(firsts), sig)
+            v = verify_group(
+                source, fg, pg.config, target, policy,
+                rows=rows, input_scale=input_scale, lowering=lowering,
+            )  # fmt: skip
+            if v.status is Status.PASSED and policy.outlier_scale > input_scale:
+                v = _with_outliers(v, source, fg, pg.config, target, policy, rows, lowering)
+            cache[(sig, pg.config)] = v
         out.append(
-            KernelVerdict(
-                v.ops,
-                v.signature,
-                v.cosine,
-                v.max_abs_err,
-                v.max_rel_err,
-                v.unfused_max_abs_err,
-                v.verdict,
-                tuple(members[sig]),
-                tuple(sorted(views[sig])),
-                v.rows,
-                v.full_rows,
-                v.unfused_cosine,
-                status=v.status,
-            )
+            dataclasses.replace(v, members=tuple(members[sig]), views=tuple(sorted(views[sig])))
         )
     return out
 

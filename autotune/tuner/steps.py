@@ -27,9 +27,10 @@ import optuna
 from autotune.exceptions import AutotuneError
 from autotune.tuner.pareto import knee, picked
 from autotune.tuner.records import Candidate
+from autotune.tuner.safety import Safety
 from autotune.tuner.search import descend, enqueue_neighbours
 from autotune.tuner.session import COMPLETE, Session
-from search_space.space import SpacePlan, peak_live_bytes
+from search_space.space import peak_live_bytes
 
 __all__ = [
     "DESCENT",
@@ -289,20 +290,16 @@ def pick(
     return min(pool, key=lambda c: c.latency_us), listed, pareto
 
 
-# verified plan in -> (plan with failing kernels unfused, report counts, verdict per group)
-Check = Callable[[SpacePlan], tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]]
-
-
 def safe_pick(
-    s: Session, winner: Candidate, candidates: Sequence[Candidate], check: Check
+    s: Session, winner: Candidate, candidates: Sequence[Candidate], check: Safety
 ) -> tuple[Candidate, dict[str, int], dict[tuple[str, ...], str], Candidate]:
     """Safe mode before the candidates compete: the picked winner and then the next fastest
     measured candidates (within the memory limit, up to ``SAFE_CHECKS``) are each verified,
     their failing kernels unfused and the result measured, until no unchecked candidate is
-    faster than the best safe plan so far (unfusing never speeds a plan up); the fastest safe
-    plan wins. The greedy baseline goes through the same check, so the plan is compared with
-    what greedy would be under safe mode. Two objectives keep the Pareto pick: only it is made
-    safe.
+    faster than the best safe plan so far (a plan made safe is seldom faster than it was, so
+    the checks stop there); the fastest safe plan wins. The greedy baseline goes through the
+    same check, so the plan is compared with what greedy would be under safe mode. Two
+    objectives keep the Pareto pick: only it is made safe.
 
     Returns:
         The safe winner, its report counts and verdicts, and the safe greedy plan.

@@ -21,7 +21,7 @@ extraction keeps the valid one closest to the rows asked for.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,6 +66,10 @@ class Shrink:
     # (node index, input position) -> (constant, its cut copy, axis, first n positions)
     cuts: dict[tuple[int, int], tuple[str, str, int, int]]
     kept: int = 0  # rows of the main activation after the cut
+
+
+class _NotWhole(NotShrinkable):
+    """A tensor on the way cannot scale to whole rows at this row count (more rows may)."""
 
 
 def _reject(op: Op, why: str) -> NotShrinkable:
@@ -196,7 +200,7 @@ def _out_axis(graph: Graph, op: Op, ax: dict[int, int]) -> int:
 def _scaled(op: Op, shape: Shape, axis: int, extent: int, new: int) -> Shape:
     d = shape[axis]
     if (d * new) % extent:
-        raise _reject(op, f"cannot scale {d} rows by {new}/{extent}")
+        raise _NotWhole(f"{op.name} ({op.op_type}) cannot scale {d} rows by {new}/{extent}")
     return (*shape[:axis], d * new // extent, *shape[axis + 1 :])
 
 
@@ -252,22 +256,25 @@ def _walk_divisible(
 ) -> Shrink:
     """:func:`_walk` at ``new`` rows, or at the fewest rows above it that every tensor on the
     way scales to whole (a stride-2 convolution halves the rows: a crop of 56 image rows to 1
-    cannot halve, to 2 can)."""
+    cannot halve, to 2 can). A row count of the whole ``extent`` is no shrink and never tried:
+    that is the caller's full-size case, with its size limit."""
     first: NotShrinkable | None = None
-    for more in [new, *(m for m in _divisor_rows(extent) if m > new)][:_TRIES]:
+    for more in [new, *(m for m in _divisor_rows(extent) if new < m < extent)][:_TRIES]:
         try:
             return _walk(graph, group, tracked, extent, more)
+        except _NotWhole as err:
+            first = first or err
         except NotShrinkable as err:
             first = first or err
-            if "cannot scale" not in str(err):
-                break
+            break
     assert first is not None
     raise first
 
 
 def _divisor_rows(extent: int) -> list[int]:
     """Row counts ``extent / q`` for each divisor ``q`` of ``extent``, fewest first."""
-    return sorted({extent // q for q in range(1, extent + 1) if extent % q == 0})
+    small = [q for q in range(1, math.isqrt(extent) + 1) if extent % q == 0]
+    return sorted({extent // q for q in small} | set(small))
 
 
 def _tensors(graph: Graph, group: FusionGroup) -> list[str]:
@@ -373,16 +380,5 @@ def plan_shrinks(
             new = shrink.new
             kept = full * new // extent
             note = f"{what} {extent} -> {new} ({full} -> {kept} rows)"
-            found.append(
-                Shrink(
-                    shrink.axis,
-                    extent,
-                    new,
-                    shrink.shapes,
-                    shrink.targets,
-                    note,
-                    shrink.cuts,
-                    kept,
-                )
-            )
+            found.append(replace(shrink, note=note, kept=kept))
     return True, found, reasons

@@ -291,8 +291,7 @@ def verify(
     pol = policy.load()
     verdicts = verify_kernels(proto, graph, record.groups, target, pol, seed=seed)
     unverified = sum(v.status is Status.UNVERIFIED for v in verdicts)
-    ok = bool(equiv["ok"]) and all(v.ok for v in verdicts)
-    ok = ok and not (pol.strict_safety and unverified)
+    ok = bool(equiv["ok"]) and all(v.kept(pol.strict_safety) for v in verdicts)
     result = {
         "ok": ok,
         **equiv,

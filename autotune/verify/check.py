@@ -91,6 +91,11 @@ class KernelVerdict:
         """Kept fused: passed, or not checkable (safe mode keeps what it cannot judge)."""
         return self.status is not Status.FAILED
 
+    def kept(self, strict: bool = False) -> bool:
+        """Kept fused by safe mode: :attr:`ok`, and under ``strict`` (``--strict-safety``)
+        also checked."""
+        return self.ok and not (strict and self.status is Status.UNVERIFIED)
+
     def to_json(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
             return None if math.isnan(x) else float(x)
@@ -276,8 +281,8 @@ def verify_kernels(
         members.setdefault(sig, []).append(tuple(pg.ops))
         views.setdefault(sig, set()).update(n for n in pg.ops if n not in work)
     out = []
+    cache = {} if known is None else known
     for k, (sig, (fg, pg)) in enumerate(firsts.items()):
-        cache = known if known is not None else {}
         v = cache.get((sig, pg.config))
         if v is None:
             log.debug("verifying kernel %d/%d: %s", k + 1, len(firsts), sig)
@@ -321,7 +326,7 @@ def safe_groups(
         unverified = found is not None and found.status is Status.UNVERIFIED
         if found is None:
             kept.append(pg)
-        elif found.status is Status.PASSED or (unverified and not strict):
+        elif found.kept(strict):
             kept.append(PlanGroup(pg.ops, pg.kind, pg.config, found.verdict))
             counts["fused"] += 1
             counts["unverified"] += unverified

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from costmodel.analytic import Calibration, shipped_calibration_path
-from costmodel.calibration import read_table
+from costmodel.calibration import read_table, target_tables
 from costmodel.learned import fit_learned, on_hardware, shipped_model_path
 from costmodel.spec import load_target
 
@@ -42,10 +42,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     target = load_target(args.target)
-    folder = ROOT / "datasets/calibration"  # <target>.parquet and <target>-<part>.parquet
-    tables = sorted(
-        [*folder.glob(f"{args.target}.parquet"), *folder.glob(f"{args.target}-*.parquet")]
-    )
+    tables = target_tables(args.target, ROOT / "datasets/calibration")
+    if not tables:
+        parser.error(f"no table for {args.target} under datasets/calibration/")
     if not args.with_hardware:  # each table read once; a table of hardware rows only drops
         frames = {t: read_table([t]) for t in tables}
         frames = {t: f[~on_hardware(f)] for t, f in frames.items()}

@@ -59,11 +59,13 @@ def _simulated_tables(given: list[Path] | None, target: str, written: Path) -> l
         if missing:
             raise AutotuneError(f"--table {missing[0]}: no such file")
         return list(given)
+    from costmodel.calibration import target_tables
+
     folder = Path("datasets/calibration")
-    stem = Path(target).stem
-    candidates = sorted([*folder.glob(f"{stem}.parquet"), *folder.glob(f"{stem}-*.parquet")])
     found = [
-        p for p in candidates if p.resolve() != written.resolve() and not p.stem.endswith("-real")
+        p
+        for p in target_tables(target, folder)
+        if p.resolve() != written.resolve() and not p.stem.endswith("-real")
     ]
     if not found:
         raise AutotuneError(
@@ -198,17 +200,14 @@ DEFAULT_HOLDOUT = ("gpt2", "resnet50")
 
 
 def _tables(tables: list[Path] | None, target: str) -> list[Path]:
-    """The tables given, else the target's simulator tables under datasets/calibration/:
-    ``<target>.parquet`` and ``<target>-<part>.parquet`` (not another target's that starts
-    alike, as ascend910b's does ascend910's; hardware tables are left to the caller)."""
+    """The tables given, else the target's tables under datasets/calibration/
+    (:func:`~costmodel.calibration.target_tables`; the caller drops their hardware rows)."""
     if tables:
         return tables
-    folder, stem = Path("datasets/calibration"), Path(target).stem
-    found = (
-        sorted([*folder.glob(f"{stem}.parquet"), *folder.glob(f"{stem}-*.parquet")])
-        if folder.is_dir()
-        else []
-    )
+    from costmodel.calibration import target_tables
+
+    folder = Path("datasets/calibration")
+    found = target_tables(target, folder)
     if not found:
         raise AutotuneError(
             f"no calibration table for '{target}' under {folder}/; make one with "

@@ -11,6 +11,7 @@ from costmodel.calibration.dataset import (
     kernel_to_json,
     measurement_rows,
     read_table,
+    target_tables,
     update_manifest,
     write_table,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "kernel_to_json",
     "measurement_rows",
     "read_table",
+    "target_tables",
     "update_manifest",
     "write_table",
 ]

@@ -200,6 +200,16 @@ def write_table(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
     return len(frame)
 
 
+def target_tables(target: str, folder: str | Path) -> list[Path]:
+    """A target's tables in ``folder``: ``<target>.parquet`` and ``<target>-<part>.parquet``
+    (its hardware table ``<target>-real.parquet`` among them), never another target's whose
+    name starts alike (``ascend910b.parquet`` is not ``ascend910``'s)."""
+    folder, stem = Path(folder), Path(target).stem
+    if not folder.is_dir():
+        return []
+    return sorted([*folder.glob(f"{stem}.parquet"), *folder.glob(f"{stem}-*.parquet")])
+
+
 def read_table(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     """Read one or more calibration tables into one frame.
 

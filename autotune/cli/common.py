@@ -24,6 +24,7 @@ from search_space import AutofusionError, Graph, parse_input_shapes
 from search_space.rules import Policy, load_policy
 
 __all__ = [
+    "FUSION_FLAGS",
     "POLICY_FLAGS",
     "JsonOpt",
     "ModelArg",
@@ -173,6 +174,9 @@ POLICY_FLAGS = (
     "benefit_threshold",
     "strict_safety",
 )
+FUSION_FLAGS = tuple(
+    f for f in POLICY_FLAGS if f != "strict_safety"
+)  # commands that verify nothing
 
 
 def _bundle(

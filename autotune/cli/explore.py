@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli.common import (
-    POLICY_FLAGS,
+    FUSION_FLAGS,
     JsonOpt,
     ModelArg,
     ModelOptions,
@@ -183,7 +183,7 @@ def estimate(
 
 @user_errors
 @model_options()
-@policy_options(*POLICY_FLAGS)
+@policy_options(*FUSION_FLAGS)
 def candidates(
     model: ModelArg,
     opts: ModelOptions,

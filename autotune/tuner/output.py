@@ -52,7 +52,7 @@ def plan_record(
     baseline_us: Mapping[str, float | None],
     report: Mapping[str, int],
     verdicts: Mapping[tuple[str, ...], str],
-    compared_with: Mapping[str, str] | None = None,
+    compared_with: Mapping[str, str],
 ) -> FusionPlan:
     """The plan file's record: groups with configs and verdicts, predicted and measured
     latency, and the study's report in ``meta``; ``compared_with`` names the plan behind
@@ -72,7 +72,7 @@ def plan_record(
         "source": winner.source,
         "candidates": [c.to_json() for c in candidates],
         "baseline_us": dict(baseline_us),
-        "compared_with": dict(compared_with or {k: k for k in baseline_us}),
+        "compared_with": dict(compared_with),
         "baseline_predicted_us": {k: s.ev.score(s.baselines[k]) for k in ("none", "greedy")},
         "objective": cfg.objective,
         "report": dict(report),

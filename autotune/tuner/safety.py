@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -36,17 +37,15 @@ def make_safety(
     as given. The model is read once and every kernel checked once per (signature, config):
     a study checks many plans that share kernels.
     """
-    protos: list[onnx.ModelProto] = []
     known: dict[tuple[str, Any], KernelVerdict] = {}
 
+    @functools.cache
     def proto() -> onnx.ModelProto:
         if isinstance(model, onnx.ModelProto):
             return model
-        if not protos:
-            opts = dataclasses.replace(zoo or ZooOptions(), weights="random")
-            source = resolve_model(model, opts)
-            protos.append(source if isinstance(source, onnx.ModelProto) else read_model(source)[0])
-        return protos[0]
+        opts = dataclasses.replace(zoo or ZooOptions(), weights="random")
+        source = resolve_model(model, opts)
+        return source if isinstance(source, onnx.ModelProto) else read_model(source)[0]
 
     def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]:
         groups = [

@@ -25,6 +25,7 @@ TileLang columns: what this tool generates). Targets, on device rows: median |ln
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,9 +35,9 @@ import pandas as pd
 from _table import RESULTS, emit
 
 from autotune.real import RealPrediction, RealRow, metrics, predict_rows, read_real
-from autotune.real.evaluate import MODELS, model_makers, predict_row
+from autotune.real.evaluate import model_makers, predict_row
 from autotune.real.table import table_rows
-from costmodel import CostModel, Target, make_cost_model
+from costmodel import CostModel, Target
 from costmodel.analytic import AnalyticConstants, AnalyticModel
 from costmodel.calibration import read_table
 from costmodel.learned import LearnedModel, fit_learned
@@ -54,21 +55,27 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 def _fitted_models(
     state: dict[str, Any], constants: AnalyticConstants
 ) -> dict[str, Callable[[Target], CostModel]]:
-    """Model factories for one refit (the simulator needs no fit)."""
+    """Model factories for one refit: the analytic and learned models (the simulator is not
+    fitted)."""
 
     def build(kind: str, target: Target) -> CostModel:
         if kind == "learned":
             return LearnedModel(target, state)
-        if kind == "analytic":
-            return AnalyticModel(target, constants)
-        return make_cost_model(kind, target)
+        return AnalyticModel(target, constants)
 
-    return model_makers(MODELS, build)
+    return model_makers(("analytic", "learned"), build)
 
 
-def _holdout(rows: Sequence[RealRow]) -> list[RealPrediction]:
-    """Each source's rows predicted by models refitted without that source."""
+def _holdout(rows: Sequence[RealRow], shipped: Sequence[RealPrediction]) -> list[RealPrediction]:
+    """Each source's rows predicted by models refitted without that source, beside the
+    simulator's shipped predictions (it is not refitted, so it is not run again)."""
     sim = read_table([ROOT / f"datasets/calibration/{CHIP}.parquet"])
+    simulated = {
+        (p.row.path, p.row.row): {
+            k: v for k, v in p.predicted.items() if k.startswith("simulator/")
+        }
+        for p in shipped
+    }
     out: list[RealPrediction] = []
     for source in sorted({r.source_name for r in rows}):
         train_rows, _ = table_rows([r for r in rows if r.source_name != source], CHIP)
@@ -77,7 +84,11 @@ def _holdout(rows: Sequence[RealRow]) -> list[RealPrediction]:
         models = _fitted_models(learned.state(), learned.analytic.constants)
         held = [r for r in rows if r.source_name == source]
         print(f"held out {source}: {len(held)} rows; fitted on {len(train_rows)} real rows")
-        out += [predict_row(r, models) for r in held]
+        for r in held:
+            p = predict_row(r, models)
+            out.append(
+                dataclasses.replace(p, predicted={**simulated[(r.path, r.row)], **p.predicted})
+            )
     return out
 
 
@@ -137,9 +148,10 @@ def main() -> None:
     rows, problems = read_real(paths)
     for problem in problems:
         print(problem)
-    table = _score("shipped", predict_rows(rows))
+    shipped = predict_rows(rows)
+    table = _score("shipped", shipped)
     if not args.shipped_only:
-        table += _score("holdout", _holdout(rows))
+        table += _score("holdout", _holdout(rows, shipped))
     emit(table, args.out, width=10)
 
 

@@ -139,10 +139,8 @@ def _naive(kernels: Sequence[Kernel], target: Target, timing: str, itemsize: int
     return us
 
 
-def _model_times(model: CostModel, kernels: Sequence[Kernel], row: RealRow) -> float:
-    """The row's kernels, run once from cold L2: the public pipeline details read at HBM rate
-    even where a benchmark loop could have left the inputs in L2 (docs/calibration.md)."""
-    return sum(_time(c, row.timing) for c in model.evaluate(kernels))
+def _model_times(model: CostModel, kernels: Sequence[Kernel], timing: str) -> float:
+    return sum(_time(c, timing) for c in model.evaluate(kernels))
 
 
 def predict_row(
@@ -158,8 +156,8 @@ def predict_row(
         default_kernels = [lowering.kernel(g, c) for g, c in zip(groups, defaults, strict=True)]
         for name, make in models.items():
             model = make(target)
-            out[f"{name}/default"] = _model_times(model, default_kernels, row)
-            out[f"{name}/best"] = _best(model, name, lowering, groups, grids, target, row)
+            out[f"{name}/default"] = _model_times(model, default_kernels, row.timing)
+            out[f"{name}/best"] = _best(model, name, lowering, groups, grids, target, row.timing)
         itemsize = 4 if row.dtype == "float32" else 2
         out["naive"] = _naive(default_kernels, target, row.timing, itemsize)
         return RealPrediction(row, out, kernels=len(groups))
@@ -175,7 +173,7 @@ def _best(
     groups: Sequence[Any],
     grids: Sequence[Sequence[Any]],
     target: Target,
-    row: RealRow,
+    timing: str,
 ) -> float:
     """The model's own favourite config of each group, costed by the model: the argmin of its
     batch prediction over the grid (analytic, learned), or of a simulation of the analytic
@@ -187,11 +185,11 @@ def _best(
             scores = ranker.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
             order = np.argsort(scores, kind="stable")[:SIMULATED_CONFIGS]
             candidates = [lowering.kernel(group, grid[i]) for i in order]
-            total += min(_model_times(model, [k], row) for k in candidates)
+            total += min(_model_times(model, [k], timing) for k in candidates)
         else:
             scores = model.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
             kernel = lowering.kernel(group, grid[int(np.argmin(scores))])
-            total += _model_times(model, [kernel], row)
+            total += _model_times(model, [kernel], timing)
     return total
 
 
@@ -200,11 +198,11 @@ def model_makers(
 ) -> dict[str, Callable[[Target], CostModel]]:
     """Per model kind, a factory of ``build(kind, target)`` that makes one model object per
     spec and precision (the rows of one chip and kind of kernel share it)."""
-    cache: dict[tuple[str, str, str, str], CostModel] = {}
+    cache: dict[tuple[str, str, str], CostModel] = {}
 
     def maker(kind: str) -> Callable[[Target], CostModel]:
         def make(target: Target) -> CostModel:
-            key = (kind, target.spec.name, target.spec.digest(), target.precision)
+            key = (kind, target.spec.digest(), target.precision)  # the digest names the chip
             if key not in cache:
                 cache[key] = build(kind, target)
             return cache[key]

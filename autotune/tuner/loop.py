@@ -9,7 +9,8 @@ trials are not replayed. Evaluations are cached by plan hash (many trials repair
 
 The loop reads as its steps (:mod:`autotune.tuner.steps`): warm start, trials (with measurement,
 refits and local search on schedule), a last measurement, polish, the rule-based candidates,
-settle, pick, safe mode, and the plan record.
+settle, pick, safe mode, and the plan record. In safe mode every plan is verified before it is
+measured, and a kernel signature that fails is forbidden in the space for the trials after.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def tune_graph(
         config: study settings.
         name: a readable model name for the study and the plan.
         progress: called after each trial with (trials done, best score so far).
-        safety: verification hook (safe mode): returns the plan with failing kernels unfused
-            and the report counts.
+        safety: verification hook (safe mode): every plan the study measures is checked
+            first, with its failing kernels unfused, and their signatures are forbidden in
+            the study's space from then on.
 
     Raises:
         AutotuneError: bad settings (sampler, objective, storage...), or no candidate plan
@@ -56,7 +58,7 @@ def tune_graph(
     """
     config.check()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
-    s = Session.open(graph, config, name)
+    s = Session.open(graph, config, name, safety)
     steps.warm_start(s)
     interrupted = steps.run_trials(s, progress)
     steps.measure_best(s, hedging=False)  # the polish below hedges at the end
@@ -78,7 +80,7 @@ def tune_graph(
         winner, report, verdicts, greedy = steps.safe_pick(s, winner, candidates, safety)
         baseline_us["greedy"] = greedy.measured.latency_us
         compared_with["greedy"] = greedy.source
-    report = {**census(s), **report}
+    report = {**census(s), **report, "forbidden": len(s.space.forbidden)}
     report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
     record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
     s.ev.save_rows(s.dataset)

@@ -1,10 +1,14 @@
-"""Safe mode: verify the winning plan's fused kernels numerically and unfuse the failures."""
+"""Safe mode: verify a plan's fused kernels numerically and unfuse the failures.
+
+The study runs every plan it measures through this check (:meth:`Session.measure`), and the
+signatures that fail become constraints of its space (:meth:`SearchSpace.forbid`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -18,10 +22,27 @@ from search_space.onnx import read_model
 from search_space.rules import Policy
 from search_space.space import PlanGroup, SpacePlan
 
-__all__ = ["Safety", "make_safety"]
+__all__ = ["Checked", "Safety", "make_safety"]
 
-# plan in -> (plan with failing kernels unfused, report counts, verdict per group's ops)
-Safety = Callable[[SpacePlan], tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]]
+
+@dataclass(frozen=True)
+class Checked:
+    """One plan through safe mode.
+
+    Attributes:
+        plan: the plan with its failing kernels unfused (the plan itself when none failed).
+        counts: the report counts (:func:`~autotune.verify.safe_groups`).
+        verdicts: the verdict of every fused group kept, by its ops.
+        failed: signature -> the verdict of every kernel signature that was unfused.
+    """
+
+    plan: SpacePlan
+    counts: dict[str, int]
+    verdicts: dict[tuple[str, ...], str]
+    failed: dict[str, KernelVerdict] = field(default_factory=dict)
+
+
+Safety = Callable[[SpacePlan], Checked]
 
 
 def make_safety(
@@ -47,19 +68,20 @@ def make_safety(
         source = resolve_model(model, opts)
         return source if isinstance(source, onnx.ModelProto) else read_model(source)[0]
 
-    def check(plan: SpacePlan) -> tuple[SpacePlan, dict[str, int], dict[tuple[str, ...], str]]:
+    def check(plan: SpacePlan) -> Checked:
         groups = [
             PlanGroup(g.ops, g.kind, c) for g, c in zip(plan.groups, plan.configs, strict=True)
         ]
         verdicts = verify_kernels(proto(), graph, groups, target, policy, known=known)
         kept, counts = safe_groups(groups, verdicts, strict=policy.strict_safety)
         by_ops = {g.ops: g.verdict for g in kept if g.verdict}
+        failed = {v.signature: v for v in verdicts if not v.kept(policy.strict_safety)}
         if len(kept) == len(groups):
-            return plan, counts, by_ops
+            return Checked(plan, counts, by_ops, failed)
         new_groups = tuple(make_group(graph, g.ops, g.kind) for g in kept)
         configs_by_ops = {g.ops: c for g, c in zip(plan.groups, plan.configs, strict=True)}
         low = Lowering(graph, target)
         configs = tuple(configs_by_ops.get(g.ops) or low.default(g) for g in new_groups)
-        return SpacePlan(new_groups, configs), counts, by_ops
+        return Checked(SpacePlan(new_groups, configs), counts, by_ops, failed)
 
     return check

@@ -8,8 +8,9 @@ plan fits the memory limit, what a local-search move costs.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ import optuna
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.evaluator import Evaluator, make_study_model
 from autotune.tuner.records import Candidate
+from autotune.tuner.safety import Safety
 from autotune.tuner.study import open_storage, open_study, study_name
+from autotune.verify import KernelVerdict
 from costmodel.analytic import AnalyticModel
 from costmodel.learned import LearnedModel
 from costmodel.oracle import CostOracle
@@ -28,10 +31,13 @@ from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph
 from search_space.space import SearchSpace, SpacePlan, baseline_plan, build_space, peak_live_bytes
 
-__all__ = ["RESCORE", "Session"]
+__all__ = ["FORBIDDEN", "RESCORE", "Session"]
+
+log = logging.getLogger(__name__)
 
 RESCORE = 15  # after a refit, the best trials by stored value re-ranked by the model as it is
 COMPLETE = optuna.trial.TrialState.COMPLETE
+FORBIDDEN = "forbidden_signatures"  # study user attr: signature -> why its kernel may not fuse
 
 
 @dataclass
@@ -57,10 +63,14 @@ class Session:
     replayed: set[int] = field(default_factory=set)
     blocks: list[tuple[str, ...]] = field(default_factory=list)
     swaps: list[tuple[str, str]] = field(default_factory=list)
+    safety: Safety | None = None  # safe mode: every measured plan is checked first
 
     @classmethod
-    def open(cls, graph: Graph, config: TuneConfig, name: str) -> Session:
-        """Build the space and the models, open (or resume) the study.
+    def open(
+        cls, graph: Graph, config: TuneConfig, name: str, safety: Safety | None = None
+    ) -> Session:
+        """Build the space and the models, open (or resume) the study (with the signatures
+        it has forbidden so far). ``safety``: safe mode's check, run on every plan measured.
 
         Raises:
             AutotuneError: a storage, study or cost model that cannot be opened.
@@ -91,11 +101,13 @@ class Session:
         space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
         study, done = open_study(storage, sname, config)
         baselines = {k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")}
-        return cls(
+        out = cls(
             graph, config, name, target, ctx, ev, oracle, space, study, sname, storage_name,
             dataset, baselines, fresh=done == 0, blocks=space.block_moves(),
-            swaps=space.swap_moves(),
+            swaps=space.swap_moves(), safety=safety if policy.safe_mode else None,
         )  # fmt: skip
+        out.sync_forbidden()
+        return out
 
     # -- what the steps ask -----------------------------------------------------------------
     @property
@@ -107,8 +119,9 @@ class Session:
         return [t for t in self.study.trials if t.state == COMPLETE]
 
     def replay(self, t: optuna.trial.FrozenTrial) -> SpacePlan:
-        """The plan a trial's parameters make (configs as the space picks them now)."""
-        return self.space.suggest(optuna.trial.FixedTrial(t.params))
+        """The plan a trial's parameters make (repaired and configured as the space does
+        now)."""
+        return self.space.replay(t.params)
 
     def now(self, t: optuna.trial.FrozenTrial) -> float:
         """A trial's score under the study's model as it is now: a value stored before the
@@ -153,8 +166,36 @@ class Session:
 
     def measure(self, plan: SpacePlan, source: str) -> Candidate:
         """A plan measured on the simulator (each plan runs once: the evaluator caches), as a
-        candidate from ``source``."""
+        candidate from ``source``. In safe mode the plan is checked first: kernels that fail
+        are unfused in what is measured (``source`` gains ``, safe``) and their signatures
+        are forbidden in the study from then on (:meth:`forbid`)."""
+        if self.safety is not None:
+            checked = self.safety(plan)
+            self.forbid(checked.failed)
+            if checked.plan != plan:
+                plan, source = checked.plan, f"{source}, safe"
         return Candidate(plan, self.ev.measure(plan), source)
+
+    def forbid(self, failed: Mapping[str, KernelVerdict]) -> None:
+        """Make kernel signatures that failed verification constraints of the study: its
+        trials are repaired around them from now on, and the study's storage keeps them
+        (signature -> the ops of a group that failed and its verdict), so a resumed study,
+        or another worker, starts from them."""
+        new = {k: v for k, v in failed.items() if k not in self.space.forbidden}
+        if not new:
+            return
+        for sig, v in new.items():
+            log.info("kernel %s (%s) may not fuse from here on: %s", sig, v.ops, v.verdict)
+        stored = dict(self.study.user_attrs.get(FORBIDDEN, {}))
+        stored.update({k: {"ops": list(v.ops), "verdict": v.verdict} for k, v in new.items()})
+        self.space.forbid({k: v.verdict for k, v in new.items()})
+        self.study.set_user_attr(FORBIDDEN, stored)
+
+    def sync_forbidden(self) -> None:
+        """Take up the signatures the study's storage forbids (from earlier runs or other
+        workers)."""
+        stored = self.study.user_attrs.get(FORBIDDEN, {})
+        self.space.forbid({k: str(v.get("verdict", "")) for k, v in stored.items()})
 
     def is_measured(self, plan: SpacePlan) -> bool:
         """Is the plan among the study's own measured candidates?"""

@@ -93,7 +93,9 @@ def _over_limit(t: optuna.trial.FrozenTrial) -> bool:
 def measure_best(s: Session, hedging: bool = True) -> None:
     """Simulate up to ``measure_top`` of the best trials whose plans are not measured yet
     (ranked by the model as it is now; the Pareto front for two objectives), hedge a learned
-    study's prior from the incumbent, and refit the learned model on the new rows."""
+    study's prior from the incumbent, and refit the learned model on the new rows. Signatures
+    other workers forbade in the meantime are taken up first."""
+    s.sync_forbidden()
     if s.config.multi:
         ranked = sorted(s.study.best_trials, key=lambda t: t.values[0])
     else:
@@ -299,7 +301,10 @@ def safe_pick(
     faster than the best safe plan so far (a plan made safe is seldom faster than it was, so
     the checks stop there); the fastest safe plan wins. The greedy baseline goes through the
     same check, so the plan is compared with what greedy would be under safe mode. Two
-    objectives keep the Pareto pick: only it is made safe.
+    objectives keep the Pareto pick: only it is made safe. A study with safe mode on has
+    checked every plan as it measured it (:meth:`Session.measure`), so here each check finds
+    its verdicts cached and the plan unchanged; a candidate measured without the check is
+    made safe here.
 
     Returns:
         The safe winner, its report counts and verdicts, and the safe greedy plan.
@@ -313,13 +318,14 @@ def safe_pick(
     for c in queue:
         if best is not None and c.latency_us >= best[0].latency_us:
             break
-        plan, counts, verdicts = check(c.plan)
-        safe = c if plan == c.plan else s.measure(plan, f"{c.source}, safe")
+        checked = check(c.plan)
+        s.forbid(checked.failed)
+        safe = c if checked.plan == c.plan else s.measure(checked.plan, f"{c.source}, safe")
         if safe.measured.ok and (best is None or safe.latency_us < best[0].latency_us):
-            best = (safe, counts, verdicts)
+            best = (safe, checked.counts, checked.verdicts)
     if best is None:
         raise AutotuneError("no safe plan could be simulated")
     greedy = s.baselines["greedy"]
-    safe_greedy, _, _ = check(greedy)
+    safe_greedy = check(greedy).plan
     label = "greedy" if safe_greedy == greedy else "greedy, safe"
     return (*best, s.measure(safe_greedy, label))

@@ -6,7 +6,7 @@ class, so twelve identical BERT layers cost one layer of variables. Chosen edges
 deterministically into a legal partition (:meth:`FusionContext.repair`). Each group signature
 then gets one categorical ``config/<sig>`` indexing its pruned feasible-config list (``joint``),
 or its best config under the vectorised analytic model (``bilevel``). A plan replays through
-the same code with ``optuna.trial.FixedTrial``.
+the same code (:meth:`SearchSpace.replay`).
 """
 
 from __future__ import annotations
@@ -139,6 +139,7 @@ class SearchSpace:
             self.classes.setdefault(name, []).append(e)
             self.class_of[e] = name
         self._feasible = oracle.feasible
+        self.forbidden: dict[str, str] = {}  # group signature -> why (see :meth:`forbid`)
         # block (its open classes) -> (one occurrence's ops, occurrences); a block with one
         # class is a single flip already
         self._blocks: dict[tuple[str, ...], tuple[frozenset[str], int]] = {}
@@ -182,10 +183,36 @@ class SearchSpace:
         return sorted(pairs)
 
     # -- one trial ---------------------------------------------------------------------------
+    def forbid(self, signatures: Mapping[str, str]) -> None:
+        """Forbid fused groups of these signatures (signature -> the reason, e.g. a failed
+        verification): from now on every trial is repaired around them (:meth:`_groups`);
+        groups of other signatures, in any layer, are untouched."""
+        self.forbidden.update(signatures)
+
     def _groups(self, chosen: Iterable[Edge]) -> tuple[FusionGroup, ...]:
-        """Repair ``chosen`` (plus the fixed edges) into the plan's groups."""
+        """Repair ``chosen`` (plus the fixed edges) into the plan's groups. A group of a
+        forbidden signature is split into its ops, each a kernel of its own; every other group
+        stays as the repair made it (splitting a convex group keeps the plan acyclic)."""
         partition = self.ctx.repair(set(chosen) | self.fixed, self._feasible)
-        return tuple(self.ctx.to_groups(partition))
+        groups = tuple(self.ctx.to_groups(partition))
+        if not self.forbidden:
+            return groups
+        graph = self.ctx.graph
+        banned = {
+            i
+            for i, g in enumerate(groups)
+            if len(g.ops) > 1 and g.signature(graph) in self.forbidden
+        }
+        if not banned:
+            return groups
+        parts: list[frozenset[str]] = []
+        for i, g in enumerate(groups):
+            nodes = frozenset(n for n in g.ops if n in self.ctx.index)
+            if i in banned:
+                parts.extend(frozenset([n]) for n in sorted(nodes))
+            else:
+                parts.append(nodes)
+        return tuple(self.ctx.to_groups(parts))
 
     def plan(self, chosen: Iterable[Edge]) -> SpacePlan:
         """Repair ``chosen`` edges into groups, each at its best (bilevel) or default config."""
@@ -226,6 +253,12 @@ class SearchSpace:
             configs.append(grid[self._index(trial, g.signature(self.ctx.graph), len(grid))])
         return SpacePlan(groups, tuple(configs))
 
+    def replay(self, params: Mapping[str, Any]) -> SpacePlan:
+        """The plan a finished trial's parameters make now. A group the trial had no config
+        for (its repair has changed since: a signature forbidden after it ran) takes its
+        grid's first, the ranking model's favourite."""
+        return self.suggest(_Replay(params))
+
     def params_for(
         self, partition: Iterable[frozenset[str]], configs: str = "default"
     ) -> dict[str, Any]:
@@ -244,6 +277,20 @@ class SearchSpace:
                 cfg = self.oracle.best(g)[0] if configs == "best" else self.oracle.default(g)
                 params[f"config/{g.signature(self.ctx.graph)}"] = grid.index(cfg)
         return params
+
+
+class _Replay:
+    """A trial that answers from stored parameters, and with the first choice (the lowest
+    value) for a parameter it never had."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.params = params
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return self.params.get(name, choices[0])
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        return int(self.params.get(name, low))
 
 
 def peak_live_bytes(graph: Graph, groups: Sequence[FusionGroup]) -> int:

@@ -68,7 +68,8 @@ def test_a_kernel_is_verified_once_however_many_plans_share_it(
     done = len(runs)
     assert check(plan) == first and len(runs) == done  # the second plan costs no check
     planted = _planted(plan, session.graph)
-    safe, counts, _ = check(planted)
+    checked = check(planted)
+    safe, counts = checked.plan, checked.counts
     assert {k for k, _ in runs[done:]} == {runs[done][0]}  # only the re-tiled kernel
     assert counts["skipped_precision"] == 1 and safe != planted
 
@@ -82,17 +83,17 @@ def test_the_fastest_safe_plan_wins_and_greedy_is_checked_alike(session: Session
     others = [session.measure(session.baselines[k], k) for k in ("none", "greedy")]
     # the planted plan is the picked one: safe mode must not let it win as measured
     winner, _, _, greedy = steps.safe_pick(session, bad, [bad, good, *others], check)
-    made_safe = session.measure(check(planted)[0], "planted, safe")
+    made_safe = session.measure(check(planted).plan, "planted, safe")
     assert made_safe.plan != planted
     assert winner.plan != planted
     assert winner.latency_us <= min(made_safe.latency_us, good.latency_us) + 1e-9
-    safe_greedy = check(session.baselines["greedy"])[0]
+    safe_greedy = check(session.baselines["greedy"]).plan
     assert greedy.plan == safe_greedy
     assert greedy.source == (
         "greedy" if safe_greedy == session.baselines["greedy"] else "greedy, safe"
     )
     # no kernel of the winner fails its check
-    _, again, _ = check(winner.plan)
+    again = check(winner.plan).counts
     assert again["skipped_precision"] == 0
 
 
@@ -111,7 +112,7 @@ def test_the_plan_record_names_what_the_plan_is_compared_with(tmp_path: Path) ->
     # the greedy the plan is compared with is greedy as safe mode leaves it, measured anew
     s = Session.open(graph, config, "bert-base")
     greedy = s.baselines["greedy"]
-    safe_greedy = check(greedy)[0]
+    safe_greedy = check(greedy).plan
     assert meta["compared_with"] == {
         "none": "none",
         "greedy": "greedy" if safe_greedy == greedy else "greedy, safe",

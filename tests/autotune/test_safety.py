@@ -36,13 +36,15 @@ def test_planted_fp16_statistics_are_caught_and_unfused() -> None:
     bad[ln[0]] = dataclasses.replace(bad[ln[0]], knobs=(("stats_fp16", 1),))
     planted = SpacePlan(plan.groups, tuple(bad))
     check = make_safety(graph, "zoo:bert-base", zoo, Policy(), load_target())
-    safe, counts, verdicts = check(planted)
+    checked = check(planted)
+    safe, counts, verdicts = checked.plan, checked.counts, checked.verdicts
     assert counts["skipped_precision"] >= 1
     assert plan.groups[ln[0]] not in safe.groups  # the bad kernel is no longer fused
     assert all(len(g.ops) == 1 or g in plan.groups for g in safe.groups)
     unfused = [v for ops, v in verdicts.items() if v.startswith("unfused")]
     assert unfused and "fail at input scale 64" in unfused[0]  # the reason travels with the plan
-    clean, counts, _ = check(plan)
+    checked = check(plan)
+    clean, counts = checked.plan, checked.counts
     assert counts["skipped_precision"] == 0 and clean == plan
 
 

@@ -62,11 +62,14 @@ def test_strict_safety_unfuses_what_the_tuner_could_not_verify() -> None:
     plan = SpacePlan((fused,), (Lowering(graph, target).default(fused),))
     lenient = make_safety(graph, model, None, Policy(), target)
     strict = make_safety(graph, model, None, Policy(strict_safety=True), target)
-    same, counts, _ = lenient(plan)
-    assert same == plan and counts["unverified"] == 1
-    split, counts, verdicts = strict(plan)
+    checked = lenient(plan)
+    same, counts = checked.plan, checked.counts
+    assert same == plan and counts["unverified"] == 1 and not checked.failed
+    checked = strict(plan)
+    split, counts, verdicts = checked.plan, checked.counts, checked.verdicts
     assert [g.ops for g in split.groups] == [("mul",), ("sum",)]
     assert counts["skipped_unverified"] == 1 and counts["fused"] == 0
+    assert list(checked.failed) == [fused.signature(graph)]  # the study forbids it
     assert all(v.startswith("unfused: unverified") for v in verdicts.values())
 
 

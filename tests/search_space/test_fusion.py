@@ -289,3 +289,33 @@ def test_block_moves_fuse_whole_patterns_and_the_first_saves_time() -> None:
     none = space.plan([])
     top = space.plan([e for c in moves[0] for e in space.classes[c]])
     assert plan_cost(top, oracle) < plan_cost(none, oracle)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_dags(), st.integers(0, 2**16), st.integers(0, 2**16))
+def test_a_forbidden_signature_is_repaired_around_and_other_groups_are_kept(
+    case, seed: int, pick: int
+) -> None:
+    model, _ = case
+    graph = load_graph(model)
+    ctx = FusionContext(graph, max_fused_ops=5)
+    space = SearchSpace(ctx, CostOracle(graph, load_target()))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    trial = study.ask()
+    before = space.suggest(trial)
+    fused = [g for g in before.groups if len(g.ops) > 1]
+    if not fused:
+        return
+    sig = fused[pick % len(fused)].signature(graph)
+    banned = [set(g.ops) for g in fused if g.signature(graph) == sig]
+    space.forbid({sig: "planted"})
+    after = space.replay(trial.params)  # the trial ran before the signature was forbidden
+    _assert_legal_partition(
+        ctx, [frozenset(n for n in g.ops if n in ctx.index) for g in after.groups]
+    )
+    assert all(g.signature(graph) != sig for g in after.groups if len(g.ops) > 1)
+    # every other group is kept as it was; the forbidden ones are split into their ops
+    apart = {g.ops for g in before.groups if not any(set(g.ops) & b for b in banned)}
+    assert apart <= {g.ops for g in after.groups}
+    alone = {g.ops for g in after.groups} - apart
+    assert all(len([n for n in ops if n in ctx.index]) == 1 for ops in alone)

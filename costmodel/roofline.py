@@ -13,7 +13,9 @@ def compulsory_bytes(graph: Graph, target: Target) -> int:
     """Bytes any execution must move at least once, at the target's storage precision.
 
     Graph inputs and outputs, and every weight an op reads (cube weights at the cube dtype,
-    converted offline; a table only gathered from counts the rows gathered).
+    converted offline; a table only gathered from counts the rows gathered). A weight built
+    in the graph by constant-only ops (``ConstantOfShape``, as the onnx "light" test models
+    make theirs) is prepared offline and read from memory like an initializer.
     """
     total = 0
     for t in set(graph.inputs) | set(graph.outputs):
@@ -23,7 +25,7 @@ def compulsory_bytes(graph: Graph, target: Target) -> int:
         t
         for op in graph.ops
         for t in op.inputs
-        if t and is_compile_time(graph, t) and graph.tensors[t].kind == "weight"
+        if t and graph.tensors[t].kind in ("weight", "intermediate") and is_compile_time(graph, t)
     }
     for t in weights:
         users = graph.consumers(t)

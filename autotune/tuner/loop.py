@@ -15,12 +15,14 @@ measured, and a kernel signature that fails is forbidden in the space for the tr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 import optuna
 
 from autotune.tuner import steps
+from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.output import census, plan_record
 from autotune.tuner.records import Candidate, TuneResult
@@ -58,32 +60,45 @@ def tune_graph(
     """
     config.check()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
-    s = Session.open(graph, config, name, safety)
-    steps.warm_start(s)
-    interrupted = steps.run_trials(s, progress)
-    steps.measure_best(s, hedging=False)  # the polish below hedges at the end
+    clock = Clock()
+    with clock.phase("setup"):
+        s = Session.open(graph, config, name, safety)
+    s.clock = clock
+    with clock.phase("trials"):
+        steps.warm_start(s)
+        interrupted = steps.run_trials(s, progress)
+        steps.measure_best(s, hedging=False)  # the polish below hedges at the end
     searching = not config.multi and not interrupted  # Ctrl-C wants out now
     if searching:
-        steps.polish(s)
+        with clock.phase("polish"):
+            steps.polish(s)
     candidates: list[Candidate] = list(s.measured.values())
-    s.measure(s.baselines["none"], "none")  # a baseline, not a candidate
-    candidates += steps.rule_based(s, regroup=searching)
+    with clock.phase("rule-based"):
+        s.measure(s.baselines["none"], "none")  # a baseline, not a candidate
+        candidates += steps.rule_based(s, regroup=searching)
     counted = [c for c in candidates if s.fits(c.plan.groups) and c.measured.ok]
     if counted and searching:
-        candidates += steps.settle(s, min(counted, key=lambda c: c.latency_us))
-    winner, candidates, pareto = steps.pick(s, candidates)
-    baseline_us = {k: s.measure(s.baselines[k], k).measured.latency_us for k in ("none", "greedy")}
+        with clock.phase("settle"):
+            candidates += steps.settle(s, min(counted, key=lambda c: c.latency_us))
+    with clock.phase("pick"):
+        winner, candidates, pareto = steps.pick(s, candidates)
+        baseline_us = {
+            k: s.measure(s.baselines[k], k).measured.latency_us for k in ("none", "greedy")
+        }
     compared_with = {"none": "none", "greedy": "greedy"}
     report: dict[str, int] = {}
     verdicts: dict[tuple[str, ...], str] = {}
     if safety is not None and config.policy.safe_mode:
-        winner, report, verdicts, greedy = steps.safe_pick(s, winner, candidates, safety)
+        with clock.phase("safe mode"):
+            winner, report, verdicts, greedy = steps.safe_pick(s, winner, candidates, safety)
         baseline_us["greedy"] = greedy.measured.latency_us
         compared_with["greedy"] = greedy.source
-    report = {**census(s), **report, "forbidden": len(s.space.forbidden)}
-    report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
-    record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
-    s.ev.save_rows(s.dataset)
+    with clock.phase("report"):
+        report = {**census(s), **report, "forbidden": len(s.space.forbidden)}
+        report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
+        record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
+        s.ev.save_rows(s.dataset)
+    record = dataclasses.replace(record, meta={**record.meta, "timing_s": clock.seconds()})
     return TuneResult(
         plan=record,
         study=s.study_name,

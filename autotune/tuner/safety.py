@@ -55,7 +55,8 @@ def make_safety(
     """A verification hook for :func:`autotune.tuner.tune_graph`.
 
     Zoo models are rebuilt with random weights (verification needs values); files are read
-    as given. The model is read once and every kernel checked once per (signature, config):
+    as given. The model is read once and every kernel checked once per signature and the part
+    of its config its arithmetic depends on (:func:`~autotune.verify.numerics.numerics_key`):
     a study checks many plans that share kernels.
     """
     known: dict[tuple[str, Any], KernelVerdict] = {}

@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 
+from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.evaluator import Evaluator, make_study_model
 from autotune.tuner.records import Candidate
@@ -64,6 +65,7 @@ class Session:
     blocks: list[tuple[str, ...]] = field(default_factory=list)
     swaps: list[tuple[str, str]] = field(default_factory=list)
     safety: Safety | None = None  # safe mode: every measured plan is checked first
+    clock: Clock = field(default_factory=Clock)  # wall time per phase (meta.timing_s)
 
     @classmethod
     def open(
@@ -170,11 +172,13 @@ class Session:
         are unfused in what is measured (``source`` gains ``, safe``) and their signatures
         are forbidden in the study from then on (:meth:`forbid`)."""
         if self.safety is not None:
-            checked = self.safety(plan)
-            self.forbid(checked.failed)
+            with self.clock.phase("safe mode"):
+                checked = self.safety(plan)
+                self.forbid(checked.failed)
             if checked.plan != plan:
                 plan, source = checked.plan, f"{source}, safe"
-        return Candidate(plan, self.ev.measure(plan), source)
+        with self.clock.phase("measurement"):
+            return Candidate(plan, self.ev.measure(plan), source)
 
     def forbid(self, failed: Mapping[str, KernelVerdict]) -> None:
         """Make kernel signatures that failed verification constraints of the study: its

@@ -114,23 +114,25 @@ def measure_best(s: Session, hedging: bool = True) -> None:
             break
     if s.hedges and hedging and ranked:
         hedge_prior(s, ranked[0])
-    if s.ev.retrain():
-        s.oracle.refresh()  # bilevel configs follow the refitted model
+    with s.clock.phase("refit"):
+        if s.ev.retrain():
+            s.oracle.refresh()  # bilevel configs follow the refitted model
 
 
 def local_search(s: Session) -> None:
     """Enqueue the study model's descent from the incumbent (single objective only)."""
     complete = s.complete()
     best = s.ranked(complete)[0] if complete else None
-    enqueue_neighbours(
-        s.study,
-        blocks=s.blocks,
-        swaps=s.swaps,
-        seed=s.config.seed,
-        incumbent=best,
-        score=s.mutant_cost,
-        depth=DESCENT,
-    )
+    with s.clock.phase("local search"):
+        enqueue_neighbours(
+            s.study,
+            blocks=s.blocks,
+            swaps=s.swaps,
+            seed=s.config.seed,
+            incumbent=best,
+            score=s.mutant_cost,
+            depth=DESCENT,
+        )
 
 
 class OnTrial:

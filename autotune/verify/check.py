@@ -24,7 +24,7 @@ import onnx
 from autotune.verify import extract
 from autotune.verify.emulate import emulate
 from autotune.verify.judge import compare, judge
-from autotune.verify.numerics import numerics_for
+from autotune.verify.numerics import numerics_for, numerics_key
 from autotune.verify.reference import reference_outputs
 from costmodel.lower import Lowering
 from costmodel.spec import Target
@@ -259,9 +259,9 @@ def verify_kernels(
         rows: rows each check runs on (the group's leading axis is shrunk to about this).
         input_scale: standard deviation of the float activations drawn. A kernel that passes
             is checked again at ``policy.outlier_scale`` when that is larger.
-        known: verdicts by (signature, config) from earlier calls on the same model, target
-            and policy, reused instead of checked again (a study checks many plans that share
-            kernels); new verdicts are added to it.
+        known: verdicts by (signature, :func:`numerics_key` of the config) from earlier
+            calls on the same model, target and policy, reused instead of checked again (a
+            study checks many plans that share kernels); new verdicts are added to it.
 
     Returns:
         One verdict per distinct multi-op signature, in plan order.
@@ -283,7 +283,8 @@ def verify_kernels(
     out = []
     cache = {} if known is None else known
     for k, (sig, (fg, pg)) in enumerate(firsts.items()):
-        v = cache.get((sig, pg.config))
+        key = (sig, numerics_key(pg.config))
+        v = cache.get(key)
         if v is None:
             log.debug("verifying kernel %d/%d: %s", k + 1, len(firsts), sig)
             v = verify_group(
@@ -292,7 +293,7 @@ def verify_kernels(
             )  # fmt: skip
             if v.status is Status.PASSED and policy.outlier_scale > input_scale:
                 v = _with_outliers(v, source, fg, pg.config, target, policy, rows, lowering)
-            cache[(sig, pg.config)] = v
+            cache[key] = v
         out.append(
             dataclasses.replace(v, members=tuple(members[sig]), views=tuple(sorted(views[sig])))
         )

@@ -27,7 +27,16 @@ except ImportError:  # pragma: no cover - exercised only without ml_dtypes
     _BF16 = None
     _BF16_MAX = 3.3895313892515355e38
 
-__all__ = ["FORMATS", "Numerics", "is_float", "numerics_for", "rnd", "stable_rng", "tree_sum"]
+__all__ = [
+    "FORMATS",
+    "Numerics",
+    "is_float",
+    "numerics_for",
+    "numerics_key",
+    "rnd",
+    "stable_rng",
+    "tree_sum",
+]
 
 FORMATS = ("fp16", "bf16", "fp32", "fp64")
 _NP: dict[str, np.dtype[Any]] = {
@@ -100,6 +109,15 @@ def numerics_for(
         base_k=config.base_k if config is not None else 0,
         kv_tile=config.knob("kv_tile") if config is not None else 0,
     )
+
+
+def numerics_key(config: KernelConfig | None) -> tuple[int, int, int]:
+    """What of a config :func:`numerics_for` reads (the K chunk, the ``stats_fp16`` and
+    ``kv_tile`` knobs): configs with equal keys compute alike, so one verdict covers them
+    (core counts and UB or L1 tiles change where the work runs, not its arithmetic)."""
+    if config is None:
+        return (0, 0, 0)
+    return (config.base_k, config.knob(STATS_FP16), config.knob("kv_tile"))
 
 
 def is_float(x: np.ndarray) -> bool:

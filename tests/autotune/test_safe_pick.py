@@ -67,6 +67,10 @@ def test_a_kernel_is_verified_once_however_many_plans_share_it(
     assert runs and len(runs) == len(set(runs))  # each distinct kernel once
     done = len(runs)
     assert check(plan) == first and len(runs) == done  # the second plan costs no check
+    halved = [dataclasses.replace(c, block_dim=max(1, c.block_dim // 2)) for c in plan.configs]
+    retiled = SpacePlan(plan.groups, tuple(halved))
+    assert retiled != plan and check(retiled).counts == first.counts
+    assert len(runs) == done  # core counts do not change what a kernel computes: no new check
     planted = _planted(plan, session.graph)
     checked = check(planted)
     safe, counts = checked.plan, checked.counts

@@ -87,6 +87,9 @@ def test_a_failing_signature_is_forbidden_and_the_trials_after_are_repaired(
     study = optuna.load_study(study_name=result.study, storage=storage)
     stored = study.user_attrs[FORBIDDEN]
     assert stored and result.report["forbidden"] == len(stored)
+    timing = result.plan.meta["timing_s"]  # where the wall time went, safe mode apart
+    assert {"setup", "trials", "measurement", "safe mode", "pick", "report"} <= set(timing)
+    assert timing["safe mode"] > 0 and timing["measurement"] > 0
     assert set().union(*(sigs for _, sigs in forbids)) == set(stored)
 
     # each forbidden signature fails an independent check of the group stored with it, and

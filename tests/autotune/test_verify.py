@@ -34,6 +34,7 @@ from autotune.verify import (
     verify_group,
     verify_kernels,
 )
+from autotune.verify.numerics import numerics_key
 from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target, load_target
@@ -377,3 +378,21 @@ def test_fused_attention_runs_online_softmax_through_an_isnan_guard() -> None:
     assert flash is not None and len(flash.guards) == 2 and sub.rows == 64 < sub.full_rows
     v = verify_group(source, group, config, target(), Policy())
     assert v.verdict == "ok" and v.cosine > 0.9999
+
+
+@pytest.mark.parametrize("name", ["bert-base", "llama3-8b"])
+def test_configs_with_one_numerics_key_compute_alike(name: str) -> None:
+    """The verdict cache's key holds everything of a config the arithmetic reads: over every
+    config of every fused kernel's grid, configs with equal keys get equal numerics."""
+    _, graph, _, _, groups = setup(name, layers=1)
+    oracle = CostOracle(graph, target())
+    for pg in multi_op(graph, groups):
+        grid = oracle.grid(make_group(graph, pg.ops, pg.kind))
+        grid = grid + [dataclasses.replace(c, knobs=(("stats_fp16", 1),)) for c in grid[:8]]
+        for precision in ("auto", "fp16", "bf16", "fp32"):
+            by_key: dict[tuple[int, int, int], set[Any]] = {}
+            for c in grid:
+                by_key.setdefault(numerics_key(c), set()).add(
+                    numerics_for(target(precision), 4, c)
+                )
+            assert all(len(v) == 1 for v in by_key.values())

@@ -11,7 +11,7 @@ import onnx
 
 from autotune.tuner import TuneConfig, TuneResult, tune_graph
 from autotune.zoo import ZooOptions, resolve_model
-from search_space.onnx import ModelSource, load_graph, read_model
+from search_space.onnx import ModelSource, load_graph, read_model, read_model_with_data
 from search_space.space import FusionPlan
 
 __all__ = ["Plan", "load_plan", "tune"]
@@ -50,11 +50,7 @@ class Plan:
 
         # a file is read once, with its weights (the fused model must run); the graph is
         # built from that same proto
-        proto = (
-            onnx.load(str(model))
-            if isinstance(model, str | os.PathLike)
-            else (read_model(model)[0])
-        )
+        proto = read_model_with_data(model)
         graph = load_graph(proto, input_shapes=input_shapes)
         self.record.check_model(graph)
         return apply_plan(proto, graph, self.record.groups)

@@ -32,7 +32,7 @@ from onnx import helper, inliner
 from autotune.exceptions import AutotuneError
 from search_space.exceptions import GraphError, check
 from search_space.ir import Graph
-from search_space.onnx import node_names, topological_order
+from search_space.onnx import node_names, read_model_with_data, topological_order
 from search_space.space import FusionPlan, PlanGroup
 
 __all__ = ["FUSED_DOMAIN", "apply_plan", "apply_plan_file"]
@@ -85,6 +85,17 @@ def apply_plan(
     return _rewrite(src, names, dag, bodies, domain)
 
 
+def _named(node: onnx.NodeProto, name: str) -> onnx.NodeProto:
+    """``node`` under the tool's name for it: an empty or repeated name becomes unique (a copy;
+    onnxruntime refuses repeated node names, also inside a function once it inlines it)."""
+    if node.name == name:
+        return node
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    out.name = name
+    return out
+
+
 def apply_plan_file(
     model: str | os.PathLike[str] | onnx.ModelProto, plan: FusionPlan, graph: Graph
 ) -> onnx.ModelProto:
@@ -95,7 +106,7 @@ def apply_plan_file(
         AutotuneError: as :func:`apply_plan`.
     """
     plan.check_model(graph)
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    proto = read_model_with_data(model)
     return apply_plan(proto, graph, plan.groups)
 
 
@@ -302,7 +313,7 @@ def _rewrite(
             fname,
             inputs,
             outputs,
-            [dag.nodes[i] for i in body],  # protobuf copies on extend
+            [_named(dag.nodes[i], names[i]) for i in body],  # protobuf copies on extend
             imports,
             attributes=sorted(attrs),
             doc_string=doc,
@@ -318,7 +329,7 @@ def _rewrite(
         if idx in first:
             new_nodes.append(first[idx])
         elif idx not in absorbed:
-            new_nodes.append(dag.nodes[idx])
+            new_nodes.append(_named(dag.nodes[idx], names[idx]))
     g.node.extend(new_nodes)
     try:
         order = topological_order(g, node_names(g.node))

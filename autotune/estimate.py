@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.base import KernelCost
-from costmodel.exceptions import InfeasibleConfig
+from costmodel.exceptions import InfeasibleConfig, SpecError
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
 from costmodel.oracle import CostOracle
@@ -20,7 +20,7 @@ from search_space.ir import FusionGroup, Graph, KernelConfig, make_group, single
 from search_space.rules import Policy
 from search_space.space import BASELINES, FusionPlan, PlanError, baseline_plan
 
-__all__ = ["Estimate", "KernelEstimate", "estimate_graph", "plan_kernels"]
+__all__ = ["Estimate", "KernelEstimate", "estimate_graph", "plan_kernels", "plan_target"]
 
 
 def plan_kernels(
@@ -60,6 +60,24 @@ def plan_kernels(
         if not ok:
             raise InfeasibleConfig(f"plan kernel '{k.name}' ({k.config.short()}): {why}")
     return groups, kernels
+
+
+def plan_target(record: FusionPlan) -> Target:
+    """The target a plan was tuned for, as it was tuned (its spec source, ``--set`` values
+    and precision); a spec file no longer at hand falls back to the built-in of that name.
+
+    Raises:
+        SpecError: neither can be loaded.
+    """
+    meta = dict(record.meta)
+    source = str(meta.get("target_source", record.target))
+    sets = tuple(meta.get("sets", ()))
+    try:
+        return load_target(source, sets, record.precision)
+    except SpecError:
+        if source == record.target:
+            raise
+        return load_target(record.target, sets, record.precision)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -222,6 +223,9 @@ def _coerce(name: str, value: Any, problems: list[str]) -> Any:
         return value
     if isinstance(value, bool) or number != number:
         problems.append(f"{name} must be a number, but got {value!r}")
+        return value
+    if number in (math.inf, -math.inf):
+        problems.append(f"{name} must be a finite number, but got {value!r}")
         return value
     floor_ok = number >= 0 if name in _ZERO_OK else number > 0
     if not floor_ok:

@@ -106,7 +106,7 @@ def main() -> None:
     for name in args.models:
         rows.append(bench(name, args.trials))
         print(rows[-1], flush=True)
-    emit(rows, args.csv)
+        emit(rows, args.csv)  # after every model: a long run that stops keeps what it has
     for kind in ("cnn", "zoo"):
         part = [r for r in rows if r["kind"] == kind]
         if part:

@@ -5,28 +5,54 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from search_space.exceptions import AutofusionError
 
-__all__ = ["OutputError", "atomic_write_bytes", "atomic_write_text", "output_path"]
+__all__ = ["OutputError", "atomic_write_bytes", "atomic_write_text", "output_path", "same_file"]
 
 
 class OutputError(AutofusionError):
     """An output file cannot be written where the user asked."""
 
 
-def output_path(path: str | os.PathLike[str]) -> Path:
-    """Check that ``path`` can be written as a file.
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file (links and ``..`` resolved)."""
+    try:
+        if Path(a).exists() and Path(b).exists():
+            return os.path.samefile(a, b)
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop
+        return False
+
+
+def output_path(
+    path: str | os.PathLike[str],
+    inputs: Mapping[str, str | os.PathLike[str] | None] | None = None,
+) -> Path:
+    """Check that ``path`` can be written as a file, and is none of the run's ``inputs``
+    (label -> path: the model, the plan, the study's storage...), which writing it would
+    destroy.
 
     Raises:
-        OutputError: the path is a folder, or its folder does not exist.
+        OutputError: the path is a folder, its folder does not exist or is a file, or it is
+            one of ``inputs``.
     """
     out = Path(path)
     if out.exists() and out.is_dir():
         raise OutputError(f"output path '{out}' is a folder; give a file name inside it")
     if not out.parent.exists():
         raise OutputError(f"output folder '{out.parent}' does not exist; create it first")
+    if not out.parent.is_dir():
+        raise OutputError(f"output folder '{out.parent}' is a file, not a folder; fix the path")
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise OutputError(f"output '{out}' cannot be written (no permission); pick another path")
+    for label, src in (inputs or {}).items():
+        if src is not None and same_file(out, src):
+            raise OutputError(
+                f"output '{out}' is the {label}: writing it would destroy it; give another path"
+            )
     return out
 
 

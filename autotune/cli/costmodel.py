@@ -148,9 +148,14 @@ def calibrate(
         raise AutotuneError(f"--hardware-weight must be > 0, but got {hardware_weight}")
     tgt = load_target(target, tuple(set_ or ()), precision)
     hardware = from_msprof is not None
-    table = output_path(output or _default_table(target, "-real" if hardware else ""))
+    read: dict[str, str | Path | None] = {
+        f"--models {m}": m for m in models or () if not m.startswith("zoo:")
+    }
+    read.update({"--from-msprof file": from_msprof, "--model": model if model else None})
+    read.update({f"--table {t}": t for t in table_in or ()})
+    table = output_path(output or _default_table(target, "-real" if hardware else ""), read)
     if fit is not None:
-        output_path(fit)
+        output_path(fit, {**read, "table (-o)": table})
     command = "autotune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     fit_tables = [table]
     if from_msprof is not None:

@@ -93,12 +93,17 @@ def tune(
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
     # Long for its flags: typer reads the command line from this signature.
     from autotune.tuner import TuneConfig, make_safety
+    from autotune.tuner.study import journal_path
     from costmodel.spec import load_target
     from search_space.atomic import output_path
 
-    output_path(output)  # fail before the study, not after it
+    # fail before the study, not after it; and never write over what the run reads
+    model_file = None if model.startswith("zoo:") else model
+    journal = journal_path(storage)
+    output_path(output, {"model": model_file, "study's storage": journal, "--dataset": dataset})
     if dataset is not None:
-        output_path(dataset)
+        output_path(dataset, {"model": model_file, "study's storage": journal, "plan": output})
+        _check_dataset(dataset)
     graph = opts.graph(model)
     extra = {"share_repeated": False} if no_share else {}
     if unsafe:
@@ -130,6 +135,21 @@ def tune(
     result = _run_with_progress(graph, cfg, name, safety)
     path = result.plan.save(output)
     _print_tune(model, result, path, json_out)
+
+
+def _check_dataset(path: Path) -> None:
+    """An existing ``--dataset`` must be a measurements table (Parquet): a study appends to
+    it, and would write over anything else."""
+    from autotune.exceptions import AutotuneError
+
+    if path.is_file() and path.stat().st_size:
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+        if magic != b"PAR1":
+            raise AutotuneError(
+                f"--dataset '{path}' exists and is not a measurements table (Parquet); give a "
+                "new path, or a table a study wrote"
+            )
 
 
 def _run_with_progress(
@@ -234,15 +254,16 @@ def report(
 def _model_and_plan(model: str, opts: ModelOptions, plan: Path) -> tuple[Any, Any, Any]:
     """MODEL with its weights (a ModelProto), its static graph, and the plan checked against
     it (a plan for another model is one clear error)."""
-    import onnx
-
-    from search_space.onnx import load_graph
+    from autotune.estimate import plan_kernels, plan_target
+    from search_space.onnx import load_graph, read_model_with_data
     from search_space.space import FusionPlan
 
     source = opts.source(model)
-    proto = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
+    proto = read_model_with_data(source)
     graph = load_graph(source, input_shapes=opts.input_shapes)
-    return proto, graph, FusionPlan.load(plan, graph)
+    record = FusionPlan.load(plan, graph)
+    plan_kernels(graph, record, plan_target(record))  # every config runs on its target
+    return proto, graph, record
 
 
 @user_errors
@@ -258,7 +279,7 @@ def apply(
     from search_space.atomic import output_path
     from search_space.onnx import save_model
 
-    output_path(output)
+    output_path(output, {"model": None if model.startswith("zoo:") else model, "plan": plan})
     proto, graph, record = _model_and_plan(model, opts, plan)
     fused = apply_plan(proto, graph, record.groups)
     path = save_model(fused, output)
@@ -279,14 +300,11 @@ def verify(
 ) -> None:
     """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics."""
     from autotune.apply import apply_plan
+    from autotune.estimate import plan_target
     from autotune.verify import Status, graph_equivalence, verify_kernels
-    from costmodel.spec import load_target
 
     proto, graph, record = _model_and_plan(model, opts, plan)
-    meta = dict(record.meta)
-    target = load_target(
-        meta.get("target_source", record.target), meta.get("sets", ()), record.precision
-    )
+    target = plan_target(record)
     equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
     pol = policy.load()
     verdicts = verify_kernels(proto, graph, record.groups, target, pol, seed=seed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from autotune.exceptions import AutotuneError
@@ -51,6 +52,8 @@ class TuneConfig:
             )
         if self.trials < 1 or self.measure_every < 1 or self.measure_top < 1:
             raise AutotuneError("--trials and --measure-every must be >= 1 (and measure_top >= 1)")
+        if self.timeout is not None and not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise AutotuneError(f"--timeout must be seconds > 0, but got {self.timeout}")
         if self.polish < 0:
             raise AutotuneError(f"--polish must be >= 0, but got {self.polish}")
         if self.retrain_every < 1:

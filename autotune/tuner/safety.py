@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from autotune.verify import KernelVerdict, safe_groups, verify_kernels
-from autotune.zoo import ZooOptions, resolve_model
+from autotune.zoo import ZooError, ZooOptions, resolve_model
 from costmodel.lower import Lowering
 from costmodel.spec import Target
 from search_space.ir import Graph, make_group
@@ -54,8 +54,9 @@ def make_safety(
 ) -> Safety:
     """A verification hook for :func:`autotune.tuner.tune_graph`.
 
-    Zoo models are rebuilt with random weights (verification needs values); files are read
-    as given. The model is read once and every kernel checked once per signature and the part
+    Zoo models are rebuilt with random weights (verification needs values; a model too large
+    for that keeps its weights as inputs, and each check draws the ones it reads); files are
+    read as given. The model is read once and every kernel checked once per signature and the part
     of its config its arithmetic depends on (:func:`~autotune.verify.numerics.numerics_key`):
     a study checks many plans that share kernels.
     """
@@ -66,7 +67,10 @@ def make_safety(
         if isinstance(model, onnx.ModelProto):
             return model
         opts = dataclasses.replace(zoo or ZooOptions(), weights="random")
-        source = resolve_model(model, opts)
+        try:
+            source = resolve_model(model, opts)
+        except ZooError:  # too large for one protobuf: each check draws the weights it reads
+            source = resolve_model(model, dataclasses.replace(opts, weights="inputs"))
         return source if isinstance(source, onnx.ModelProto) else read_model(source)[0]
 
     def check(plan: SpacePlan) -> Checked:

@@ -16,6 +16,7 @@ from search_space.ir import Graph
 __all__ = [
     "DEFAULT_STORAGE",
     "SAMPLERS",
+    "journal_path",
     "make_sampler",
     "open_storage",
     "open_study",
@@ -32,20 +33,62 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
     Raises:
         AutotuneError: a storage that cannot be opened.
     """
-    if url is None or url.endswith(".journal") or url.startswith("journal:"):
-        path = Path(url.removeprefix("journal:") if url else DEFAULT_STORAGE)
-        if not path.parent.exists():
+    path = journal_path(url)
+    if path is not None:
+        if not path.parent.is_dir():
             raise AutotuneError(f"storage folder '{path.parent}' does not exist; create it first")
+        if path.is_dir():
+            raise AutotuneError(f"storage '{path}' is a folder; give a .journal file path")
+        if path.exists() and path.stat().st_size:
+            with path.open("rb") as fh:
+                head = fh.read(1)
+            if head != b"{":
+                raise AutotuneError(
+                    f"storage '{path}' is not an Optuna journal (its first byte is not a JSON "
+                    "record); give a new .journal path"
+                )
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
         return JournalStorage(JournalFileBackend(str(path))), str(path)
+    assert url is not None
     if "://" not in url:
         raise AutotuneError(
             f"storage '{url}' is neither a .journal file nor an Optuna URL "
             "(e.g. sqlite:///autotune.db, postgresql://user@host/db)"
         )
-    return url, url
+    return _rdb(url), url
+
+
+def journal_path(url: str | None) -> Path | None:
+    """The journal file a storage argument names (the default when None); None for a URL."""
+    if url is None or url.endswith(".journal") or url.startswith("journal:"):
+        return Path(url.removeprefix("journal:") if url else DEFAULT_STORAGE)
+    return None
+
+
+def _rdb(url: str) -> optuna.storages.BaseStorage:
+    """An RDB storage, opened now so a bad URL is one line, not a traceback mid-study."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+    scheme = url.split("://", 1)[0]
+    try:
+        return optuna.storages.RDBStorage(url)
+    except ImportError as err:
+        extra = " (pip install 'ascend-autofusion[postgres]')" if "postgres" in scheme else ""
+        raise AutotuneError(
+            f"storage '{scheme}://...': its database driver is not installed{extra}: {err}"
+        ) from None
+    except (NoSuchModuleError, ArgumentError) as err:
+        raise AutotuneError(
+            f"storage URL scheme '{scheme}' is not a database SQLAlchemy knows "
+            f"({str(err).splitlines()[0]}); use sqlite:///FILE, postgresql://... or a .journal"
+        ) from None
+    except OperationalError as err:
+        raise AutotuneError(
+            f"cannot open storage '{scheme}://...': {str(err.orig).splitlines()[0]}; check the "
+            "URL (and that its server is up)"
+        ) from None
 
 
 def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.samplers.BaseSampler:

@@ -16,7 +16,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from autotune.exceptions import AutotuneError
 from search_space.ir import Graph
+from search_space.onnx import node_names
 
 __all__ = ["draw_inputs", "graph_equivalence"]
 
@@ -67,14 +69,28 @@ def draw_inputs(model: onnx.ModelProto, graph: Graph, seed: int = 0) -> dict[str
     return feeds
 
 
-def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+def _run(
+    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], which: str = "original"
+) -> list[np.ndarray]:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    sess = ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    names_ok = node_names(model.graph.node)
+    if any(n.name != m for n, m in zip(model.graph.node, names_ok, strict=True) if n.name):
+        model = onnx.ModelProto.FromString(model.SerializeToString())  # repeated node names:
+        for node, name in zip(model.graph.node, names_ok, strict=True):  # renamed apart, as
+            node.name = name  # the tool names them (onnxruntime refuses repeats)
+    try:
+        sess = ort.InferenceSession(
+            model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+        )
+    except Exception as err:  # onnxruntime's own errors: Fail, InvalidGraph, NotImplemented...
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise AutotuneError(
+            f"onnxruntime cannot run the {which} model ({reason}); the graph check needs a "
+            "model onnxruntime runs (custom ops registered, or the plan verified elsewhere)"
+        ) from None
     names = [o.name for o in sess.get_outputs()]
     return [np.asarray(x) for x in sess.run(names, dict(feeds))]
 
@@ -90,7 +106,7 @@ def graph_equivalence(
     del input_shapes
     feeds = draw_inputs(original, graph, seed)
     ref = _run(original, feeds)
-    got = _run(fused, feeds)
+    got = _run(fused, feeds, "fused")
     worst_abs = worst_rel = 0.0
     for a, b in zip(ref, got, strict=True):
         a64, b64 = a.astype(np.float64), b.astype(np.float64)

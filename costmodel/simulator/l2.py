@@ -146,7 +146,16 @@ class L2Cache:
             return 0.0
         have = total = 0
         key0 = tid << _SHIFT
-        for c in range(math.ceil(nbytes / self.chunk - 1e-9)):
+        chunks = math.ceil(nbytes / self.chunk - 1e-9)
+        if chunks > len(self.lines):  # walk what is resident, not every chunk of the tensor
+            last = self._sectors((chunks - 1) * self.chunk, 0.0, nbytes)
+            total = (chunks - 1) * self.nsec + last.bit_count()
+            for key, resident in self.lines.items():
+                c = key - key0
+                if 0 <= c < min(chunks, 1 << _SHIFT):
+                    have += (resident[0] & (last if c == chunks - 1 else self.full)).bit_count()
+            return have / total if total else 0.0
+        for c in range(chunks):
             rm = self._sectors(c * self.chunk, 0.0, nbytes)
             total += rm.bit_count()
             entry = self.lines.get(key0 | c)

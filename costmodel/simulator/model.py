@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.base import CostModel, KernelCost
-from costmodel.exceptions import CostModelError, InfeasibleConfig
+from costmodel.exceptions import CostModelError, InfeasibleConfig, SimulationError
 from costmodel.kernel import PIPES, Kernel
 from costmodel.simulator.engine import Sim, SimResult
 from costmodel.simulator.l2 import L2Cache
@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 
 SHORTCUTS = ("cores", "waves", "memo")
 _MEMO_LIMIT = 20000
+# tiles x steps one simulation may run: 40x the largest kernel of the zoo models at full size
+# (llama3-8b's, 256512); beyond it a kernel is refused (a SimulationError: that candidate
+# fails, not the study) instead of running for hours
+MAX_WORK = 10_000_000
 
 
 def _shortcuts(fast: bool | Collection[str]) -> frozenset[str]:
@@ -155,6 +159,12 @@ class SimulatorModel(CostModel):
     # -- one kernel ----------------------------------------------------------------------------
     def _one(self, kernel: Kernel, l2: L2Cache) -> tuple[KernelCost, tuple[Any, ...]]:
         spec = self.target.spec
+        work = kernel.tiles * max(1, kernel.steps)
+        if work > MAX_WORK:
+            raise SimulationError(
+                f"kernel '{kernel.name}' runs {work:.3g} tiles x steps, beyond the simulator's "
+                f"budget of {MAX_WORK:.0e}; cost it with the analytic or learned model"
+            )
         self._counters["kernels"] += 1
         names: list[str] = []
         for s in kernel.streams:

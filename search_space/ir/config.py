@@ -10,7 +10,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KernelConfig"]
+__all__ = ["MAX_FIELD", "KernelConfig"]
+
+MAX_FIELD = 2**31 - 1  # no tile, core count or knob is larger (a plan saying so is damaged)
+
+
+def _whole(name: str, value: Any, low: int) -> int:
+    """``value`` if it is a whole number in ``[low, MAX_FIELD]`` (JSON ints; not bools)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_FIELD:
+        raise ValueError(
+            f"config field {name} must be a whole number in [{low}, {MAX_FIELD}], but got "
+            f"{value!r}"
+        )
+    return value
 
 
 @dataclass(frozen=True, order=True)
@@ -62,14 +74,29 @@ class KernelConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> KernelConfig:
-        knobs = tuple(sorted((str(k), int(v)) for k, v in dict(data.get("knobs", {})).items()))
+        """A config as :meth:`to_json` writes it.
+
+        Raises:
+            KeyError: no ``block_dim``.
+            ValueError: a field that is not a whole number in range (``block_dim`` >= 1, the
+                tiles and knobs >= 0, none above ``MAX_FIELD``), or a ``double_buffer`` that
+                is not true or false.
+        """
+        knobs = tuple(
+            sorted(
+                (str(k), _whole(f"knob {k}", v, 0)) for k, v in dict(data.get("knobs", {})).items()
+            )
+        )
         ints = {
-            k: int(data.get(k, 0))
+            k: _whole(k, data.get(k, 0), 0)
             for k in ("base_m", "base_n", "base_k", "m", "n", "k", "ub_rows", "ub_cols")
         }
+        db = data.get("double_buffer", True)
+        if not isinstance(db, bool):
+            raise ValueError(f"config field double_buffer must be true or false, but got {db!r}")
         return cls(
-            block_dim=int(data["block_dim"]),
-            double_buffer=bool(data.get("double_buffer", True)),
+            block_dim=_whole("block_dim", data["block_dim"], 1),
+            double_buffer=db,
             knobs=knobs,
             **ints,
         )

@@ -27,6 +27,7 @@ __all__ = [
     "node_names",
     "parse_input_shapes",
     "read_model",
+    "read_model_with_data",
     "save_model",
     "static_input_dims",
     "topological_order",
@@ -58,8 +59,19 @@ def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
         base = None
     else:
         path = Path(source)
+        check(
+            path.exists() or not path.is_symlink(),
+            f"model file '{path}' is a symbolic link that leads nowhere (a loop, or a missing "
+            "target); point it at the model file",
+            ModelLoadError,
+        )
         check(path.exists(), f"model file '{path}' not found; check the path", ModelLoadError)
         check(path.is_file(), f"'{path}' is a folder, not an ONNX model file", ModelLoadError)
+        check(
+            path.stat().st_size > 0,
+            f"model file '{path}' is empty (0 bytes); re-export the model",
+            ModelLoadError,
+        )
         try:
             model = onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError) as err:
@@ -78,6 +90,18 @@ def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
     return model, base
 
 
+def read_model_with_data(source: ModelSource) -> onnx.ModelProto:
+    """As :func:`read_model`, with every external tensor's data read in (what rewriting the
+    model, or running it, needs); the same checks, so a bad file is one clear error."""
+    model, base = read_model(source)
+    if base is not None and any(
+        external_data_helper.uses_external_data(t) for t in _all_initializers(model.graph)
+    ):
+        model = onnx.ModelProto.FromString(model.SerializeToString())  # the caller's stays lazy
+        external_data_helper.load_external_data_for_model(model, str(base))
+    return model
+
+
 def _check_external_data(model: onnx.ModelProto, base: Path | None) -> None:
     for tensor in _all_initializers(model.graph):
         if not external_data_helper.uses_external_data(tensor):
@@ -91,6 +115,13 @@ def _check_external_data(model: onnx.ModelProto, base: Path | None) -> None:
             ModelLoadError,
         )
         assert base is not None
+        inside = (base / location).resolve().is_relative_to(base.resolve())
+        check(
+            inside and not Path(location).is_absolute(),
+            f"external data '{location}' of initializer '{tensor.name}' lies outside the "
+            f"model's folder '{base}'; refused: keep the data file next to the model",
+            ModelLoadError,
+        )
         check(
             (base / location).is_file(),
             f"external data file '{location}' for initializer '{tensor.name}' not found in "

@@ -17,7 +17,7 @@ from typing import Any
 from search_space.atomic import atomic_write_text
 from search_space.exceptions import AutofusionError, check
 from search_space.fusion import FusionContext
-from search_space.ir import Graph, KernelConfig
+from search_space.ir import GROUP_KINDS, Graph, KernelConfig
 
 __all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanError", "PlanGroup"]
 
@@ -47,13 +47,27 @@ class PlanGroup:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PlanGroup:
+        """A group as :meth:`to_json` writes it.
+
+        Raises:
+            KeyError, TypeError, ValueError: a missing or bad field (no ops, an unknown kind,
+                a config field out of range), named with the group's first op.
+        """
+        ops = tuple(str(o) for o in data["ops"])
+        if not ops:
+            raise ValueError("a plan group has no ops")
+        kind = str(data.get("kind", "single"))
+        if kind not in GROUP_KINDS:
+            raise ValueError(
+                f"group starting at '{ops[0]}' has unknown kind '{kind}'; available: "
+                f"{', '.join(GROUP_KINDS)}"
+            )
         config = data.get("config")
-        return cls(
-            ops=tuple(str(o) for o in data["ops"]),
-            kind=str(data.get("kind", "single")),
-            config=KernelConfig.from_json(config) if config else None,
-            verdict=str(data.get("verdict", "")),
-        )
+        try:
+            parsed = KernelConfig.from_json(config) if config else None
+        except ValueError as err:
+            raise ValueError(f"group starting at '{ops[0]}': {err}") from None
+        return cls(ops=ops, kind=kind, config=parsed, verdict=str(data.get("verdict", "")))
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,11 @@ class FusionPlan:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise PlanError(f"plan is missing or has a bad field: {err}") from None
+        seen: set[str] = set()
+        for g in plan.groups:  # checked without the model too (``report`` reads no model)
+            for op in g.ops:
+                check(op not in seen, f"plan puts op '{op}' in two groups", PlanError)
+                seen.add(op)
         if graph is not None:
             plan.check_model(graph)
         return plan

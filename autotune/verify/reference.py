@@ -11,11 +11,13 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator
 
 from autotune.verify.extract import Subgraph
+from autotune.verify.pooling import FAST_OPS
 
 __all__ = ["reference_outputs"]
 
 
 def reference_outputs(sub: Subgraph) -> dict[str, np.ndarray]:
     """Every output of ``sub`` computed in float64 from the same inputs the emulation sees."""
-    outs = ReferenceEvaluator(sub.model(float64=True)).run(None, sub.run_feeds(float64=True))
+    evaluator = ReferenceEvaluator(sub.model(float64=True), new_ops=FAST_OPS)
+    outs = evaluator.run(None, sub.run_feeds(float64=True))
     return {t: np.asarray(o) for t, o in zip(sub.outputs, outs, strict=True)}

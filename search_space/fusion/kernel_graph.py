@@ -76,6 +76,7 @@ class KernelGraph:
                     pred[name].setdefault(src.name, root)
         self.succ = succ
         self.pred = pred
+        self.legal_memo: dict[frozenset[str], bool] = {}  # legality.legal's answers
 
     def fusible(self, op: Op) -> bool:
         """May the op share a kernel at all (not opaque, not forbidden by the policy)?"""

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from search_space.fusion.kernel_graph import KernelGraph, Verdict, is_cube
 from search_space.ir import Graph, Op, OpClass, alias_root, reduction_axes
 
-__all__ = ["REDUCE_ROW", "check", "is_connected", "is_convex"]
+__all__ = ["REDUCE_ROW", "check", "is_connected", "is_convex", "legal"]
 
 REDUCE_ROW = frozenset(
     {
@@ -38,6 +38,18 @@ REDUCE_ROW = frozenset(
         "LpNormalization",
     }
 )
+
+
+def legal(kg: KernelGraph, ops: frozenset[str]) -> bool:
+    """Whether ``ops`` may be one kernel (:func:`check`), remembered on ``kg`` (its graph never
+    changes): a study's repairs ask about the same merges many thousand times."""
+    memo = kg.legal_memo
+    got = memo.get(ops)
+    if got is None:
+        if len(memo) >= 1_000_000:  # a bound on memory, far above a study's needs
+            memo.clear()
+        got = memo[ops] = check(kg, ops).ok
+    return got
 
 
 def check(kg: KernelGraph, ops: Iterable[str]) -> Verdict:

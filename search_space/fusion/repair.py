@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from search_space.fusion.kernel_graph import Edge, KernelGraph
-from search_space.fusion.legality import check
+from search_space.fusion.legality import legal
 from search_space.ir import FusionGroup, Graph, Op, make_group
 
 __all__ = ["repair", "to_groups"]
@@ -36,7 +36,7 @@ def repair(
             merged = a | b
             if (
                 _cycle_through(kg, a, b, group)
-                or not check(kg, merged).ok
+                or not legal(kg, merged)
                 or (feasible is not None and not feasible(merged))
             ):
                 skipped.append(edge)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from search_space.ir import Graph, Op, OpClass, alias_root
+from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root
 
 __all__ = ["Edge", "KernelGraph", "Verdict", "is_cube", "is_vectorish"]
 
@@ -77,6 +77,7 @@ class KernelGraph:
         self.succ = succ
         self.pred = pred
         self.legal_memo: dict[frozenset[str], bool] = {}  # legality.legal's answers
+        self.group_memo: dict[frozenset[str], FusionGroup] = {}  # repair.to_groups' groups
 
     def fusible(self, op: Op) -> bool:
         """May the op share a kernel at all (not opaque, not forbidden by the policy)?"""

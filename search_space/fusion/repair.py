@@ -85,17 +85,21 @@ def to_groups(kg: KernelGraph, partition: Iterable[frozenset[str]]) -> list[Fusi
     """FusionGroups (views between members included) in kernel-graph order."""
     g = kg.graph
     out = []
-    parts = sorted(partition, key=lambda p: min(kg.index[n] for n in p))
-    inside = {n: p for p in parts for n in p}
-    for part in parts:
-        names = set(part)
-        if len(part) > 1:
-            names |= _inner_views(g, part, inside)
-        out.append(make_group(g, names))
+    memo = kg.group_memo  # a part's group depends on the part alone (frozen, so shared)
+    for part in sorted(partition, key=lambda p: min(kg.index[n] for n in p)):
+        group = memo.get(part)
+        if group is None:
+            names = set(part)
+            if len(part) > 1:
+                names |= _inner_views(g, part)
+            if len(memo) >= 200_000:  # a bound on memory, far above a study's needs
+                memo.clear()
+            group = memo[part] = make_group(g, names)
+        out.append(group)
     return out
 
 
-def _inner_views(g: Graph, part: frozenset[str], inside: dict[str, frozenset[str]]) -> set[str]:
+def _inner_views(g: Graph, part: frozenset[str]) -> set[str]:
     """Views fed by the group whose every (transitive) reader is in the group too."""
     views = set()
     for n in part:
@@ -104,7 +108,7 @@ def _inner_views(g: Graph, part: frozenset[str], inside: dict[str, frozenset[str
             while stack:
                 v = stack.pop()
                 readers = _view_readers(g, v)
-                if readers and all(inside.get(r) is part for r in readers):
+                if readers and all(r in part for r in readers):
                     views.add(v.name)
                     stack += [c for c in g.consumers(v.outputs[0]) if c.is_view]
     return views

@@ -134,6 +134,9 @@ def tune(
     safety = make_safety(graph, model, opts.zoo, cfg.policy, tgt)
     result = _run_with_progress(graph, cfg, name, safety)
     path = result.plan.save(output)
+    if result.interrupted:  # the best plan so far is written; say so and exit as Ctrl-C does
+        err.print(f"interrupted: wrote the best plan found so far to {path}", highlight=False)
+        raise typer.Exit(130)
     _print_tune(model, result, path, json_out)
 
 

@@ -66,6 +66,7 @@ class Session:
     swaps: list[tuple[str, str]] = field(default_factory=list)
     safety: Safety | None = None  # safe mode: every measured plan is checked first
     clock: Clock = field(default_factory=Clock)  # wall time per phase (meta.timing_s)
+    interrupted: bool = False  # Ctrl-C ended the trials (the plan is the best so far)
 
     @classmethod
     def open(

@@ -71,6 +71,14 @@ def objective(s: Session) -> Callable[[optuna.trial.Trial], float | tuple[float,
     limit = s.config.policy.max_mem_usage
 
     def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
+        try:
+            return scored(trial)
+        except KeyboardInterrupt:  # Ctrl-C: this trial is dropped, not failed with a traceback
+            s.interrupted = True
+            s.study.stop()
+            raise optuna.TrialPruned() from None
+
+    def scored(trial: optuna.trial.Trial) -> float | tuple[float, float]:
         plan = s.space.suggest(trial)
         trial.set_user_attr("plan_key", plan.key())
         trial.set_user_attr("kernels", len(plan.groups))
@@ -168,10 +176,11 @@ def run_trials(s: Session, progress: Callable[[int, float], None] | None = None)
             callbacks=[OnTrial(s, progress)],
             catch=(Exception,),
         )
-    except KeyboardInterrupt:
-        log.warning("interrupted: writing the best plan found so far")
-        return True
-    return False
+    except KeyboardInterrupt:  # between trials (a measurement, a callback, the sampler)
+        s.interrupted = True
+    if s.interrupted:
+        log.info("interrupted: writing the best plan found so far")
+    return s.interrupted
 
 
 def measure_descent(

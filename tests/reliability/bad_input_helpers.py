@@ -15,11 +15,10 @@ from typer.testing import CliRunner
 from autotune.cli import app
 
 
-def make_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every corpus file, and a valid plan of the valid model made by the tool itself."""
-    folder = tmp_path_factory.mktemp("corpus")
+def build_corpus(folder: Path, work: Path) -> dict[str, Path]:
+    """Every corpus file in ``folder``, and a valid plan of the valid model made by the tool
+    itself in ``work`` (the plan variants are made from it)."""
     made = build(folder)
-    work = tmp_path_factory.mktemp("plan")
     res = CliRunner().invoke(
         app,
         ["tune", str(made["valid"]), "--trials", "2", "--cost", "analytic", "--polish", "0",
@@ -27,6 +26,11 @@ def make_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     return build(folder, work / "plan.json")
+
+
+def make_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The corpus in a test's temporary folders."""
+    return build_corpus(tmp_path_factory.mktemp("corpus"), tmp_path_factory.mktemp("plan"))
 
 
 def _digest(path: Path) -> str:
@@ -39,27 +43,39 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_case(case: Case, corpus: dict[str, Path], tmp: Path) -> None:
-    """Run one case in-process and hold it to its expected outcome: the exit status, one
-    error line with its phrase and no traceback, no corpus file changed, and no output left
-    behind by a failure."""
+EXPECTED = {0: "accepted", 1: "clear error", 2: "usage error"}  # outcome by exit status
+
+
+def outcome(case: Case, corpus: dict[str, Path], tmp: Path) -> tuple[str, str]:
+    """Run one case in-process: its outcome (``EXPECTED`` of its exit status when it behaved,
+    else ``traceback``, ``input changed``, ``wrong outcome`` or ``left output``) and the
+    command with what it printed."""
     names = {k: str(v) for k, v in corpus.items()}
     argv = [a.format(tmp=tmp, **names) for a in case.argv]
     before = {k: _digest(p) for k, p in corpus.items()}
     res = CliRunner().invoke(app, argv)
     where = f"{case.id}: autotune {' '.join(argv)}\n{res.output}"
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        raise AssertionError(f"{where}\nraised {type(res.exception).__name__}") from res.exception
-    assert "Traceback" not in res.output, where
-    assert res.exit_code == case.code, where
+    if (
+        res.exception is not None and not isinstance(res.exception, SystemExit)
+    ) or "Traceback" in res.output:
+        return "traceback", f"{where}\nraised {res.exception!r}"
+    changed = sorted(k for k, p in corpus.items() if _digest(p) != before[k])
+    if changed:
+        return "input changed", f"{where}\ncorpus files changed: {changed}"
+    if res.exit_code != case.code:
+        return "wrong outcome", where
     if case.code == 1:
         errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
-        assert len(errors) == 1, where
-        assert case.says in errors[0].lower(), where
-    if case.code != 0:
-        for out in case.outputs:
-            assert not Path(out.format(tmp=tmp, **names)).exists(), where
-    after = {k: _digest(p) for k, p in corpus.items()}
-    changed = sorted(k for k in before if before[k] != after[k])
-    assert not changed, f"{where}\ncorpus files changed: {changed}"
+        if len(errors) != 1 or case.says not in errors[0].lower():
+            return "wrong outcome", where
+    if case.code and any(Path(o.format(tmp=tmp, **names)).exists() for o in case.outputs):
+        return "left output", where
+    return EXPECTED[case.code], where
+
+
+def run_case(case: Case, corpus: dict[str, Path], tmp: Path) -> None:
+    """Hold one case to its expected outcome: the exit status, one error line with its phrase
+    and no traceback, no corpus file changed, and no output left behind by a failure."""
+    got, where = outcome(case, corpus, tmp)
+    assert got == EXPECTED[case.code], f"{got}: {where}"
     shutil.rmtree(tmp, ignore_errors=True)

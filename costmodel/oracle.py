@@ -58,6 +58,7 @@ class CostOracle:
         self._feasible: dict[frozenset[str], bool] = {}
         self._costs: dict[str, np.ndarray] = {}
         self._sorted: dict[str, list[KernelConfig]] = {}
+        self._best: dict[str, tuple[KernelConfig, float]] = {}
         self.evaluations = 0
 
     def feasible(self, ops: Iterable[str]) -> bool:
@@ -92,6 +93,7 @@ class CostOracle:
     def refresh(self) -> None:
         """Forget every cost (the model changed); grid orders stay as first ranked."""
         self._costs.clear()
+        self._best.clear()
 
     def default(self, group: FusionGroup) -> KernelConfig:
         return self.lowering.default(group)
@@ -113,10 +115,14 @@ class CostOracle:
             return float(self.model.predict_batch(self.lowering.batch(group, [config]))[0])
 
     def best(self, group: FusionGroup) -> tuple[KernelConfig, float]:
-        """The cheapest config of the group's grid and its cost."""
-        costs = self.costs(group)
-        i = int(np.argmin(costs))
-        return self.grid(group)[i], float(costs[i])
+        """The cheapest config of the group's grid and its cost (remembered per signature
+        until :meth:`refresh`: a search asks it of every group of every plan it scores)."""
+        sig = self.lowering.signature(group)
+        if sig not in self._best:
+            costs = self.costs(group)
+            i = int(np.argmin(costs))
+            self._best[sig] = (self.grid(group)[i], float(costs[i]))
+        return self._best[sig]
 
     def default_cost(self, group: FusionGroup) -> float:
         return self.cost(group, self.default(group))

@@ -14,6 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autotune.exceptions import AutotuneError
 from autotune.tuner.records import MeasureResult
 from costmodel.analytic import AnalyticModel
@@ -33,6 +35,7 @@ __all__ = ["COSTS", "Evaluator", "make_study_model"]
 
 log = logging.getLogger(__name__)
 COSTS = ("learned", "analytic")
+_KernelKey = tuple[str, KernelConfig, tuple[float, ...]]  # signature, config, L2 context
 
 
 def make_study_model(kind: str, target: Target, path: str | None = None) -> CostModel:
@@ -105,6 +108,8 @@ class Evaluator:
         self._pending: list[dict[str, Any]] = []
         self._kernels: dict[tuple[str, KernelConfig], Kernel] = {}
         self._scores: dict[tuple[str, str], float] = {}
+        # latency of a kernel (signature, config, L2 context) under each model version
+        self._kernel_costs: dict[str, dict[_KernelKey, float]] = {}
         self._measured: dict[str, MeasureResult] = {}
         self.refits = 0
 
@@ -119,18 +124,40 @@ class Evaluator:
 
     def score(self, plan: SpacePlan) -> float:
         """Predicted latency (us) of the plan under the current model."""
-        key = (plan.key(), self.model.version)
-        if key not in self._scores:
-            self._scores[key] = float(self.model.predict(self.kernels(plan)).sum())
-        return self._scores[key]
+        return self._plan_score(plan, self.model, self.model.version)
 
     def prior_score(self, plan: SpacePlan) -> float:
         """Predicted latency (us) of the plan under the calibrated analytic model: the learned
         model's prior (its correction left out), or the study's model when that is analytic.
         Never refits, so it is cached by plan alone."""
-        key = (plan.key(), "prior")
-        if key not in self._scores:
-            self._scores[key] = float(self.residency_model.predict(self.kernels(plan)).sum())
+        return self._plan_score(plan, self.residency_model, "prior")
+
+    def _plan_score(self, plan: SpacePlan, model: CostModel, version: str) -> float:
+        """The plan's predicted latency, cached by plan and ``version``. Each kernel's latency
+        is remembered by its signature, config and L2 context under that version: a local
+        search's move changes a few groups (and the L2 context of a few after them), so only
+        those kernels are scored again; the sum equals ``model.predict`` of the whole plan."""
+        key = (plan.key(), version)
+        if key in self._scores:
+            return self._scores[key]
+        if not isinstance(model, AnalyticModel | LearnedModel):  # no per-kernel contexts
+            self._scores[key] = float(model.predict(self.kernels(plan)).sum())
+            return self._scores[key]
+        if version not in self._kernel_costs:  # a refit: the older versions' costs are stale
+            self._kernel_costs = {v: m for v, m in self._kernel_costs.items() if v == "prior"}
+            self._kernel_costs[version] = {}
+        memo = self._kernel_costs[version]
+        kernels = self.kernels(plan)
+        resident = self.residency_model.residency(kernels)
+        keys = [
+            (self.lowering.signature(g), c, tuple(r))
+            for g, c, r in zip(plan.groups, plan.configs, resident, strict=True)
+        ]
+        new = [i for i, k in enumerate(keys) if k not in memo]
+        if new:
+            got = model.latencies([kernels[i] for i in new], [resident[i] for i in new])
+            memo.update((keys[i], float(v)) for i, v in zip(new, got, strict=True))
+        self._scores[key] = float(np.array([memo[k] for k in keys], dtype=np.float64).sum())
         return self._scores[key]
 
     def measure(self, plan: SpacePlan) -> MeasureResult:

@@ -157,6 +157,22 @@ class AnalyticModel(CostModel):
                 costs[i] = self._cost(b, n)
         return costs
 
+    def latencies(
+        self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
+    ) -> np.ndarray:
+        """Latency (us) of each kernel in the L2 context given for it (a row of
+        :meth:`residency`), not carried from the kernels before it in ``kernels``: what
+        :meth:`predict` returns when ``resident`` is the plan's own residency, for any subset
+        of a plan's kernels (a search re-scores only the kernels a move changed).
+
+        Raises:
+            InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
+        """
+        out = np.empty(len(kernels), dtype=np.float64)
+        for rows, _, b in self.breakdowns(kernels, resident):
+            out[rows] = b.latency_us
+        return out
+
     def breakdowns(
         self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]] | None = None
     ) -> list[tuple[list[int], KernelBatch, Breakdown]]:

@@ -182,7 +182,22 @@ class LearnedModel(CostModel):
         Raises:
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
         """
-        res = self.analytic.residency(kernels)
+        return self._costs(kernels, self.analytic.residency(kernels))
+
+    def latencies(
+        self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
+    ) -> np.ndarray:
+        """Latency (us) of each kernel in the L2 context given for it (as
+        :meth:`AnalyticModel.latencies`).
+
+        Raises:
+            InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
+        """
+        return np.array([c.latency_us for c in self._costs(kernels, resident)], dtype=np.float64)
+
+    def _costs(
+        self, kernels: Sequence[Kernel], res: Sequence[Sequence[float]]
+    ) -> list[KernelCost]:
         floor = self._floor_us(
             [k.cube_flops for k in kernels],
             [k.compulsory_bytes - _warm_bytes(k, r) for k, r in zip(kernels, res, strict=True)],

@@ -246,22 +246,24 @@ class L2Residency(Mapping[str, float]):
     def __init__(self, capacity: float) -> None:
         self.capacity = float(capacity)
         self._lru: OrderedDict[str, float] = OrderedDict()
+        self._used = 0.0  # bytes of every tensor in the LRU (kept, not summed per touch)
 
     def touch(self, tensor: str, nbytes: float) -> None:
         """Record that ``tensor`` was read or written in full (most recently used)."""
-        self._lru.pop(tensor, None)
+        self._used -= self._lru.pop(tensor, 0.0)
         if nbytes > self.capacity:
-            self._lru.clear()  # streaming a tensor larger than L2 flushes it
+            self.flush()  # streaming a tensor larger than L2 flushes it
             return
         self._lru[tensor] = float(nbytes)
-        used = sum(self._lru.values())
-        while used > self.capacity:
+        self._used += float(nbytes)
+        while self._used > self.capacity:
             _, evicted = self._lru.popitem(last=False)
-            used -= evicted
+            self._used -= evicted
 
     def flush(self) -> None:
         """Forget every tensor: what is left in L2 is of no use to a later reader."""
         self._lru.clear()
+        self._used = 0.0
 
     def __getitem__(self, tensor: str) -> float:
         return self._lru[tensor]

@@ -4,6 +4,7 @@ baselines beside it (none, greedy, max, the exact optimal) and the persisted pla
 from __future__ import annotations
 
 from search_space.space.baselines import BASELINES, baseline_partition, baseline_plan, plan_cost
+from search_space.space.memory import peak_live_bytes
 from search_space.space.optimal import (
     OptimalResult,
     OptimalUnavailable,
@@ -20,7 +21,6 @@ from search_space.space.search import (
     SpacePlan,
     TrialLike,
     build_space,
-    peak_live_bytes,
 )
 
 __all__ = [

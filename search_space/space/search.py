@@ -20,9 +20,10 @@ from search_space.fusion import Edge, FusionContext
 from search_space.ir import FusionGroup, Graph, KernelConfig, alias_root
 from search_space.rules import Policy, edges_of, greedy, match, policy_rules
 
-__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "peak_live_bytes"]
+__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space"]
 
 STRATEGIES = ("joint", "bilevel")
+REPAIRED = 4096  # repaired plans a space remembers
 
 
 class GroupOracle(Protocol):
@@ -140,6 +141,7 @@ class SearchSpace:
             self.class_of[e] = name
         self._feasible = oracle.feasible
         self.forbidden: dict[str, str] = {}  # group signature -> why (see :meth:`forbid`)
+        self._repaired: dict[tuple[frozenset[Edge], frozenset[str]], tuple[FusionGroup, ...]] = {}
         # block (its open classes) -> (one occurrence's ops, occurrences); a block with one
         # class is a single flip already
         self._blocks: dict[tuple[str, ...], tuple[frozenset[str], int]] = {}
@@ -190,6 +192,16 @@ class SearchSpace:
         self.forbidden.update(signatures)
 
     def _groups(self, chosen: Iterable[Edge]) -> tuple[FusionGroup, ...]:
+        """:meth:`_repair`, remembered for up to ``REPAIRED`` sets of chosen edges (a descent
+        and its prior's hedge ask again) under the same forbidden signatures."""
+        key = (frozenset(chosen), frozenset(self.forbidden))
+        if key not in self._repaired:
+            if len(self._repaired) >= REPAIRED:
+                self._repaired.clear()
+            self._repaired[key] = self._repair(key[0])
+        return self._repaired[key]
+
+    def _repair(self, chosen: Iterable[Edge]) -> tuple[FusionGroup, ...]:
         """Repair ``chosen`` (plus the fixed edges) into the plan's groups. A group of a
         forbidden signature is split into its ops, each a kernel of its own; every other group
         stays as the repair made it (splitting a convex group keeps the plan acyclic)."""
@@ -291,37 +303,6 @@ class _Replay:
 
     def suggest_int(self, name: str, low: int, high: int) -> int:
         return int(self.params.get(name, low))
-
-
-def peak_live_bytes(graph: Graph, groups: Sequence[FusionGroup]) -> int:
-    """Peak bytes of intermediates alive while the groups run in order (graph inputs, weights
-    and constants excluded; a tensor lives from its group until its last reading group)."""
-    position = {n: i for i, g in enumerate(groups) for n in g.ops}
-    last: dict[str, int] = {}
-    born: dict[str, int] = {}
-    for i, g in enumerate(groups):
-        for t in g.outputs:
-            root = alias_root(graph, t)
-            if graph.tensors[root].kind == "intermediate":
-                born.setdefault(root, i)
-                end = i if t not in graph.outputs else len(groups)
-                for c in graph.consumers(t):
-                    end = max(end, position.get(c.name, i))
-                last[root] = max(last.get(root, i), end)
-        for t in g.inputs:
-            root = alias_root(graph, t)
-            if root in born:
-                last[root] = max(last.get(root, i), i)
-    peak = 0
-    events: list[tuple[int, int]] = []
-    for t, start in born.items():
-        events.append((start, graph.tensors[t].nbytes))
-        events.append((last[t] + 1, -graph.tensors[t].nbytes))
-    live = 0
-    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
-        live += delta
-        peak = max(peak, live)
-    return peak
 
 
 def build_space(

@@ -8,7 +8,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from analytic_helpers import PROPS, cost, model
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kernels_by_hand import add, matmul
 
@@ -141,6 +141,28 @@ def test_residency_is_an_lru_of_whole_tensors() -> None:
     assert dict(l2) == {"a": 40, "c": 40}  # b was least recently used
     l2.touch("huge", 150)
     assert len(l2) == 0  # streaming more than L2 flushes it
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from("abcdefgh"), max_size=60),
+    st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 120), min_size=8),
+    st.integers(50, 300),
+)
+def test_residency_keeps_the_most_recent_tensors_that_fit(touches, sizes, capacity: int) -> None:
+    """After any touches (each tensor of one size): at most ``capacity`` bytes, and what is
+    resident is the newest tensors by last touch that fit together, newest first, up to the
+    first that does not (a tensor bigger than L2 forgets everything before it)."""
+    l2 = L2Residency(capacity)
+    for name in touches:
+        l2.touch(name, sizes[name])
+    assert sum(l2.values()) <= capacity
+    want: dict[str, int] = {}
+    for name in dict.fromkeys(reversed(touches)):  # newest first, each once
+        if sum(want.values()) + sizes[name] > capacity:
+            break
+        want[name] = sizes[name]
+    assert dict(l2) == want
 
 
 def test_waiting_for_fills_in_flight_slows_shared_panels() -> None:

@@ -63,6 +63,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a written file is a normal file
         os.replace(tmp, out)
     except BaseException:

@@ -20,6 +20,7 @@ import optuna
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.evaluator import Evaluator, make_study_model
+from autotune.tuner.leases import reap
 from autotune.tuner.records import Candidate
 from autotune.tuner.safety import Safety
 from autotune.tuner.study import open_storage, open_study, study_name
@@ -110,6 +111,7 @@ class Session:
             swaps=space.swap_moves(), safety=safety if policy.safe_mode else None,
         )  # fmt: skip
         out.sync_forbidden()
+        reap(study)  # trials a killed worker left RUNNING: failed, retried once
         return out
 
     # -- what the steps ask -----------------------------------------------------------------

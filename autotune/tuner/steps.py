@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import optuna
 
 from autotune.exceptions import AutotuneError
+from autotune.tuner.leases import Lease, reap
 from autotune.tuner.pareto import knee, picked
 from autotune.tuner.records import Candidate
 from autotune.tuner.safety import Safety
@@ -72,7 +73,8 @@ def objective(s: Session) -> Callable[[optuna.trial.Trial], float | tuple[float,
 
     def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
         try:
-            return scored(trial)
+            with Lease(trial):
+                return scored(trial)
         except KeyboardInterrupt:  # Ctrl-C: this trial is dropped, not failed with a traceback
             s.interrupted = True
             s.study.stop()
@@ -102,8 +104,10 @@ def measure_best(s: Session, hedging: bool = True) -> None:
     """Simulate up to ``measure_top`` of the best trials whose plans are not measured yet
     (ranked by the model as it is now; the Pareto front for two objectives), hedge a learned
     study's prior from the incumbent, and refit the learned model on the new rows. Signatures
-    other workers forbade in the meantime are taken up first."""
+    other workers forbade in the meantime are taken up first, and trials of workers that
+    are gone failed and retried."""
     s.sync_forbidden()
+    reap(s.study)
     if s.config.multi:
         ranked = sorted(s.study.best_trials, key=lambda t: t.values[0])
     else:

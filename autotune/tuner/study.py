@@ -3,9 +3,7 @@ resuming it (the loop itself is :mod:`autotune.tuner.loop`)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 import warnings
 from pathlib import Path
 
@@ -13,8 +11,9 @@ import optuna
 
 from autotune.exceptions import AutotuneError
 from autotune.tuner.config import TuneConfig
+from autotune.tuner.journal import OwnedLock, mend_journal
+from autotune.tuner.leases import heartbeat_kwargs
 from costmodel.spec import Target
-from search_space.atomic import atomic_write_bytes
 from search_space.ir import Graph
 
 __all__ = [
@@ -22,7 +21,6 @@ __all__ = [
     "SAMPLERS",
     "journal_path",
     "make_sampler",
-    "mend_journal",
     "open_storage",
     "open_study",
     "study_name",
@@ -59,7 +57,8 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
         mended = mend_journal(path)
         if mended:
             log.warning(mended)
-        return JournalStorage(JournalFileBackend(str(path))), str(path)
+        backend = JournalFileBackend(str(path), lock_obj=OwnedLock(path))
+        return JournalStorage(backend), str(path)
     assert url is not None
     if "://" not in url:
         raise AutotuneError(
@@ -67,57 +66,6 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
             "(e.g. sqlite:///autotune.db, postgresql://user@host/db)"
         )
     return _rdb(url), url
-
-
-def mend_journal(path: Path) -> str | None:
-    """Cut a journal's last line when a process died writing it, keeping the damaged file
-    beside it as ``<name>.damaged``; say what was done (None when the file is whole).
-
-    The check runs under the journal's own write lock, so a line another process is writing
-    now is never taken for a damaged one.
-
-    Raises:
-        AutotuneError: a damaged line before the last (not a cut-off write: the file is not
-            a journal this tool can resume).
-    """
-    if not path.is_file() or not path.stat().st_size:
-        return None
-    from optuna.storages.journal import JournalFileSymlinkLock
-
-    lock = JournalFileSymlinkLock(str(path))
-    lock.acquire()
-    try:
-        lines = path.read_bytes().split(b"\n")
-        body, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline
-        bad = [i for i, line in enumerate(body) if line.strip() and not _is_json(line)]
-        if bad and (bad != [len(body) - 1] or tail):
-            raise AutotuneError(
-                f"storage '{path}': line {bad[0] + 1} of {len(body)} is damaged, not only the "
-                "last one; it cannot be resumed: move it aside and start a new study"
-            )
-        if not bad and (not tail or _is_json(tail)):
-            if tail:  # a whole last record without its newline: complete it
-                with path.open("ab") as fh:
-                    fh.write(b"\n")
-            return None
-        keep = body[:-1] if bad else body
-        backup = path.with_name(path.name + ".damaged")
-        shutil.copyfile(path, backup)
-        atomic_write_bytes(path, b"".join(line + b"\n" for line in keep))
-    finally:
-        lock.release()
-    return (
-        f"storage '{path}': its last line was cut off (a process died writing it); resuming "
-        f"from the {len(keep)} lines before it (the damaged file is kept as '{backup.name}')"
-    )
-
-
-def _is_json(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
 
 
 def journal_path(url: str | None) -> Path | None:
@@ -133,7 +81,7 @@ def _rdb(url: str) -> optuna.storages.BaseStorage:
 
     scheme = url.split("://", 1)[0]
     try:
-        return optuna.storages.RDBStorage(url)
+        return optuna.storages.RDBStorage(url, **heartbeat_kwargs())
     except ImportError as err:
         extra = " (pip install 'ascend-autofusion[postgres]')" if "postgres" in scheme else ""
         raise AutotuneError(

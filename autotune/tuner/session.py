@@ -83,11 +83,11 @@ class Session:
         policy = config.policy
         ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
         model = make_study_model(config.cost, target, config.cost_model_file)
-        storage, storage_name = open_storage(config.storage)
         sname = config.study or study_name(graph, target, config, name)
         ev = Evaluator(
             graph, target, model, retrain_every=config.retrain_every, family=name, study=sname
-        )
+        )  # before the storage: a model that cannot be costed leaves no journal behind
+        storage, storage_name = open_storage(config.storage)
         dataset = _dataset_path(config, storage_name)
         if ev.load_rows(dataset):
             ev.retrain(force=True)  # a resumed study continues from what it had learned

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from costmodel.exceptions import InfeasibleConfig
+from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import Kernel, KernelBatch, KernelConfig
 from costmodel.lower.attention import analyse_attention, attention_grid, lower_attention
 from costmodel.lower.cube import analyse_cube, cube_grid, lower_cube
@@ -48,6 +48,19 @@ class Lowering:
     """
 
     def __init__(self, graph: Graph, target: Target) -> None:
+        """Raises: CostModelError for a graph with an empty tensor (nothing to cost)."""
+        empty = [t for t in graph.tensors.values() if t.shape and 0 in t.shape]
+        if empty:
+            flags = " ".join(
+                f"--input-shape {t.name}=" + "x".join(str(d or 1) for d in t.shape or ())
+                for t in empty
+                if t.kind == "input"
+            )
+            raise CostModelError(
+                f"tensor '{empty[0].name}' {list(empty[0].shape or ())} is empty (a zero "
+                "dim): the model has no work to cost or tune; give it a non-zero size"
+                + (f", e.g. {flags}" if flags else "")
+            )
         self.graph = graph
         self.target = target
         self._work: dict[FusionGroup, tuple[str, Any]] = {}

@@ -339,7 +339,7 @@ def static_input_dims(
                 ModelLoadError,
             )
             result[vi.name] = given
-        elif dims is None or any(isinstance(d, str) or d <= 0 for d in dims):
+        elif dims is None or any(isinstance(d, str) or d < 0 for d in dims):
             dynamic.append((vi.name, dims))
         else:
             result[vi.name] = tuple(int(d) for d in dims)

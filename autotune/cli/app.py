@@ -2,15 +2,15 @@
 
 Exit codes: 0 ok, 1 a user error reported in one line (no traceback), 2 a usage error.
 Commands live in :mod:`.explore` (inspect, estimate, candidates, zoo), :mod:`.tuning` (tune,
-report, apply, verify) and :mod:`.costmodel` (calibrate, costmodel eval); flags they share
-are declared once in :mod:`.common`.
+report, apply, verify), :mod:`.dashboard` and :mod:`.costmodel` (calibrate, costmodel eval);
+flags they share are declared once in :mod:`.common`.
 """
 
 from __future__ import annotations
 
 import typer
 
-from autotune.cli import costmodel, explore, tuning
+from autotune.cli import costmodel, dashboard, explore, tuning
 
 __all__ = ["app", "main"]
 
@@ -31,6 +31,7 @@ app.command("tune")(tuning.tune)
 app.command("report")(tuning.report)
 app.command("apply")(tuning.apply)
 app.command("verify")(tuning.verify)
+app.command("dashboard")(dashboard.dashboard)
 app.command("calibrate")(costmodel.calibrate)
 costmodel_app.command("eval")(costmodel.costmodel_eval)
 zoo_app.command("list")(explore.zoo_list)

@@ -93,6 +93,7 @@ def tune(
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
     # Long for its flags: typer reads the command line from this signature.
     from autotune.tuner import TuneConfig, make_safety
+    from autotune.tuner.annotate import upload_plan
     from autotune.tuner.study import journal_path
     from costmodel.spec import load_target
     from search_space.atomic import output_path
@@ -134,6 +135,7 @@ def tune(
     safety = make_safety(graph, model, opts.zoo, cfg.policy, tgt)
     result = _run_with_progress(graph, cfg, name, safety)
     path = result.plan.save(output)
+    upload_plan(result.storage, result.study, path)  # for `autotune dashboard`
     if result.interrupted:  # the best plan so far is written; say so and exit as Ctrl-C does
         err.print(f"interrupted: wrote the best plan found so far to {path}", highlight=False)
         raise typer.Exit(130)

@@ -132,22 +132,31 @@ class Evaluator:
         Never refits, so it is cached by plan alone."""
         return self._plan_score(plan, self.residency_model, "prior")
 
+    def kernel_latencies(self, plan: SpacePlan) -> list[float]:
+        """Each kernel's predicted latency (us) under the current model, in plan order (what
+        :meth:`score` sums)."""
+        return self._latencies(plan, self.model, self.model.version)
+
     def _plan_score(self, plan: SpacePlan, model: CostModel, version: str) -> float:
-        """The plan's predicted latency, cached by plan and ``version``. Each kernel's latency
-        is remembered by its signature, config and L2 context under that version: a local
-        search's move changes a few groups (and the L2 context of a few after them), so only
-        those kernels are scored again; the sum equals ``model.predict`` of the whole plan."""
+        """The plan's predicted latency, cached by plan and ``version``."""
         key = (plan.key(), version)
-        if key in self._scores:
-            return self._scores[key]
+        if key not in self._scores:
+            lat = self._latencies(plan, model, version)
+            self._scores[key] = float(np.array(lat, dtype=np.float64).sum())
+        return self._scores[key]
+
+    def _latencies(self, plan: SpacePlan, model: CostModel, version: str) -> list[float]:
+        """Each kernel's latency, remembered by its signature, config and L2 context under
+        ``version``: a local search's move changes a few groups (and the L2 context of a few
+        after them), so only those kernels are scored again; the values are what
+        ``model.predict`` gives for the whole plan."""
+        kernels = self.kernels(plan)
         if not isinstance(model, AnalyticModel | LearnedModel):  # no per-kernel contexts
-            self._scores[key] = float(model.predict(self.kernels(plan)).sum())
-            return self._scores[key]
+            return [float(v) for v in model.predict(kernels)]
         if version not in self._kernel_costs:  # a refit: the older versions' costs are stale
             self._kernel_costs = {v: m for v, m in self._kernel_costs.items() if v == "prior"}
             self._kernel_costs[version] = {}
         memo = self._kernel_costs[version]
-        kernels = self.kernels(plan)
         resident = self.residency_model.residency(kernels)
         keys = [
             (self.lowering.signature(g), c, tuple(r))
@@ -157,8 +166,7 @@ class Evaluator:
         if new:
             got = model.latencies([kernels[i] for i in new], [resident[i] for i in new])
             memo.update((keys[i], float(v)) for i, v in zip(new, got, strict=True))
-        self._scores[key] = float(np.array([memo[k] for k in keys], dtype=np.float64).sum())
-        return self._scores[key]
+        return [memo[k] for k in keys]
 
     def measure(self, plan: SpacePlan) -> MeasureResult:
         """The plan run on the simulator; its kernels become dataset rows. A simulation that

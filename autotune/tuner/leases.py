@@ -129,6 +129,7 @@ def reap(study: optuna.Study, grace_s: float = GRACE_S) -> list[int]:
         if RETRY_OF in t.user_attrs:
             log.warning("trial %d: its worker is gone; failed (a retry already)", t.number)
             continue
-        study.enqueue_trial(dict(t.params), user_attrs={RETRY_OF: t.number})
+        attrs = {RETRY_OF: t.number, "origin": f"retry of trial {t.number}"}
+        study.enqueue_trial(dict(t.params), user_attrs=attrs)
         log.warning("trial %d: its worker is gone; failed, and its parameters retried", t.number)
     return failed

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import optuna
 
 from autotune.tuner import steps
+from autotune.tuner.annotate import describe_outcome, describe_study
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.output import census, plan_record
@@ -63,6 +64,7 @@ def tune_graph(
     clock = Clock()
     with clock.phase("setup"):
         s = Session.open(graph, config, name, safety)
+        describe_study(s)
     s.clock = clock
     with clock.phase("trials"):
         steps.warm_start(s)
@@ -97,6 +99,7 @@ def tune_graph(
         report = {**census(s), **report, "forbidden": len(s.space.forbidden)}
         report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
         record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
+        describe_outcome(s, winner, candidates, baseline_us)
         s.ev.save_rows(s.dataset)
     record = dataclasses.replace(record, meta={**record.meta, "timing_s": clock.seconds()})
     return TuneResult(

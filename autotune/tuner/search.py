@@ -88,6 +88,7 @@ def enqueue_neighbours(
     score: Callable[[dict[str, Any]], float] | None = None,
     depth: int = 0,
     swaps: Sequence[tuple[str, str]] = (),
+    user_attrs: dict[str, Any] | None = None,
 ) -> int:
     """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
     up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
@@ -108,6 +109,7 @@ def enqueue_neighbours(
     model alone from the cheapest mutation, up to ``depth`` more moves while one lowers the
     score (no trial spent on the way), and its end takes the first trial: the trials go to the
     model's local optimum, where one move at a time would need a stall per step.
+    ``user_attrs`` go on every enqueued trial (e.g. where it came from).
 
     Returns:
         How many trials were enqueued.
@@ -140,7 +142,7 @@ def enqueue_neighbours(
             if end is not fresh[0]:
                 fresh = [end, *fresh[: limit - 1]]
     for params in fresh[:limit]:
-        study.enqueue_trial(params, skip_if_exists=True)
+        study.enqueue_trial(params, user_attrs, skip_if_exists=True)
     return min(limit, len(fresh))
 
 

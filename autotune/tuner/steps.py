@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import optuna
 
 from autotune.exceptions import AutotuneError
+from autotune.tuner.annotate import ORIGIN, describe_trial
 from autotune.tuner.leases import Lease, reap
 from autotune.tuner.pareto import knee, picked
 from autotune.tuner.records import Candidate
@@ -63,7 +64,7 @@ def warm_start(s: Session) -> None:
     for kind in ("none", "greedy", "max"):
         parts = [frozenset(n for n in g.ops if n in s.ctx.index) for g in s.baselines[kind].groups]
         params = s.space.params_for(parts, "default" if kind != "max" else "best")
-        s.study.enqueue_trial(params, skip_if_exists=True)
+        s.study.enqueue_trial(params, {ORIGIN: f"warm start: {kind}"}, skip_if_exists=True)
 
 
 def objective(s: Session) -> Callable[[optuna.trial.Trial], float | tuple[float, float]]:
@@ -86,6 +87,7 @@ def objective(s: Session) -> Callable[[optuna.trial.Trial], float | tuple[float,
         trial.set_user_attr("kernels", len(plan.groups))
         trial.set_user_attr("cost_model", s.ev.model.version)
         latency = s.ev.score(plan)
+        describe_trial(s, trial, plan)
         memory = peak_live_bytes(s.graph, plan.groups)
         trial.set_user_attr("peak_live_bytes", memory)
         if limit is not None:
@@ -144,6 +146,7 @@ def local_search(s: Session) -> None:
             incumbent=best,
             score=s.mutant_cost,
             depth=DESCENT,
+            user_attrs={ORIGIN: "local search"},
         )
 
 

@@ -1,0 +1,155 @@
+"""What a study records for its dashboard (optuna-dashboard, `autotune dashboard`): on the
+study, what is tuned and against what; on each trial, what it chose, what the model predicts
+and where it came from, with a note of its slowest kernels; at the end, what was measured and
+which plan was saved (its file uploaded as an artifact beside the journal)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.tuner.records import Candidate
+from autotune.tuner.session import Session
+from search_space.space import SpacePlan
+
+__all__ = [
+    "ORIGIN",
+    "artifact_dir",
+    "describe_outcome",
+    "describe_study",
+    "describe_trial",
+    "upload_plan",
+]
+
+ORIGIN = "origin"  # trial user attribute: warm start, sampler, local search, retry
+SLOWEST = 5  # kernels a trial's note lists
+MEASURED_ROWS = 30  # measured candidates the study's note lists
+
+
+def _set(study: optuna.Study, key: str, value: Any) -> None:
+    """A study user attribute, written only when it changes (a resume adds no lines)."""
+    if study.user_attrs.get(key) != value:
+        study.set_user_attr(key, value)
+
+
+def describe_study(s: Session) -> None:
+    """Metric names, and what the study tunes: model, fingerprint, target, precision, cost
+    model, strategy, and the predicted latency of the none / greedy / max baselines."""
+    names = ["latency_us", "peak_mem_mb"] if s.config.multi else ["latency_us"]
+    if s.study.metric_names != names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            s.study.set_metric_names(names)
+    about = {
+        "model": s.name,
+        "fingerprint": s.graph.fingerprint(),
+        "ops": len(s.graph.ops),
+        "target": s.target.spec.name,
+        "precision": s.target.precision,
+        "cost_model": s.config.cost,
+        "strategy": s.config.strategy,
+        "objective_means": "latency_us: the study's cost model's prediction of the plan (us)",
+    }
+    for key, value in about.items():
+        _set(s.study, key, value)
+    predicted = {k: round(s.ev.score(p), 3) for k, p in s.baselines.items()}
+    _set(s.study, "baselines_predicted_us", predicted)
+
+
+def describe_trial(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> None:
+    """The trial's fused groups, predicted latency and origin, and a note listing its slowest
+    kernels (ops, kind, config, predicted us)."""
+    from optuna_dashboard import save_note
+
+    costs = s.ev.kernel_latencies(plan)
+    trial.set_user_attr("fused_groups", plan.fused_groups)
+    trial.set_user_attr("predicted_us", round(float(sum(costs)), 3))
+    if ORIGIN not in trial.user_attrs:
+        trial.set_user_attr(ORIGIN, "sampler")
+    order = sorted(range(len(costs)), key=lambda i: -costs[i])[:SLOWEST]
+    lines = [
+        f"### Trial {trial.number}: {len(plan.groups)} kernels, {plan.fused_groups} fused, "
+        f"{sum(costs):.1f} us predicted ({s.ev.model.version})",
+        "",
+        "| kernel ops | kind | config | predicted us |",
+        "|---|---|---|---|",
+    ]
+    for i in order:
+        g, c = plan.groups[i], plan.configs[i]
+        ops = ", ".join(g.ops[:4]) + (f" (+{len(g.ops) - 4})" if len(g.ops) > 4 else "")
+        lines.append(f"| {ops} | {g.kind} | {c.short()} | {costs[i]:.2f} |")
+    save_note(trial, "\n".join(lines) + "\n")
+
+
+def describe_outcome(
+    s: Session,
+    winner: Candidate,
+    candidates: Sequence[Candidate],
+    baseline_us: Mapping[str, float | None],
+) -> None:
+    """The plan saved, where it came from, and the baselines as simulated (user attributes);
+    the study's note: a table of the measured candidates, best first (a trial, a descent, a
+    rule; simulated and predicted us). The dashboard cuts attributes past 1 KB, so the list
+    goes to the note; the plan file holds all of it."""
+    from optuna_dashboard import save_note
+
+    measured = sorted((c for c in candidates if c.measured.ok), key=lambda c: c.latency_us)
+    base = {k: round(v, 3) for k, v in baseline_us.items() if v is not None and math.isfinite(v)}
+    saved = {
+        "source": winner.source,
+        "simulated_us": round(winner.latency_us, 3),
+        "fused_groups": winner.plan.fused_groups,
+    }
+    _set(s.study, "baselines_simulated_us", base)
+    _set(s.study, "saved_plan", saved)
+    _set(s.study, "measured_candidates", len(measured))
+    lines = [
+        f"### Saved plan: {winner.source}, {winner.latency_us:.1f} us on the simulator",
+        "",
+        "Baselines (simulator): " + ", ".join(f"{k} {v:.1f} us" for k, v in base.items()),
+        "",
+        f"Measured candidates ({len(measured)}, best {MEASURED_ROWS} shown):",
+        "",
+        "| source | simulated us | predicted us | fused groups |",
+        "|---|---|---|---|",
+    ]
+    for c in measured[:MEASURED_ROWS]:
+        lines.append(
+            f"| {c.source} | {c.latency_us:.2f} | {s.ev.score(c.plan):.2f} | "
+            f"{c.plan.fused_groups} |"
+        )
+    save_note(s.study, "\n".join(lines) + "\n")
+
+
+def artifact_dir(storage_name: str) -> Path:
+    """Where a study's artifacts go: ``<journal>.artifacts`` beside a journal file, else
+    ``autotune-artifacts`` in the working directory (an RDB storage)."""
+    if "://" in storage_name:
+        return Path("autotune-artifacts")
+    return Path(storage_name + ".artifacts")
+
+
+def upload_plan(storage_name: str, study_name: str, plan: Path) -> str:
+    """Upload the saved plan file as an artifact of the study (into :func:`artifact_dir`);
+    its artifact id. ``storage_name``: the journal path or storage URL the study is in."""
+    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+    from autotune.tuner.study import open_storage
+
+    storage, _ = open_storage(storage_name)
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    folder = artifact_dir(storage_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return upload_artifact(
+            artifact_store=FileSystemArtifactStore(str(folder)),
+            file_path=str(plan),
+            study_or_trial=study,
+            mimetype="application/json",
+        )

@@ -1,0 +1,156 @@
+"""`autotune dashboard`: the real optuna-dashboard server on a study the tuner wrote, read
+back over HTTP: metric names, what the study tunes, every trial's origin, prediction and note
+of its slowest kernels, the measured candidates, the saved plan and its file as an artifact."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.cli.dashboard import is_loopback
+
+ORIGINS = re.compile(r"warm start: (none|greedy|max)|sampler|local search|retry of trial \d+")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return resp.read()
+
+
+def _serve(folder: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """`autotune dashboard` in a child process, up and answering; its base URL."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "dashboard", "--storage", "s.journal",
+         "--port", str(port), *flags],
+        cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):  # until the server answers (or the process ends)
+        if proc.poll() is not None:
+            raise AssertionError(proc.communicate()[1])
+        try:
+            _get(base + "/api/meta")
+            return proc, base
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the dashboard never answered")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("study")
+    res = CliRunner().invoke(
+        app,
+        ["tune", "zoo:bert-base", "--layers", "1", "--scale", "0.25", "--trials", "12",
+         "-o", str(folder / "plan.json"), "--storage", str(folder / "s.journal")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return folder
+
+
+@pytest.fixture(scope="module")
+def served(tuned: Path) -> Iterator[str]:
+    proc, base = _serve(tuned)
+    yield base
+    proc.terminate()
+    proc.wait(30)
+
+
+def _attrs(items: list[dict[str, str]]) -> dict[str, object]:
+    """optuna-dashboard sends attributes as strings of their JSON (or str) form."""
+    out: dict[str, object] = {}
+    for item in items:
+        try:
+            out[item["key"]] = json.loads(item["value"])
+        except ValueError:
+            out[item["key"]] = item["value"]
+    return out
+
+
+def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str) -> None:
+    (summary,) = json.loads(_get(served + "/api/studies"))["study_summaries"]
+    study = json.loads(_get(f"{served}/api/studies/{summary['study_id']}?after=0"))
+    plan = json.loads((tuned / "plan.json").read_text())
+    assert study["objective_names"] == ["latency_us"]
+    about = _attrs(study["user_attrs"])
+    assert about["model"] == "bert-base" and about["fingerprint"] == plan["fingerprint"]
+    assert about["target"] == plan["target"] and about["cost_model"] == "learned"
+    assert set(about["baselines_predicted_us"]) == {"none", "greedy", "max"}
+    assert about["saved_plan"]["source"] == plan["meta"]["source"]
+    assert about["saved_plan"]["simulated_us"] == pytest.approx(plan["measured_us"], abs=1e-3)
+    rows = [
+        r for r in study["note"]["body"].splitlines() if r.startswith("| ") and "us |" not in r
+    ]
+    simulated = [float(r.split("|")[2]) for r in rows]
+    assert len(rows) == min(30, int(about["measured_candidates"])) >= 3  # none, greedy, max
+    assert simulated == sorted(simulated)
+    assert simulated[0] <= plan["measured_us"] + 0.01  # (safe mode may save a slower one)
+    (artifact,) = study["artifacts"]
+    assert artifact["filename"] == "plan.json"
+    got = _get(f"{served}/artifacts/{summary['study_id']}/{artifact['artifact_id']}")
+    assert got == (tuned / "plan.json").read_bytes()
+
+
+def test_every_trial_has_its_origin_prediction_and_slowest_kernels(served: str) -> None:
+    study = json.loads(_get(f"{served}/api/studies/0?after=0"))
+    complete = [t for t in study["trials"] if t["state"] == "Complete"]
+    assert len(complete) == 12
+    origins = set()
+    for t in complete:
+        attrs = _attrs(t["user_attrs"])
+        assert ORIGINS.fullmatch(str(attrs["origin"])), attrs["origin"]
+        origins.add(str(attrs["origin"]).split(":")[0])
+        assert attrs["predicted_us"] == pytest.approx(t["values"][0], abs=1e-3)
+        rows = [
+            r for r in t["note"]["body"].splitlines() if r.startswith("| ") and "kernel" not in r
+        ]
+        assert 1 <= len(rows) <= min(5, int(attrs["kernels"]))
+        us = [float(r.rstrip(" |").rsplit("|", 1)[1]) for r in rows]
+        assert us == sorted(us, reverse=True) and sum(us) <= t["values"][0] + 1e-6
+    assert {"warm start", "sampler"} <= origins
+
+
+def test_loopback_is_told_from_other_addresses() -> None:
+    for host in ("127.0.0.1", "127.3.2.1", "::1", "localhost"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "192.168.1.4", "::", "example.com"):
+        assert not is_loopback(host), host
+
+
+def test_listening_beyond_loopback_warns(tuned: Path) -> None:
+    proc, _ = _serve(tuned, "--host", "0.0.0.0")
+    proc.terminate()
+    _, stderr = proc.communicate(timeout=30)
+    assert "warning: listening on 0.0.0.0" in stderr
+
+
+def test_no_study_is_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(app, ["dashboard", "--storage", str(tmp_path / "none.journal")])
+    assert res.exit_code == 1 and "does not exist" in res.stderr
+    empty = tmp_path / "empty.journal"
+    optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(empty)))
+    empty.touch()
+    res = runner.invoke(app, ["dashboard", "--storage", str(empty)])
+    assert res.exit_code == 1 and "holds no study" in res.stderr
+    assert "Traceback" not in res.output

@@ -7,7 +7,7 @@ lost (must be 0), left RUNNING (0), retried, and whether every plan file stayed 
 
 The study: one bert-base layer of the zoo (scale 0.25) as an ONNX file, 10 analytic trials,
 measured every 4. A fault at its k-th arrival for k = 1..``--kills`` (a k the run never
-reaches is counted as ``not reached``): a trial or local-search move being scored, a plan being
+reaches is counted as ``not reached``): a trial being recorded, a plan being
 simulated, any output renamed into place, the plan renamed into place, and the journal's lock
 held by a process that dies.
 """

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import optuna
 
 from autotune.tuner import steps
-from autotune.tuner.annotate import describe_outcome, describe_study
+from autotune.tuner.annotate import describe_outcome, describe_study, record_measured
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.output import census, plan_record
@@ -100,6 +100,7 @@ def tune_graph(
         report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
         record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
         describe_outcome(s, winner, candidates, baseline_us)
+        record_measured(s, winner, candidates)
         s.ev.save_rows(s.dataset)
     record = dataclasses.replace(record, meta={**record.meta, "timing_s": clock.seconds()})
     return TuneResult(

@@ -68,6 +68,7 @@ class Session:
     safety: Safety | None = None  # safe mode: every measured plan is checked first
     clock: Clock = field(default_factory=Clock)  # wall time per phase (meta.timing_s)
     interrupted: bool = False  # Ctrl-C ended the trials (the plan is the best so far)
+    storage: optuna.storages.BaseStorage | str | None = None  # where the study lives
 
     @classmethod
     def open(
@@ -109,6 +110,7 @@ class Session:
             graph, config, name, target, ctx, ev, oracle, space, study, sname, storage_name,
             dataset, baselines, fresh=done == 0, blocks=space.block_moves(),
             swaps=space.swap_moves(), safety=safety if policy.safe_mode else None,
+            storage=storage,
         )  # fmt: skip
         out.sync_forbidden()
         reap(study)  # trials a killed worker left RUNNING: failed, retried once

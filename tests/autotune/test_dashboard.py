@@ -88,7 +88,8 @@ def _attrs(items: list[dict[str, str]]) -> dict[str, object]:
 
 
 def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str) -> None:
-    (summary,) = json.loads(_get(served + "/api/studies"))["study_summaries"]
+    summaries = json.loads(_get(served + "/api/studies"))["study_summaries"]
+    (summary,) = [s for s in summaries if not s["study_name"].endswith(":measured")]
     study = json.loads(_get(f"{served}/api/studies/{summary['study_id']}?after=0"))
     plan = json.loads((tuned / "plan.json").read_text())
     assert study["objective_names"] == ["latency_us"]
@@ -105,6 +106,14 @@ def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str
     assert len(rows) == min(30, int(about["measured_candidates"])) >= 3  # none, greedy, max
     assert simulated == sorted(simulated)
     assert simulated[0] <= plan["measured_us"] + 0.01  # (safe mode may save a slower one)
+    # the measured plans, a study of their own valued by the simulator: its best is the saved
+    (other,) = [s for s in summaries if s["study_name"] == summary["study_name"] + ":measured"]
+    measured = json.loads(_get(f"{served}/api/studies/{other['study_id']}?after=0"))
+    assert measured["objective_names"] == ["simulated_latency_us"]
+    assert len(measured["trials"]) == int(about["measured_candidates"])
+    (best,) = measured["best_trials"]
+    assert str(_attrs(best["user_attrs"])["saved"]) == "True"
+    assert best["values"][0] == pytest.approx(plan["measured_us"])
     (artifact,) = study["artifacts"]
     assert artifact["filename"] == "plan.json"
     got = _get(f"{served}/artifacts/{summary['study_id']}/{artifact['artifact_id']}")
@@ -112,7 +121,7 @@ def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str
 
 
 def test_every_trial_has_its_origin_prediction_and_slowest_kernels(served: str) -> None:
-    study = json.loads(_get(f"{served}/api/studies/0?after=0"))
+    study = json.loads(_get(f"{served}/api/studies/0?after=0"))  # the tuner's, made first
     complete = [t for t in study["trials"] if t["state"] == "Complete"]
     assert len(complete) == 12
     origins = set()

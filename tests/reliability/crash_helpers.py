@@ -29,14 +29,14 @@ main()
 # where a run can be killed; {k}: at the k-th time it gets there
 FAULTS = {
     "trial": """
-from autotune.tuner.evaluator import Evaluator
-real, n = Evaluator.score, [0]
-def score(self, plan):
+import autotune.tuner.steps as steps
+real, n = steps.describe_trial, [0]
+def describe_trial(s, trial, plan):
     n[0] += 1
-    if n[0] == {k}:  # a trial (or a local-search move) is being scored
+    if n[0] == {k}:  # the k-th trial has been scored and is being recorded
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(self, plan)
-Evaluator.score = score
+    return real(s, trial, plan)
+steps.describe_trial = describe_trial
 """,
     "measurement": """
 from autotune.tuner.evaluator import Evaluator
@@ -103,7 +103,11 @@ def trials(folder: Path) -> list[optuna.trial.FrozenTrial]:
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(folder / "s.journal"))
     )
-    summaries = optuna.get_all_study_summaries(storage)
+    summaries = [  # the tuner's study (not the one of its measured plans)
+        s
+        for s in optuna.get_all_study_summaries(storage)
+        if not s.study_name.endswith(":measured")
+    ]
     if not summaries:
         return []
     (summary,) = summaries

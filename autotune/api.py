@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +18,19 @@ from search_space.space import FusionPlan
 __all__ = ["Plan", "load_plan", "tune"]
 
 
+@dataclass(frozen=True)
 class Plan:
-    """A fusion plan loaded for use: apply it to its model, or report on it.
+    """A fusion plan loaded for use: apply it to its model, or report on it. Immutable.
 
-    Wraps the persisted :class:`search_space.space.FusionPlan` record (``plan.record``).
+    Attributes:
+        record: the persisted :class:`search_space.space.FusionPlan`.
+        path: the file it was loaded from (None for a plan fresh from :func:`tune`).
+        result: the study's result, for a plan fresh from :func:`tune`.
     """
 
-    def __init__(
-        self, record: FusionPlan, path: Path | None = None, result: TuneResult | None = None
-    ) -> None:
-        self.record = record
-        self.path = path
-        self.result = result
+    record: FusionPlan
+    path: Path | None = None
+    result: TuneResult | None = None
 
     def __repr__(self) -> str:
         fused = sum(1 for g in self.record.groups if len(g.ops) > 1)
@@ -39,18 +41,25 @@ class Plan:
         )
 
     def apply(
-        self, model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None
+        self,
+        model: str | ModelSource,
+        input_shapes: Mapping[str, Sequence[int]] | None = None,
+        zoo: ZooOptions | None = None,
     ) -> onnx.ModelProto:
         """The fused model: each group one ``ai.autofusion`` node defined by a local function.
+        ``model`` is what :func:`tune` takes: a path, a ModelProto or ``zoo:NAME`` (built
+        with ``zoo``'s options, as it was tuned).
 
         Raises:
             PlanError: the plan was made for another model.
+            AutofusionError: a model that cannot be read (every error here derives from it).
         """
         from autotune.apply import apply_plan
 
         # a file is read once, with its weights (the fused model must run); the graph is
         # built from that same proto
-        proto = read_model_with_data(model)
+        source = resolve_model(model, zoo) if isinstance(model, str) else model
+        proto = read_model_with_data(source)
         graph = load_graph(proto, input_shapes=input_shapes)
         self.record.check_model(graph)
         return apply_plan(proto, graph, self.record.groups)
@@ -62,8 +71,8 @@ class Plan:
         return plan_report(self.record)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        self.path = self.record.save(path)
-        return self.path
+        """Write the plan file (atomically); where it went."""
+        return self.record.save(path)
 
 
 def load_plan(

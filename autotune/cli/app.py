@@ -8,9 +8,12 @@ flags they share are declared once in :mod:`.common`.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from autotune.cli import costmodel, dashboard, explore, tuning
+from autotune.cli.common import out
 
 __all__ = ["app", "main"]
 
@@ -19,10 +22,29 @@ app = typer.Typer(
     help="Search-based operator fusion and tiling for Ascend NPUs.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 zoo_app = typer.Typer(help="Built-in models (built in code, no downloads).", no_args_is_help=True)
 costmodel_app = typer.Typer(help="Cost-model accuracy and artifacts.", no_args_is_help=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from autotune import __version__
+
+        out.print(f"autotune {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Search-based operator fusion and tiling for Ascend NPUs."""
+
 
 app.command("inspect")(explore.inspect)
 app.command("estimate")(explore.estimate)

@@ -23,6 +23,7 @@ from onnx import helper, numpy_helper
 from autotune.verify.shrink import NotShrinkable, Shape, Shrink, group_rows, plan_shrinks
 from autotune.verify.sources import ModelSource, np_dtype
 from costmodel.lower import template_of
+from search_space.exceptions import AutofusionError
 from search_space.ir import FusionGroup, Graph, is_compile_time
 
 __all__ = ["SkipVerification", "Subgraph", "extract_group"]
@@ -36,7 +37,7 @@ TABLE_MIN = 1 << 20  # embedding tables this large are cut to the rows the drawn
 _VIEW_TYPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 
-class SkipVerification(Exception):
+class SkipVerification(AutofusionError):
     """The group cannot be shrunk and is too large to run whole."""
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from search_space.exceptions import AutofusionError
 from search_space.ir import REDUCE_OPS, FusionGroup, Graph, Op, OpClass, is_compile_time
 
 __all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks"]
@@ -49,7 +50,7 @@ _SPATIAL = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})  # windows sl
 _REDUCE = frozenset(t for t in REDUCE_OPS if t.startswith("Reduce"))  # axes-driven reductions
 
 
-class NotShrinkable(Exception):
+class NotShrinkable(AutofusionError):
     """The group cannot be run on fewer rows this way (the message says why)."""
 
 

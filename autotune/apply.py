@@ -82,7 +82,28 @@ def apply_plan(
         raise AutotuneError(str(err)) from None
     dag = _Dag(nodes, order)
     bodies = _bodies(graph, groups, names, dag)
-    return _rewrite(src, names, dag, bodies, domain)
+    return _with_shapes(_rewrite(src, names, dag, bodies, domain), src)
+
+
+def _with_shapes(model: onnx.ModelProto, src: onnx.ModelProto) -> onnx.ModelProto:
+    """Give every tensor between the fused model's nodes the ``value_info`` ONNX's shape
+    inference finds for it in the original model (symbolic dims kept symbolic), so viewers
+    see shapes at the fused nodes too. A model inference cannot take (past 2 GiB, an op it
+    cannot type) keeps what it had."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(src).graph.value_info
+    except (onnx.shape_inference.InferenceError, ValueError):
+        return model
+    g = model.graph
+    known = (
+        {vi.name for vi in g.value_info}
+        | {vi.name for vi in g.input}
+        | {vi.name for vi in g.output}
+        | {t.name for t in g.initializer}
+    )
+    visible = {t for n in g.node for t in n.output if t and t not in known}
+    g.value_info.extend(vi for vi in inferred if vi.name in visible)
+    return model
 
 
 def _named(node: onnx.NodeProto, name: str) -> onnx.NodeProto:

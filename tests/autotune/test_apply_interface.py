@@ -255,3 +255,19 @@ def test_graph_of_another_model_raises() -> None:
     other = load_graph(_interface_model(), input_shapes={"x": (4, 8)})
     with pytest.raises(AutotuneError, match="not loaded from this model"):
         apply_plan(model, other, [PlanGroup(("mm", "bias"), "cube_epilogue")])
+
+
+def test_every_tensor_between_fused_nodes_has_its_inferred_shape() -> None:
+    """Viewers see shapes at the fused nodes: each output of a node of the fused model has a
+    value_info, of the shape the tool itself read for it (its static graph)."""
+    model = _zoo("bert-base")
+    graph = load_graph(model)
+    fused = apply_plan(model, graph, _max_plan(graph))
+    given = {vi.name: vi.type.tensor_type for vi in [*fused.graph.value_info, *fused.graph.output]}
+    outputs = [t for n in fused.graph.node for t in n.output if t]
+    assert any(n.domain == "ai.autofusion" for n in fused.graph.node)
+    for name in outputs:
+        assert name in given, name
+        dims = tuple(d.dim_value for d in given[name].shape.dim)
+        assert dims == graph.tensors[name].shape, name
+    onnx.checker.check_model(fused, full_check=True)

@@ -166,19 +166,22 @@ def _run_with_progress(
     from autotune.tuner import tune_graph
 
     columns = (
-        TextColumn("[bold]tuning[/] {task.description}"),
+        TextColumn("[bold]tuning[/] {task.description}: {task.fields[phase]}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total} trials"),
-        TextColumn("best {task.fields[best]}"),
+        TextColumn("best predicted {task.fields[best]}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task(name, total=cfg.trials, best="-")
+        task = bar.add_task(name, total=cfg.trials, best="-", phase="setup")
 
         def progress(n: int, best: float) -> None:
             bar.update(task, completed=n, best=f"{best:.1f} us" if best < float("inf") else "-")
 
-        return tune_graph(graph, cfg, name=name, progress=progress, safety=safety)
+        def phase(now: str) -> None:
+            bar.update(task, phase=now)
+
+        return tune_graph(graph, cfg, name=name, progress=progress, safety=safety, on_phase=phase)
 
 
 def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> None:

@@ -4,7 +4,7 @@ it), so the phases add up to the whole run."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["Clock"]
@@ -14,10 +14,12 @@ class Clock:
     """Exclusive wall time per named phase.
 
     ``with clock.phase("measurement"): ...`` charges the time inside to ``measurement``; a
-    phase entered inside another stops the outer one's clock until it ends.
+    phase entered inside another stops the outer one's clock until it ends. ``listener`` is
+    told the phase running now whenever it changes (e.g. a progress bar's label).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, listener: Callable[[str], None] | None = None) -> None:
+        self.listener = listener
         self.spent: dict[str, float] = {}
         self._stack: list[str] = []
         self._since = time.perf_counter()
@@ -33,11 +35,17 @@ class Clock:
     def phase(self, name: str) -> Iterator[None]:
         self._charge()
         self._stack.append(name)
+        self._tell()
         try:
             yield
         finally:
             self._charge()
             self._stack.pop()
+            self._tell()
+
+    def _tell(self) -> None:
+        if self.listener is not None and self._stack:
+            self.listener(self._stack[-1])
 
     def seconds(self) -> dict[str, float]:
         """Seconds per phase so far, rounded to milliseconds, in the order first entered."""

@@ -43,6 +43,7 @@ def tune_graph(
     name: str = "model",
     progress: Callable[[int, float], None] | None = None,
     safety: Safety | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> TuneResult:
     """Run (or resume) a study on ``graph`` and return the best measured plan.
 
@@ -50,7 +51,9 @@ def tune_graph(
         graph: the model.
         config: study settings.
         name: a readable model name for the study and the plan.
-        progress: called after each trial with (trials done, best score so far).
+        progress: called after each trial with (trials done, best predicted so far).
+        on_phase: told the phase the study is in whenever it changes (trials, measurement,
+            polish, settle, safe mode...).
         safety: verification hook (safe mode): every plan the study measures is checked
             first, with its failing kernels unfused, and their signatures are forbidden in
             the study's space from then on.
@@ -61,7 +64,7 @@ def tune_graph(
     """
     config.check()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
-    clock = Clock()
+    clock = Clock(on_phase)
     with clock.phase("setup"):
         s = Session.open(graph, config, name, safety)
         describe_study(s)

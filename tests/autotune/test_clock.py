@@ -44,3 +44,23 @@ def test_phases_are_exclusive_and_add_up_to_the_run(run) -> None:
             enter(p)
             now[0] += 7  # time outside every phase is nobody's
     assert clock.seconds() == expected
+
+
+def test_a_study_tells_its_phases_as_it_enters_them(tmp_path) -> None:
+    """What the progress bar shows: every phase the study times, told as it starts."""
+    from autotune.tuner import TuneConfig, tune_graph
+    from autotune.zoo import build
+    from search_space import load_graph
+    from search_space.rules import Policy
+
+    graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
+    told: list[str] = []
+    config = TuneConfig(
+        trials=6, measure_every=3, cost="analytic", storage=str(tmp_path / "s.journal"),
+        policy=Policy(safe_mode=False),
+    )  # fmt: skip
+    result = tune_graph(graph, config, name="bert", on_phase=told.append)
+    first_seen = list(dict.fromkeys(told))
+    assert first_seen[0] == "setup" and told[-1] == "report"
+    assert set(first_seen) == set(result.plan.meta["timing_s"])
+    assert first_seen.index("trials") < first_seen.index("polish") < first_seen.index("pick")

@@ -220,12 +220,24 @@ def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> N
 def report(
     plan: Annotated[Path, typer.Argument(help="A plan file written by `autotune tune`.")],
     json_out: JsonOpt = False,
+    html: Annotated[
+        Path | None, typer.Option(help="Also write one self-contained HTML page of plots.")
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option(help="The study's storage, to plot its history (--html).")
+    ] = None,
+    study: Annotated[
+        str | None, typer.Option(help="The study (default: the one the plan names).")
+    ] = None,
 ) -> None:
     """Report on a saved plan: safe-fusion counts, per-kernel table, speedups."""
     from autotune.report import plan_report
     from search_space.space import FusionPlan
 
-    rep = plan_report(FusionPlan.load(plan))
+    record = FusionPlan.load(plan)
+    if html is not None:
+        _write_html(record, plan, html, storage, study)
+    rep = plan_report(record)
     if json_out:
         sys.stdout.write(json.dumps(rep) + "\n")
         return
@@ -257,6 +269,24 @@ def report(
             k["verdict"],
         )
     out.print(table)
+
+
+def _write_html(
+    record: Any, plan: Path, path: Path, storage: str | None, study: str | None
+) -> None:
+    """The plan's HTML page (``report --html``), built under a progress bar."""
+    from rich.progress import Progress
+
+    from autotune.report_html import write_page
+
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("report", total=7)
+
+        def step(what: str) -> None:
+            bar.update(task, advance=1, description=f"report: {what}")
+
+        write_page(record, plan, path, storage, study, step)
+    err.print(f"wrote {path}", highlight=False)
 
 
 def _model_and_plan(model: str, opts: ModelOptions, plan: Path) -> tuple[Any, Any, Any]:

@@ -11,7 +11,7 @@ from autotune.tuner.records import Candidate
 from autotune.tuner.session import Session
 from search_space.space import FusionPlan, PlanGroup, SpacePlan
 
-__all__ = ["census", "kernel_rows", "plan_record"]
+__all__ = ["census", "graph_record", "kernel_rows", "plan_record"]
 
 
 def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
@@ -30,9 +30,23 @@ def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
                 "bound": c.bound,
                 "unit": k.unit,
                 "footprint": dict(k.footprint),
+                "flops": float(k.flops),
+                "hbm_bytes": float(c.hbm_bytes),
             }
         )
     return rows
+
+
+def graph_record(s: Session) -> dict[str, Any]:
+    """The kernel graph the plan's groups are drawn on (``report --html``): each op's name and
+    type, and the edges between ops (producer index, consumer index)."""
+    names = list(s.ctx.nodes)
+    at = {n: i for i, n in enumerate(names)}
+    edges = sorted((at[a], at[b]) for a in names for b in s.ctx.succ[a])
+    return {
+        "ops": [[n, s.graph.op(n).op_type] for n in names],
+        "edges": [list(e) for e in edges],
+    }
 
 
 def census(s: Session) -> dict[str, int]:
@@ -77,6 +91,7 @@ def plan_record(
         "objective": cfg.objective,
         "report": dict(report),
         "kernels": kernel_rows(s, plan),
+        "graph": graph_record(s),
         "cost_model": {"kind": cfg.cost, "version": s.ev.model.version, "refits": s.ev.refits},
         "measurements": {"rows": len(s.ev.rows), "file": str(s.dataset)},
     }

@@ -1,0 +1,325 @@
+"""``autotune report PLAN --html``: one self-contained HTML page (plotly inlined, no network)
+of a plan: the study's history against the baselines, the parameters' importances, each
+kernel's latency before and after by what bounds it, the kernels on the roofline, each fused
+kernel's buffers against their capacity, and the fused graph (ops in layers, a box around each
+fused group)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import optuna
+import plotly.graph_objects as go
+
+from costmodel.spec import HardwareSpec
+from search_space.space import FusionPlan
+
+__all__ = ["BOUND_COLOURS", "figures", "page", "write_page"]
+
+BOUND_COLOURS = {
+    "hbm": "#d62728",
+    "cube": "#1f77b4",
+    "vector": "#2ca02c",
+    "launch": "#7f7f7f",
+    "l2": "#9467bd",
+    "mte": "#ff7f0e",
+}
+BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
+
+
+def _colour(bound: str) -> str:
+    key = bound.lower()
+    return next((c for k, c in BOUND_COLOURS.items() if key.startswith(k)), "#bcbd22")
+
+
+def _label(ops: Sequence[str]) -> str:
+    return ops[0] + (f" +{len(ops) - 1}" if len(ops) > 1 else "")
+
+
+def history(study: optuna.Study, plan: FusionPlan) -> go.Figure:
+    """Each trial's predicted latency and the best so far, with the baselines as lines."""
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    xs = [t.number for t in done]
+    ys = [t.values[0] for t in done]
+    best = [min(ys[: i + 1]) for i in range(len(ys))]
+    fig = go.Figure()
+    fig.add_scatter(x=xs, y=ys, mode="markers", name="trial (predicted)")
+    fig.add_scatter(x=xs, y=best, mode="lines", name="best so far", line={"shape": "hv"})
+    lines = dict(plan.meta.get("baseline_us", {}))
+    if plan.measured_us:
+        lines["saved plan"] = plan.measured_us
+    for name, us in lines.items():
+        if isinstance(us, int | float) and math.isfinite(us):
+            fig.add_hline(y=us, line_dash="dash", annotation_text=f"{name} (simulated)")
+    fig.update_layout(title="Optimisation history", xaxis_title="trial", yaxis_title="us")
+    return fig
+
+
+def importances(study: optuna.Study) -> go.Figure | None:
+    """The fusion decisions every trial has, ranked by Optuna's importance (the bilevel
+    ``config/...`` parameters come and go with the groups, so they cannot be ranked)."""
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(done) < 2:
+        return None
+    shared = set.intersection(*(set(t.params) for t in done))
+    params = sorted(p for p in shared if p.startswith("fuse/"))
+    if not params:
+        return None
+    try:
+        ranked = optuna.importance.get_param_importances(study, params=params)
+    except (RuntimeError, ValueError):  # e.g. every trial the same value
+        return None
+    top = list(ranked.items())[:20][::-1]
+    fig = go.Figure(go.Bar(x=[v for _, v in top], y=[k for k, _ in top], orientation="h"))
+    fig.update_layout(title="Importance of the fusion decisions", xaxis_title="importance")
+    return fig
+
+
+def kernel_bars(plan: FusionPlan) -> go.Figure:
+    """Per kernel: what its ops cost unfused and what the kernel costs, coloured by bound."""
+    rows = plan.meta.get("kernels") or []
+    names = [_label(g.ops) for g in plan.groups]
+    fig = go.Figure()
+    fig.add_bar(
+        x=names,
+        y=[r.get("us_unfused") for r in rows],
+        name="ops unfused",
+        marker_color="#c7c7c7",
+    )
+    fig.add_bar(
+        x=names,
+        y=[r.get("us") for r in rows],
+        name="kernel",
+        marker_color=[_colour(str(r.get("bound", ""))) for r in rows],
+        customdata=[str(r.get("bound", "")) for r in rows],
+        hovertemplate="%{x}<br>%{y:.2f} us, %{customdata}-bound<extra></extra>",
+    )
+    fig.update_layout(
+        title="Kernels before and after (colour: what bounds the kernel)",
+        barmode="group",
+        yaxis_title="us (simulated)",
+    )
+    return fig
+
+
+def roofline(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
+    """The kernels by arithmetic intensity (FLOPs per HBM byte) and achieved FLOP rate,
+    under the cube peak and the HBM roof."""
+    rows = plan.meta.get("kernels") or []
+    pts = [
+        (r["flops"] / r["hbm_bytes"], r["flops"] / (r["us"] * 1e-6), _label(g.ops), r)
+        for g, r in zip(plan.groups, rows, strict=False)
+        if r.get("flops") and r.get("hbm_bytes") and r.get("us")
+    ]
+    if not pts:
+        return None
+    lo = min(p[0] for p in pts) / 4
+    hi = max(p[0] for p in pts) * 4
+    ridge = spec.cube_peak_flops / spec.hbm_peak_bytes_per_s
+    xs = [lo, min(max(ridge, lo), hi), hi]
+    fig = go.Figure()
+    fig.add_scatter(
+        x=xs,
+        y=[min(spec.cube_peak_flops, x * spec.hbm_peak_bytes_per_s) for x in xs],
+        mode="lines",
+        name="roof (HBM, cube peak)",
+        line={"color": "black"},
+    )
+    fig.add_scatter(
+        x=[p[0] for p in pts],
+        y=[p[1] for p in pts],
+        mode="markers",
+        name="kernel",
+        text=[p[2] for p in pts],
+        marker={"color": [_colour(str(p[3].get("bound", ""))) for p in pts], "size": 9},
+        hovertemplate="%{text}<br>%{x:.2f} FLOP/B, %{y:.3g} FLOP/s<extra></extra>",
+    )
+    fig.update_xaxes(type="log", title="FLOPs per HBM byte")
+    fig.update_yaxes(type="log", title="FLOP/s")
+    fig.update_layout(title=f"Roofline ({spec.name})")
+    return fig
+
+
+def occupancy(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
+    """Each fused kernel's bytes per on-chip buffer as a share of that buffer's capacity."""
+    rows = plan.meta.get("kernels") or []
+    fused = [(g, r) for g, r in zip(plan.groups, rows, strict=False) if len(g.ops) > 1]
+    if not fused:
+        return None
+    fig = go.Figure()
+    for buf in BUFFERS:
+        cap = float(getattr(spec, f"{buf}_bytes"))
+        used = [float(r.get("footprint", {}).get(buf, 0)) for _, r in fused]
+        fig.add_bar(
+            x=[_label(g.ops) for g, _ in fused],
+            y=[100.0 * u / cap for u in used],
+            name=buf.upper(),
+            customdata=used,
+            hovertemplate=f"%{{x}}<br>{buf.upper()} %{{customdata:,.0f}} B of {cap:,.0f} B"
+            "<extra></extra>",
+        )
+    fig.add_hline(y=100, line_dash="dot", annotation_text="capacity")
+    fig.update_layout(
+        title="Buffers of each fused kernel", barmode="group", yaxis_title="% of capacity"
+    )
+    return fig
+
+
+def fused_graph(plan: FusionPlan) -> go.Figure | None:
+    """The ops in layers (longest path from the inputs), data edges between them, and a box
+    around each fused group; hover shows an op's kernel, config and latency."""
+    graph = plan.meta.get("graph")
+    if not graph:
+        return None
+    names = [n for n, _ in graph["ops"]]
+    types = [t for _, t in graph["ops"]]
+    layer = [0] * len(names)
+    for a, b in sorted(graph["edges"], key=lambda e: e[1]):  # producers come first
+        layer[b] = max(layer[b], layer[a] + 1)
+    row: dict[int, int] = {}
+    pos = []
+    for i in range(len(names)):
+        pos.append((layer[i], row.get(layer[i], 0)))
+        row[layer[i]] = row.get(layer[i], 0) + 1
+    kernel_of: dict[str, int] = {n: k for k, g in enumerate(plan.groups) for n in g.ops}
+    rows = plan.meta.get("kernels") or [{} for _ in plan.groups]
+    fig = go.Figure()
+    ex: list[float | None] = []
+    ey: list[float | None] = []
+    for a, b in graph["edges"]:
+        ex += [pos[a][0], pos[b][0], None]
+        ey += [pos[a][1], pos[b][1], None]
+    fig.add_scatter(x=ex, y=ey, mode="lines", line={"color": "#bbbbbb", "width": 1},
+                    hoverinfo="skip", name="data")  # fmt: skip
+    hover = []
+    for n, t in zip(names, types, strict=True):
+        k = kernel_of.get(n)
+        if k is None:
+            hover.append(f"{html.escape(n)} ({t})")
+            continue
+        g, r = plan.groups[k], rows[k] if k < len(rows) else {}
+        config = g.config.short() if g.config else "-"
+        us = r.get("us")
+        hover.append(
+            f"{html.escape(n)} ({t})<br>kernel {k}: {g.kind}, {len(g.ops)} ops<br>{config}"
+            + (f"<br>{us:.2f} us" if isinstance(us, int | float) else "")
+        )
+    fig.add_scatter(
+        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers", name="op",
+        marker={"size": 7, "color": "#1f77b4"}, text=hover, hoverinfo="text",
+    )  # fmt: skip
+    at = {n: i for i, n in enumerate(names)}
+    for k, g in enumerate(plan.groups):
+        members = [at[n] for n in g.ops if n in at]
+        if len(g.ops) < 2 or not members:
+            continue
+        fig.add_shape(
+            type="rect",
+            x0=min(pos[i][0] for i in members) - 0.35,
+            x1=max(pos[i][0] for i in members) + 0.35,
+            y0=min(pos[i][1] for i in members) - 0.35,
+            y1=max(pos[i][1] for i in members) + 0.35,
+            line={"color": _colour(str(rows[k].get("bound", "")) if k < len(rows) else "")},
+            fillcolor="rgba(255, 165, 0, 0.12)",
+            name=f"group {k}",
+        )
+    fig.update_layout(
+        title="Fused graph (a box per fused group; drag to zoom)",
+        showlegend=False,
+        xaxis={"title": "layer", "showgrid": False},
+        yaxis={"visible": False},
+        height=600,
+    )
+    return fig
+
+
+def figures(
+    plan: FusionPlan,
+    spec: HardwareSpec,
+    study: optuna.Study | None,
+    step: Callable[[str], None] | None = None,
+) -> list[tuple[str, go.Figure | None, str]]:
+    """Every section of the page: (id, figure or None, why it is missing)."""
+    tell = step or (lambda _: None)
+    out: list[tuple[str, go.Figure | None, str]] = []
+    no_study = "give --storage (and --study) to plot the study"
+    tell("history")
+    out.append(("history", history(study, plan) if study else None, no_study))
+    tell("importances")
+    out.append(("importances", importances(study) if study else None, no_study))
+    tell("kernels")
+    out.append(("kernels", kernel_bars(plan), ""))
+    tell("roofline")
+    out.append(("roofline", roofline(plan, spec), "no kernel FLOPs in this plan"))
+    tell("buffers")
+    out.append(("buffers", occupancy(plan, spec), "no fused kernel"))
+    tell("graph")
+    out.append(("graph", fused_graph(plan), "plan written before graphs were recorded"))
+    return out
+
+
+def page(plan: FusionPlan, sections: list[tuple[str, go.Figure | None, str]]) -> str:
+    """The HTML page: plotly.js inlined once, then every section in order."""
+    fused = sum(1 for g in plan.groups if len(g.ops) > 1)
+    measured = f"{plan.measured_us:.1f} us simulated" if plan.measured_us else "not measured"
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(plan.name or 'plan')}: fusion plan report</title></head><body>",
+        f"<h1>{html.escape(plan.name or 'model')} on {html.escape(plan.target)}</h1>",
+        f"<p>{len(plan.groups)} kernels, {fused} fused; {measured}.</p>",
+    ]
+    first = True
+    for key, fig, why in sections:
+        parts.append(f"<section id='{key}'>")
+        if fig is None:
+            parts.append(f"<p class='missing'>{html.escape(key)}: {html.escape(why)}</p>")
+        else:
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=first, div_id=f"fig-{key}"))
+            first = False
+        parts.append("</section>")
+    if first:  # no figure at all: still a page that loads nothing from the network
+        parts.append("<p>nothing to plot</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_page(
+    record: FusionPlan,
+    plan: Path,
+    path: Path,
+    storage: str | None = None,
+    study: str | None = None,
+    step: Callable[[str], None] | None = None,
+) -> Path:
+    """Write the plan's page to ``path`` (atomically; never over the plan or the storage);
+    with ``storage``, the study (``study``, or the one the plan names) is plotted too.
+
+    Raises:
+        AutotuneError: a storage or study that cannot be found.
+    """
+    from autotune.estimate import plan_target
+    from autotune.exceptions import AutotuneError
+    from autotune.tuner.study import journal_path, open_storage
+    from search_space.atomic import atomic_write_text, output_path
+
+    journal = journal_path(storage) if storage else None
+    output_path(path, {"plan": plan, "--storage": journal})
+    loaded = None
+    if storage is not None:
+        if journal is not None and not journal.is_file():
+            raise AutotuneError(f"storage '{journal}' does not exist; give the study's storage")
+        name = str(study or record.meta.get("study"))
+        try:
+            loaded = optuna.load_study(study_name=name, storage=open_storage(storage)[0])
+        except KeyError:
+            raise AutotuneError(
+                f"storage '{storage}' has no study '{name}'; give --study NAME"
+            ) from None
+    sections = figures(record, plan_target(record).spec, loaded, step)
+    out = atomic_write_text(path, page(record, sections))
+    if step is not None:
+        step("written")
+    return out

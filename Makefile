@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_ARGS ?= tune zoo:bert-base -o plan.json
 
-.PHONY: run test lint typecheck pytest clean
+.PHONY: run test lint typecheck pytest browser clean
 
 $(VENV)/.installed-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,14 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
+# the browser tests drive Debian's chromium and chromedriver: installed here when missing
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; }
+
 # one worker per core (CI has two); a file's tests share a worker, so module fixtures run once
-pytest: $(VENV)/.installed-dev
+pytest: $(VENV)/.installed-dev browser
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 test: lint typecheck pytest

@@ -1,0 +1,110 @@
+"""The report page and the dashboard in a real headless Chromium (Debian's `chromium` and
+`chromedriver`, installed by `make browser`; never downloaded): the plots draw, with one bar
+per kernel and one box per fused group, the dashboard shows the study, no console errors;
+screenshots go to build/test-artifacts (or $AUTOTUNE_TEST_ARTIFACTS)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_dashboard import _serve
+from typer.testing import CliRunner
+
+from autotune.cli import app
+
+ARTIFACTS = Path(
+    os.environ.get("AUTOTUNE_TEST_ARTIFACTS")
+    or Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "Debian's chromium and chromium-driver: run `make browser`"
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    session = webdriver.Chrome(service=Service(driver), options=opts)
+    yield session
+    session.quit()
+
+
+def _until(check: Callable[[], Any], what: str, tries: int = 300) -> Any:
+    """Poll ``check`` until it gives a truthy value (the page renders asynchronously)."""
+    for _ in range(tries):
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"never: {what}")
+
+
+def _errors(browser: Any) -> list[str]:
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("browser")
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        ["tune", "zoo:bert-base", "--layers", "2", "--scale", "0.25", "--trials", "8",
+         "-o", str(folder / "plan.json"), "--storage", str(folder / "s.journal")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(
+        app,
+        ["report", str(folder / "plan.json"), "--html", str(folder / "report.html"),
+         "--storage", str(folder / "s.journal")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return folder
+
+
+def test_the_report_page_draws_every_kernel_and_group(browser: Any, tuned: Path) -> None:
+    plan = json.loads((tuned / "plan.json").read_text())
+    fused = sum(1 for g in plan["groups"] if len(g["ops"]) > 1)
+    browser.get((tuned / "report.html").as_uri())
+    count = "return document.querySelectorAll(arguments[0]).length"
+    _until(lambda: browser.execute_script(count, ".js-plotly-plot .main-svg") >= 6, "6 plots")
+    bars = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#fig-kernels .trace.bars'))"
+        ".map(t => t.querySelectorAll('.point').length)"
+    )
+    assert bars == [len(plan["groups"])] * 2  # unfused and fused, one bar per kernel each
+    assert browser.execute_script(count, "#fig-graph .shapelayer path") == fused
+    assert browser.execute_script(count, "#fig-history .scatterlayer .trace") == 2
+    assert _errors(browser) == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "report.png"))
+
+
+def test_the_dashboard_shows_the_study_and_its_trials(browser: Any, tuned: Path) -> None:
+    proc, base = _serve(tuned)
+    try:
+        browser.get(base + "/dashboard")
+        body = "return document.body.innerText"
+        _until(lambda: ":measured" in browser.execute_script(body), "the study list")
+        assert "bert-base" in browser.execute_script(body)
+        browser.get(base + "/dashboard/studies/0")
+        _until(lambda: "latency_us" in browser.execute_script(body), "the study's metric")
+        assert _errors(browser) == []
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -14,25 +14,13 @@ from pathlib import Path
 import optuna
 import plotly.graph_objects as go
 
+from autotune.graph_view import BOUND_COLOURS, colour, fused_graph
 from costmodel.spec import HardwareSpec
 from search_space.space import FusionPlan
 
 __all__ = ["BOUND_COLOURS", "figures", "page", "write_page"]
 
-BOUND_COLOURS = {
-    "hbm": "#d62728",
-    "cube": "#1f77b4",
-    "vector": "#2ca02c",
-    "launch": "#7f7f7f",
-    "l2": "#9467bd",
-    "mte": "#ff7f0e",
-}
 BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
-
-
-def _colour(bound: str) -> str:
-    key = bound.lower()
-    return next((c for k, c in BOUND_COLOURS.items() if key.startswith(k)), "#bcbd22")
 
 
 def _label(ops: Sequence[str]) -> str:
@@ -93,7 +81,7 @@ def kernel_bars(plan: FusionPlan) -> go.Figure:
         x=names,
         y=[r.get("us") for r in rows],
         name="kernel",
-        marker_color=[_colour(str(r.get("bound", ""))) for r in rows],
+        marker_color=[colour(str(r.get("bound", ""))) for r in rows],
         customdata=[str(r.get("bound", "")) for r in rows],
         hovertemplate="%{x}<br>%{y:.2f} us, %{customdata}-bound<extra></extra>",
     )
@@ -134,7 +122,7 @@ def roofline(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
         mode="markers",
         name="kernel",
         text=[p[2] for p in pts],
-        marker={"color": [_colour(str(p[3].get("bound", ""))) for p in pts], "size": 9},
+        marker={"color": [colour(str(p[3].get("bound", ""))) for p in pts], "size": 9},
         hovertemplate="%{text}<br>%{x:.2f} FLOP/B, %{y:.3g} FLOP/s<extra></extra>",
     )
     fig.update_xaxes(type="log", title="FLOPs per HBM byte")
@@ -164,74 +152,6 @@ def occupancy(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
     fig.add_hline(y=100, line_dash="dot", annotation_text="capacity")
     fig.update_layout(
         title="Buffers of each fused kernel", barmode="group", yaxis_title="% of capacity"
-    )
-    return fig
-
-
-def fused_graph(plan: FusionPlan) -> go.Figure | None:
-    """The ops in layers (longest path from the inputs), data edges between them, and a box
-    around each fused group; hover shows an op's kernel, config and latency."""
-    graph = plan.meta.get("graph")
-    if not graph:
-        return None
-    names = [n for n, _ in graph["ops"]]
-    types = [t for _, t in graph["ops"]]
-    layer = [0] * len(names)
-    for a, b in sorted(graph["edges"], key=lambda e: e[1]):  # producers come first
-        layer[b] = max(layer[b], layer[a] + 1)
-    row: dict[int, int] = {}
-    pos = []
-    for i in range(len(names)):
-        pos.append((layer[i], row.get(layer[i], 0)))
-        row[layer[i]] = row.get(layer[i], 0) + 1
-    kernel_of: dict[str, int] = {n: k for k, g in enumerate(plan.groups) for n in g.ops}
-    rows = plan.meta.get("kernels") or [{} for _ in plan.groups]
-    fig = go.Figure()
-    ex: list[float | None] = []
-    ey: list[float | None] = []
-    for a, b in graph["edges"]:
-        ex += [pos[a][0], pos[b][0], None]
-        ey += [pos[a][1], pos[b][1], None]
-    fig.add_scatter(x=ex, y=ey, mode="lines", line={"color": "#bbbbbb", "width": 1},
-                    hoverinfo="skip", name="data")  # fmt: skip
-    hover = []
-    for n, t in zip(names, types, strict=True):
-        k = kernel_of.get(n)
-        if k is None:
-            hover.append(f"{html.escape(n)} ({t})")
-            continue
-        g, r = plan.groups[k], rows[k] if k < len(rows) else {}
-        config = g.config.short() if g.config else "-"
-        us = r.get("us")
-        hover.append(
-            f"{html.escape(n)} ({t})<br>kernel {k}: {g.kind}, {len(g.ops)} ops<br>{config}"
-            + (f"<br>{us:.2f} us" if isinstance(us, int | float) else "")
-        )
-    fig.add_scatter(
-        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers", name="op",
-        marker={"size": 7, "color": "#1f77b4"}, text=hover, hoverinfo="text",
-    )  # fmt: skip
-    at = {n: i for i, n in enumerate(names)}
-    for k, g in enumerate(plan.groups):
-        members = [at[n] for n in g.ops if n in at]
-        if len(g.ops) < 2 or not members:
-            continue
-        fig.add_shape(
-            type="rect",
-            x0=min(pos[i][0] for i in members) - 0.35,
-            x1=max(pos[i][0] for i in members) + 0.35,
-            y0=min(pos[i][1] for i in members) - 0.35,
-            y1=max(pos[i][1] for i in members) + 0.35,
-            line={"color": _colour(str(rows[k].get("bound", "")) if k < len(rows) else "")},
-            fillcolor="rgba(255, 165, 0, 0.12)",
-            name=f"group {k}",
-        )
-    fig.update_layout(
-        title="Fused graph (a box per fused group; drag to zoom)",
-        showlegend=False,
-        xaxis={"title": "layer", "showgrid": False},
-        yaxis={"visible": False},
-        height=600,
     )
     return fig
 

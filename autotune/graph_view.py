@@ -1,0 +1,168 @@
+"""Graph views of a model (``report --html``, ``candidates --html``): ops in layers (the
+longest path to each from the inputs), data edges between them; after tuning a box around each
+fused group, before tuning each edge coloured by what becomes of the candidate that holds it."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from search_space.space import FusionPlan
+
+__all__ = [
+    "BOUND_COLOURS",
+    "VERDICT_COLOURS",
+    "candidates_graph",
+    "colour",
+    "fused_graph",
+    "layered",
+]
+
+BOUND_COLOURS = {
+    "hbm": "#d62728",
+    "cube": "#1f77b4",
+    "vector": "#2ca02c",
+    "launch": "#7f7f7f",
+    "l2": "#9467bd",
+    "mte": "#ff7f0e",
+}
+
+
+def colour(bound: str) -> str:
+    key = bound.lower()
+    return next((c for k, c in BOUND_COLOURS.items() if key.startswith(k)), "#bcbd22")
+
+
+def layered(n: int, edges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """A position per op: its layer (the longest path to it from the inputs) and its row in
+    that layer. Ops are numbered in a topological order (producers first)."""
+    layer = [0] * n
+    for a, b in sorted(edges, key=lambda e: e[1]):
+        layer[b] = max(layer[b], layer[a] + 1)
+    row: dict[int, int] = {}
+    pos = []
+    for i in range(n):
+        pos.append((layer[i], row.get(layer[i], 0)))
+        row[layer[i]] = row.get(layer[i], 0) + 1
+    return pos
+
+
+def fused_graph(plan: FusionPlan) -> go.Figure | None:
+    """The ops in layers (longest path from the inputs), data edges between them, and a box
+    around each fused group; hover shows an op's kernel, config and latency."""
+    graph = plan.meta.get("graph")
+    if not graph:
+        return None
+    names = [n for n, _ in graph["ops"]]
+    types = [t for _, t in graph["ops"]]
+    pos = layered(len(names), graph["edges"])
+    kernel_of: dict[str, int] = {n: k for k, g in enumerate(plan.groups) for n in g.ops}
+    rows = plan.meta.get("kernels") or [{} for _ in plan.groups]
+    fig = go.Figure()
+    ex: list[float | None] = []
+    ey: list[float | None] = []
+    for a, b in graph["edges"]:
+        ex += [pos[a][0], pos[b][0], None]
+        ey += [pos[a][1], pos[b][1], None]
+    fig.add_scatter(x=ex, y=ey, mode="lines", line={"color": "#bbbbbb", "width": 1},
+                    hoverinfo="skip", name="data")  # fmt: skip
+    hover = []
+    for n, t in zip(names, types, strict=True):
+        k = kernel_of.get(n)
+        if k is None:
+            hover.append(f"{html.escape(n)} ({t})")
+            continue
+        g, r = plan.groups[k], rows[k] if k < len(rows) else {}
+        config = g.config.short() if g.config else "-"
+        us = r.get("us")
+        hover.append(
+            f"{html.escape(n)} ({t})<br>kernel {k}: {g.kind}, {len(g.ops)} ops<br>{config}"
+            + (f"<br>{us:.2f} us" if isinstance(us, int | float) else "")
+        )
+    fig.add_scatter(
+        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers", name="op",
+        marker={"size": 7, "color": "#1f77b4"}, text=hover, hoverinfo="text",
+    )  # fmt: skip
+    at = {n: i for i, n in enumerate(names)}
+    for k, g in enumerate(plan.groups):
+        members = [at[n] for n in g.ops if n in at]
+        if len(g.ops) < 2 or not members:
+            continue
+        fig.add_shape(
+            type="rect",
+            x0=min(pos[i][0] for i in members) - 0.35,
+            x1=max(pos[i][0] for i in members) + 0.35,
+            y0=min(pos[i][1] for i in members) - 0.35,
+            y1=max(pos[i][1] for i in members) + 0.35,
+            line={"color": colour(str(rows[k].get("bound", "")) if k < len(rows) else "")},
+            fillcolor="rgba(255, 165, 0, 0.12)",
+            name=f"group {k}",
+        )
+    fig.update_layout(
+        title="Fused graph (a box per fused group; drag to zoom)",
+        showlegend=False,
+        xaxis={"title": "layer", "showgrid": False},
+        yaxis={"visible": False},
+        height=600,
+    )
+    return fig
+
+
+VERDICT_COLOURS = {
+    "fuse": "#2ca02c",
+    "skip: below benefit_threshold": "#ff7f0e",
+    "skip: buffer overflow": "#d62728",
+    "skip: policy": "#9467bd",
+    "skip: illegal": "#8c564b",
+    "no rule": "#c7c7c7",
+}
+
+
+def candidates_graph(
+    ops: Sequence[tuple[str, str]],
+    edges: Sequence[Sequence[int]],
+    candidates: Sequence[dict[str, object]],
+) -> go.Figure:
+    """The graph before tuning: every data edge coloured by the verdict of the candidate
+    group that holds both its ends (fused, low benefit, buffer overflow, policy, illegal), or
+    ``no rule`` when none does; hover on an edge's middle gives the candidate and the reason."""
+    names = [n for n, _ in ops]
+    pos = layered(len(names), edges)
+    holder: dict[str, int] = {}
+    for k, c in enumerate(candidates):
+        for n in c["ops"]:  # type: ignore[attr-defined]
+            holder.setdefault(str(n), k)
+    fig = go.Figure()
+    by_verdict: dict[str, tuple[list[float | None], list[float | None], list[str]]] = {}
+    for a, b in edges:
+        at = holder.get(names[a])
+        if at is not None and holder.get(names[b]) == at:
+            verdict = str(candidates[at]["verdict"])
+            why = f"{candidates[at]['rule']}: {candidates[at]['reason']}"
+        else:
+            verdict, why = "no rule", "no candidate group holds both ends"
+        xs, ys, text = by_verdict.setdefault(verdict, ([], [], []))
+        xs += [pos[a][0], (pos[a][0] + pos[b][0]) / 2, pos[b][0], None]
+        ys += [pos[a][1], (pos[a][1] + pos[b][1]) / 2, pos[b][1], None]
+        label = f"{html.escape(names[a])} -> {html.escape(names[b])}<br>{verdict}: {why}"
+        text += [label] * 3 + [""]
+    for verdict, (xs, ys, text) in by_verdict.items():
+        fig.add_scatter(
+            x=xs, y=ys, mode="lines+markers", name=verdict, text=text, hoverinfo="text",
+            line={"color": VERDICT_COLOURS.get(verdict, "#bcbd22"), "width": 2},
+            marker={"size": 3},
+        )  # fmt: skip
+    fig.add_scatter(
+        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers", name="op",
+        marker={"size": 7, "color": "#1f77b4"},
+        text=[f"{html.escape(n)} ({t})" for n, t in ops], hoverinfo="text",
+    )  # fmt: skip
+    fig.update_layout(
+        title="Candidate fusions (edge colour: the verdict of the group holding it)",
+        xaxis={"title": "layer", "showgrid": False},
+        yaxis={"visible": False},
+        height=600,
+    )
+    return fig

@@ -1,0 +1,57 @@
+"""The graph views: a layered layout where every edge goes forward, and the candidates view
+whose every edge carries the verdict of the candidate holding both its ends."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autotune.candidates import analyse_candidates
+from autotune.graph_view import VERDICT_COLOURS, candidates_graph, layered
+from autotune.zoo import build
+from costmodel.spec import load_target
+from search_space import load_graph
+from search_space.fusion import FusionContext
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]]]:
+    n = draw(st.integers(1, 30))
+    pairs = [(a, b) for b in range(n) for a in range(b)]
+    edges = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=60)) if pairs else []
+    return n, edges
+
+
+@given(dags())
+def test_every_edge_goes_to_a_later_layer_and_no_two_ops_share_a_place(dag) -> None:
+    n, edges = dag
+    pos = layered(n, edges)
+    assert all(pos[b][0] > pos[a][0] for a, b in edges)
+    assert len(set(pos)) == n
+    # a layer is the longest path: an op past layer 0 has a producer one layer before it
+    for b in range(n):
+        if pos[b][0] > 0:
+            assert any(pos[a][0] == pos[b][0] - 1 for a, bb in edges if bb == b)
+
+
+def test_each_edge_carries_its_candidates_verdict() -> None:
+    graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
+    found = analyse_candidates(graph, load_target("ascend910b"))["candidates"]
+    ctx = FusionContext(graph)
+    names = list(ctx.nodes)
+    at = {n: i for i, n in enumerate(names)}
+    edges = sorted((at[a], at[b]) for a in names for b in ctx.succ[a])
+    fig = candidates_graph([(n, graph.op(n).op_type) for n in names], edges, found)
+    drawn = {d.name: d for d in fig.data if d.name in VERDICT_COLOURS}
+    assert "fuse" in drawn and "no rule" in drawn
+    assert sum(len(d.x) for d in drawn.values()) == 4 * len(edges)  # 3 points and a break
+    held = {}
+    for c in found:
+        for n in c["ops"]:
+            held.setdefault(n, c)
+    for name, d in drawn.items():
+        for text in d.text[::4]:
+            pair = text.split("<br>")[0].split(" -> ")
+            owner = held.get(pair[0])
+            same = owner is not None and held.get(pair[1]) is owner
+            assert name == (str(owner["verdict"]) if same else "no rule"), text

@@ -82,9 +82,10 @@ class TuneResult:
     report: Mapping[str, int] = field(default_factory=dict)
 
     def speedup(self, baseline: str) -> float | None:
-        """Baseline latency over the plan's (None where the baseline failed to run)."""
+        """Baseline latency over the plan's (None where the baseline failed to run, or the
+        plan has no work to time: a model of views alone runs no kernel)."""
         base = self.baseline_us.get(baseline)
-        return None if base is None else base / self.best_latency_us
+        return None if base is None or self.best_latency_us <= 0 else base / self.best_latency_us
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -218,3 +218,15 @@ def test_a_dataset_path_in_a_missing_folder_fails_before_the_study(tmp_path) -> 
     )  # fmt: skip
     assert res.exit_code == 1 and "does not exist" in res.output
     assert not list(tmp_path.iterdir())  # no journal, no plan
+
+
+def test_a_plan_with_no_work_has_no_speedup_rather_than_a_division_by_zero() -> None:
+    from autotune.tuner import TuneResult
+    from search_space.space import FusionPlan
+
+    result = TuneResult(
+        plan=FusionPlan("0" * 16, "ascend910b", ()), study="s", storage="j", trials=1,
+        best_latency_us=0.0, baseline_us={"none": 0.0, "greedy": None}, predicted_us=0.0,
+    )  # fmt: skip
+    assert result.speedup("none") is None and result.speedup("greedy") is None
+    assert json.loads(json.dumps(result.to_json()))["speedup_vs_none"] is None

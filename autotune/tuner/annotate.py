@@ -96,7 +96,7 @@ def describe_outcome(
     """The plan saved, where it came from, and the baselines as simulated (user attributes);
     the study's note: a table of the measured candidates, best first (a trial, a descent, a
     rule; simulated and predicted us). The dashboard cuts attributes past 1 KB, so the list
-    goes to the note; the plan file holds all of it."""
+    goes to the note; the plan file holds all of it. Then :func:`record_measured`."""
     from optuna_dashboard import save_note
 
     ok = sorted((c for c in candidates if c.measured.ok), key=lambda c: c.latency_us)
@@ -126,6 +126,7 @@ def describe_outcome(
             f"{c.plan.fused_groups} |"
         )
     save_note(s.study, "\n".join(lines) + "\n")
+    record_measured(s, winner, candidates)
 
 
 def record_measured(s: Session, winner: Candidate, candidates: Sequence[Candidate]) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import optuna
 
 from autotune.tuner import steps
-from autotune.tuner.annotate import describe_outcome, describe_study, record_measured
+from autotune.tuner.annotate import describe_outcome, describe_study
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.output import census, plan_record
@@ -52,8 +52,7 @@ def tune_graph(
         config: study settings.
         name: a readable model name for the study and the plan.
         progress: called after each trial with (trials done, best predicted so far).
-        on_phase: told the phase the study is in whenever it changes (trials, measurement,
-            polish, settle, safe mode...).
+        on_phase: told the study's phase (trials, measurement, polish...) as it changes.
         safety: verification hook (safe mode): every plan the study measures is checked
             first, with its failing kernels unfused, and their signatures are forbidden in
             the study's space from then on.
@@ -102,8 +101,7 @@ def tune_graph(
         report = {**census(s), **report, "forbidden": len(s.space.forbidden)}
         report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
         record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
-        describe_outcome(s, winner, candidates, baseline_us)
-        record_measured(s, winner, candidates)
+        describe_outcome(s, winner, candidates, baseline_us)  # and the measured study
         s.ev.save_rows(s.dataset)
     record = dataclasses.replace(record, meta={**record.meta, "timing_s": clock.seconds()})
     return TuneResult(

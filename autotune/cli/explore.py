@@ -163,13 +163,11 @@ def estimate(
         f"{result.cost_model} model",
         show_header=False,
     )
-    total = result.latency_us
+    total = result.latency_us  # 0 for a model of views alone: no kernel, no shares
     head.add_row("latency", f"{total:.1f} us over {len(result.kernels)} kernels")
-    head.add_row(
-        "roofline",
-        f"{result.roofline_us:.1f} us ({result.roofline_us / total:.1%} of the estimate)",
-    )
-    bounds = sorted(result.time_by_bound().items(), key=lambda x: -x[1])
+    share = f" ({result.roofline_us / total:.1%} of the estimate)" if total else ""
+    head.add_row("roofline", f"{result.roofline_us:.1f} us{share}")
+    bounds = sorted(result.time_by_bound().items(), key=lambda x: -x[1]) if total else []
     head.add_row("time by bound", ", ".join(f"{b} {v / total:.0%}" for b, v in bounds))
     out.print(head)
     table = Table(title=f"slowest {top} kernels")

@@ -193,7 +193,7 @@ def _reference_op(call: OpCall, ins: list[Any], imports: Any) -> list[np.ndarray
     """An op without a numpy kernel: float64 reference on inputs rounded to the format."""
     from onnx.reference import ReferenceEvaluator
 
-    from autotune.verify.pooling import FAST_OPS
+    from autotune.verify.reference import REFERENCE_OPS
 
     log.debug(
         "no numpy kernel for %s; float64 reference on %s inputs", call.node.op_type, call.fmt
@@ -221,7 +221,7 @@ def _reference_op(call: OpCall, ins: list[Any], imports: Any) -> list[np.ndarray
         [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output],
     )
     model = helper.make_model(graph, opset_imports=list(imports))
-    outs = ReferenceEvaluator(model, new_ops=FAST_OPS).run(None, feeds)
+    outs = ReferenceEvaluator(model, new_ops=REFERENCE_OPS).run(None, feeds)
     return [call.out(o) if is_float(np.asarray(o)) else np.asarray(o) for o in outs]
 
 

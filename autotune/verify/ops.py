@@ -230,9 +230,9 @@ def _reshape(c: OpCall, ins: list[Any]) -> list[Arr]:
 @kernel("Flatten")
 def _flatten(c: OpCall, ins: list[Any]) -> list[Arr]:
     x = np.asarray(ins[0])
-    axis = c.attr("axis", 1) % (x.ndim or 1) if x.ndim else 0
-    lead = int(np.prod(x.shape[:axis])) if axis else 1
-    return [x.reshape(lead, -1)]
+    axis = int(c.attr("axis", 1))
+    axis += x.ndim if axis < 0 else 0  # axis == rank is legal: every dim leads, [N, 1]
+    return [x.reshape(int(np.prod(x.shape[:axis])), -1)]
 
 
 def axes_of(c: OpCall, ins: list[Any]) -> list[int] | None:

@@ -1,9 +1,11 @@
 """A vectorised MaxPool for onnx's reference evaluator (its own loops over every window in
-Python took most of safe mode's time on CNNs: 46 of 136 s of one 12-trial inception-v1 study).
+Python took most of safe mode's time on CNNs: 46 of 136 s of one 12-trial inception-v1 study),
+and a GlobalMaxPool (onnx 1.23's reduces the wrong axes unless it pools over two: [N, C, L]
+came out [N, 1]).
 
-``ReferenceEvaluator(model, new_ops=FAST_OPS)`` uses it; every case it does not cover
-(dilations, auto_pad, the Indices output, pooling over other than two axes) goes to onnx's own
-implementation, and the tests hold the two equal on the cases it does.
+``ReferenceEvaluator(model, new_ops=FAST_OPS)`` uses them; every case the MaxPool does not
+cover (dilations, auto_pad, the Indices output, pooling over other than two axes) goes to
+onnx's own implementation, and the tests hold the two equal on the cases it does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_max_pool import MaxPool as _ReferenceMaxPool
 
-__all__ = ["FAST_OPS", "MaxPool"]
+__all__ = ["FAST_OPS", "GlobalMaxPool", "MaxPool"]
 
 
 def _out_len(size: int, k: int, s: int, lo: int, hi: int, ceil_mode: bool) -> int:
@@ -72,4 +74,11 @@ class MaxPool(_ReferenceMaxPool):
         return (y.astype(x.dtype, copy=False),)
 
 
-FAST_OPS: list[type[OpRun]] = [MaxPool]
+class GlobalMaxPool(OpRun):
+    """onnx's GlobalMaxPool, over every axis after the channels whatever the rank."""
+
+    def _run(self, x: np.ndarray) -> Any:
+        return (np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)
+
+
+FAST_OPS: list[type[OpRun]] = [MaxPool, GlobalMaxPool]

@@ -49,7 +49,10 @@ class Lowering:
 
     def __init__(self, graph: Graph, target: Target) -> None:
         """Raises: CostModelError for a graph with an empty tensor (nothing to cost)."""
-        empty = [t for t in graph.tensors.values() if t.shape and 0 in t.shape]
+        # a constant's zero dim is no empty work: Reshape(x, []) reads a shape vector of [0]
+        empty = [
+            t for t in graph.tensors.values() if t.shape and 0 in t.shape and t.kind != "constant"
+        ]
         if empty:
             flags = " ".join(
                 f"--input-shape {t.name}=" + "x".join(str(d or 1) for d in t.shape or ())

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 WEIGHT_INPUTS_KEY = "ai.autofusion.weight_inputs"
 _SAME_SIZE = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 _GROWS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Pad", "Upsample"})
+# Ops onnx infers no output shape for (no inference function in its schema: onnx 1.23) whose
+# output is shaped like their first input.
+_LIKE_FIRST_INPUT = frozenset({"GroupNormalization"})
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -155,6 +158,8 @@ class _Pass:
             if not out:
                 continue
             tp = inferred.get(out)
+            if node.op_type in _LIKE_FIRST_INPUT and _static(_shape_of(tp)) is None:
+                tp = self.types.get(node.input[0])  # their one output
             if tp is None or _static(_shape_of(tp)) is None:
                 declared = self.declared.get(out)
                 if declared is not None and (tp is None or _static(_shape_of(declared))):

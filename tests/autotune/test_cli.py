@@ -9,7 +9,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import exporter_attention
+from conftest import exporter_attention, i64, make
+from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -168,6 +169,21 @@ def test_estimate_replays_a_plan_file_and_refuses_another_models_plan(tmp_path: 
         "estimate", "zoo:bert-base", "--layers", "2", "--scale", "0.25", "--plan", str(path)
     )
     assert res.exit_code == 1 and "different model" in res.stderr
+
+
+def test_estimate_of_a_model_of_views_alone_is_zero_without_shares(tmp_path: Path) -> None:
+    """A model of views alone takes 0 us: the table says so (it divided by that 0, a
+    traceback, found by the fuzzing of tests/reliability/test_fuzz.py)."""
+    model = make(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+        [i64("s", [6])],
+    )
+    onnx.save(model, tmp_path / "views.onnx")
+    res = _run("estimate", str(tmp_path / "views.onnx"))
+    assert res.exit_code == 0 and res.exception is None, res.output
+    assert "0.0 us over 0 kernels" in res.stdout and "of the estimate" not in res.stdout
 
 
 def test_candidates_json_reports_edges_classes_and_verdicts() -> None:

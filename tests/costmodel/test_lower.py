@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import pytest
 from conftest import bert_ffn_block, conv_bn_relu, exporter_attention
+from onnx import TensorProto, helper, numpy_helper
 
 from autotune.zoo import build, list_models
+from costmodel.exceptions import CostModelError
 from costmodel.kernel import KernelConfig
 from costmodel.lower import Lowering, template_of
 from costmodel.spec import load_target
@@ -144,3 +147,32 @@ def test_a_kernel_names_its_own_groups_tensors_whatever_was_lowered_before(name:
         scratch = {t for t, o in owners.items() if o in own or o == group.ops[0]}
         assert set(owners) - scratch <= own, group.ops
         assert warm.kernel(group, kernel.config) == kernel
+
+
+def test_a_constant_of_a_zero_dim_is_no_empty_model() -> None:
+    """Reshape to a scalar reads a shape vector of [0]: the model has work (it was refused as
+    empty; found by tests/reliability/test_fuzz.py). An empty activation is still refused."""
+
+    def model(n: int) -> onnx.ModelProto:
+        nodes = [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Reshape", ["r", "s"], ["y"], name="to_scalar"),
+            helper.make_node("Sigmoid", ["y"], ["z"], name="sig"),
+        ]
+        return helper.make_model(
+            helper.make_graph(
+                nodes,
+                "g",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                [helper.make_tensor_value_info("z", TensorProto.FLOAT, [] if n else [0])],
+                [numpy_helper.from_array(np.zeros(0 if n else 1, np.int64), "s")],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        )
+
+    graph = load_graph(model(1))
+    assert graph.tensors["s"].shape == (0,)
+    low = Lowering(graph, T910B)
+    assert all(low.kernel(g, low.default(g)).tiles >= 1 for g in singleton_groups(graph))
+    with pytest.raises(CostModelError, match="is empty"):
+        Lowering(load_graph(model(0)), T910B)

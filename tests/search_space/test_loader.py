@@ -155,6 +155,24 @@ def test_unknown_op_is_opaque_and_kept() -> None:
     assert load_graph(model).dynamic_tensors == ()
 
 
+def test_group_normalization_keeps_its_input_shape() -> None:
+    """onnx infers no shape for GroupNormalization-21; its output (and all after it) had none,
+    and its kernel went unverified (found by tests/reliability/test_fuzz.py)."""
+    n = helper.make_node
+    nodes = [
+        n("GroupNormalization", ["x", "s", "b"], ["g"], name="gn", num_groups=2),
+        n("Elu", ["g"], ["y"], name="elu"),
+    ]
+    x = helper.make_tensor_value_info("x", T.FLOAT, [2, 4, 3, 5])
+    y = helper.make_tensor_value_info("y", T.FLOAT, [2, 4, 3, 5])
+    ones = onnx.numpy_helper.from_array(np.ones(4, np.float32), "s")
+    zeros = onnx.numpy_helper.from_array(np.zeros(4, np.float32), "b")
+    model = make(nodes, [x], [y], [ones, zeros], opset=21)
+    onnx.checker.check_model(model, full_check=True)
+    graph = _assert_shapes_match_runtime(model, {})
+    assert graph.tensors["g"].static_shape == (2, 4, 3, 5) and graph.op("gn").vector_flops > 0
+
+
 def test_cycle_is_reported_by_op_names() -> None:
     n = helper.make_node
     nodes = [n("Add", ["x", "b"], ["a"], name="first"), n("Relu", ["a"], ["b"], name="second")]

@@ -41,7 +41,7 @@ def heartbeat_kwargs() -> dict[str, Any]:
     return {
         "heartbeat_interval": int(RENEW_S),
         "grace_period": int(GRACE_S),
-        "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=1),
+        "heartbeat_stale_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=1),
     }
 
 

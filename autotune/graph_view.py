@@ -9,12 +9,15 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from search_space.fusion import FusionContext
+from search_space.ir import Graph
 from search_space.space import FusionPlan
 
 __all__ = [
     "BOUND_COLOURS",
     "VERDICT_COLOURS",
     "candidates_graph",
+    "candidates_page",
     "colour",
     "fused_graph",
     "layered",
@@ -166,3 +169,22 @@ def candidates_graph(
         height=600,
     )
     return fig
+
+
+def candidates_page(graph: Graph, candidates: Sequence[dict[str, object]], title: str) -> str:
+    """``candidates --html``: the model's kernel graph before tuning, each data edge coloured
+    by its candidate's verdict, as one self-contained page (plotly inlined)."""
+    ctx = FusionContext(graph)
+    names = list(ctx.nodes)
+    at = {n: i for i, n in enumerate(names)}
+    edges = sorted((at[a], at[b]) for a in names for b in ctx.succ[a])
+    fig = candidates_graph([(n, graph.op(n).op_type) for n in names], edges, candidates)
+    fused = sum(1 for c in candidates if str(c["verdict"]) == "fuse")
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}: candidate fusions</title></head><body>"
+        f"<h1>{html.escape(title)}</h1><p>{len(names)} kernels unfused, {len(candidates)} "
+        f"candidate groups, {fused} worth fusing.</p>"
+        + fig.to_html(full_html=False, include_plotlyjs=True, div_id="fig-candidates")
+        + "</body></html>"
+    )

@@ -31,6 +31,7 @@ from autotune.cli.common import (
 )
 from autotune.zoo import build, list_models
 from search_space import Graph
+from search_space.atomic import atomic_write_text, output_path
 from search_space.onnx import save_model
 
 __all__ = ["candidates", "estimate", "inspect", "zoo_export", "zoo_list"]
@@ -189,16 +190,27 @@ def candidates(
     target: TargetOpt = "ascend910b",
     precision: PrecisionOpt = "auto",
     json_out: JsonOpt = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Also write the graph, each edge coloured by its verdict (HTML)."),
+    ] = None,
 ) -> None:
     """What fusion would buy: every candidate group, its benefit and verdict."""
     from autotune.candidates import analyse_candidates
     from costmodel.spec import load_target
 
+    if html is not None:
+        output_path(html, {"model": None if model.startswith("zoo:") else model})
     graph = opts.graph(model)
     result = {
         "model": model,
         **analyse_candidates(graph, load_target(target, (), precision), policy.load()),
     }
+    if html is not None:
+        from autotune.graph_view import candidates_page
+
+        atomic_write_text(html, candidates_page(graph, result["candidates"], model))
+        err.print(f"wrote {html}", highlight=False)
     if json_out:
         sys.stdout.write(json.dumps(result) + "\n")
         return

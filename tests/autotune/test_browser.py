@@ -108,3 +108,22 @@ def test_the_dashboard_shows_the_study_and_its_trials(browser: Any, tuned: Path)
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_the_candidates_page_draws_each_verdict(browser: Any, tmp_path: Path) -> None:
+    page = tmp_path / "cand.html"
+    res = CliRunner().invoke(
+        app,
+        ["candidates", "zoo:bert-base", "--layers", "1", "--scale", "0.25", "--html", str(page)],
+    )
+    assert res.exit_code == 0, res.output
+    browser.get(page.as_uri())
+    legend = (
+        "return Array.from(document.querySelectorAll('#fig-candidates .legendtext'))"
+        ".map(e => e.textContent)"
+    )
+    names = _until(lambda: browser.execute_script(legend), "the legend")
+    assert "fuse" in names and "no rule" in names and "op" in names
+    assert _errors(browser) == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "candidates.png"))

@@ -55,3 +55,21 @@ def test_each_edge_carries_its_candidates_verdict() -> None:
             owner = held.get(pair[0])
             same = owner is not None and held.get(pair[1]) is owner
             assert name == (str(owner["verdict"]) if same else "no rule"), text
+
+
+def test_candidates_html_is_one_page_of_the_graph(tmp_path) -> None:
+    import re
+
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    page = tmp_path / "cand.html"
+    res = CliRunner().invoke(
+        app,
+        ["candidates", "zoo:bert-base", "--layers", "1", "--scale", "0.25", "--html", str(page)],
+    )
+    assert res.exit_code == 0, res.output
+    text = page.read_text()
+    assert "fig-candidates" in text and not re.search(r"<script[^>]+src=", text)
+    assert '"name":"fuse"' in text.replace(" ", "")

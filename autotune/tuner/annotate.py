@@ -23,6 +23,7 @@ __all__ = [
     "describe_outcome",
     "describe_study",
     "describe_trial",
+    "param_labels",
     "record_measured",
     "upload_plan",
 ]
@@ -30,6 +31,7 @@ __all__ = [
 ORIGIN = "origin"  # trial user attribute: warm start, sampler, local search, retry
 SLOWEST = 5  # kernels a trial's note lists
 MEASURED_ROWS = 30  # measured candidates the study's note lists
+LABEL_CHARS = 240  # a parameter's label (the dashboard cuts attributes at 1 KB)
 
 
 def _set(study: optuna.Study, key: str, value: Any) -> None:
@@ -60,6 +62,21 @@ def describe_study(s: Session) -> None:
         _set(s.study, key, value)
     predicted = {k: round(s.ev.score(p), 3) for k, p in s.baselines.items()}
     _set(s.study, "baselines_predicted_us", predicted)
+    for name, label in param_labels(s).items():
+        _set(s.study, f"param {name}", label)
+
+
+def param_labels(s: Session) -> dict[str, str]:
+    """A readable label for each ``fuse/...`` parameter: the kind of fusion, the op types, how
+    many edges the class shares (repeated layers), and its first edge's ops."""
+    out = {}
+    for name, edges in s.space.classes.items():
+        first = edges[0]
+        more = f" (+{len(edges) - 1} like it)" if len(edges) > 1 else ""
+        out[f"fuse/{name}"] = f"{first.kind} fusion of {first.src} -> {first.dst}{more}"[
+            :LABEL_CHARS
+        ]
+    return out
 
 
 def describe_trial(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> None:

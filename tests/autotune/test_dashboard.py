@@ -137,6 +137,10 @@ def test_every_trial_has_its_origin_prediction_and_slowest_kernels(served: str) 
         us = [float(r.rstrip(" |").rsplit("|", 1)[1]) for r in rows]
         assert us == sorted(us, reverse=True) and sum(us) <= t["values"][0] + 1e-6
     assert {"warm start", "sampler"} <= origins
+    # every fusion parameter has a readable label on the study: the ops its first edge joins
+    labels = _attrs(study["user_attrs"])
+    params = {p["name"] for t in complete for p in t["params"] if p["name"].startswith("fuse/")}
+    assert params and all(" -> " in str(labels[f"param {p}"]) for p in params)
 
 
 def test_loopback_is_told_from_other_addresses() -> None:

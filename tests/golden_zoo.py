@@ -87,7 +87,7 @@ def study() -> dict[str, Any]:
         )
         plan = json.loads(plan_path.read_text())
     return {
-        "best_latency_us": summary["best_latency_us"],
+        "best_latency_us": summary["measured_us"],
         "predicted_us": summary["predicted_us"],
         "baseline_us": summary["baseline_us"],
         "source": plan["meta"]["source"],

@@ -84,7 +84,7 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
         text=True,
         check=True,
     )
-    assert len(json.loads(proc.stdout)) == 7
+    assert len(json.loads(proc.stdout)["models"]) == 7
     code = (
         "from costmodel.spec import available_targets, load_spec; import costmodel; "
         "print(costmodel.__file__, available_targets(), load_spec().name)"

@@ -25,6 +25,7 @@ from search_space.rules import Policy, load_policy
 
 __all__ = [
     "FUSION_FLAGS",
+    "JSON_SCHEMA",
     "POLICY_FLAGS",
     "JsonOpt",
     "ModelArg",
@@ -33,6 +34,7 @@ __all__ = [
     "PrecisionOpt",
     "SetOpt",
     "TargetOpt",
+    "emit_json",
     "err",
     "human",
     "model_options",
@@ -43,6 +45,19 @@ __all__ = [
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+# the version of every command's --json object (docs/tuning.md, "JSON output"): one vocabulary
+# across commands; a key's meaning changes only with this number
+JSON_SCHEMA = 1
+
+
+def emit_json(doc: Mapping[str, Any]) -> None:
+    """Print one command's ``--json`` object on stdout, ``schema_version`` first."""
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps({"schema_version": JSON_SCHEMA, **doc}) + "\n")
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -12,7 +11,16 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autotune.cli.common import JsonOpt, PrecisionOpt, SetOpt, TargetOpt, err, out, user_errors
+from autotune.cli.common import (
+    JsonOpt,
+    PrecisionOpt,
+    SetOpt,
+    TargetOpt,
+    emit_json,
+    err,
+    out,
+    user_errors,
+)
 from autotune.exceptions import AutotuneError
 
 __all__ = ["calibrate", "costmodel_eval"]
@@ -193,7 +201,7 @@ def calibrate(
         summary["model"] = str(fit)
         summary["fit"] = learned.trained_on
     if json_out:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        emit_json(summary)
         return
     t = Table(show_header=False, title=f"calibration table {summary['path']}")
     for k, v in summary.items():
@@ -269,7 +277,7 @@ def costmodel_eval(
     params = None if kind == "hgb" else {**DEFAULT_PARAMS, "kind": kind}  # hgb: selected
     result = evaluate_models(frame, tgt, families, params=params)
     if json_out:
-        sys.stdout.write(json.dumps(result) + "\n")
+        emit_json(result)
         return
     rows = result["rows"]
     t = Table(
@@ -319,7 +327,7 @@ def _eval_real(csv: list[Path], json_out: bool) -> None:
     summary["skipped"] = skipped
     if json_out:
         summary["per_row"] = [p.to_json() for p in preds]
-        sys.stdout.write(json.dumps(summary) + "\n")
+        emit_json(summary)
         return
     for title, block in (("device-time rows", summary.get("overall_device")),
                          ("host-time rows", summary.get("overall_host"))):  # fmt: skip

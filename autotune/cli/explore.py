@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +20,7 @@ from autotune.cli.common import (
     PrecisionOpt,
     SetOpt,
     TargetOpt,
+    emit_json,
     err,
     human,
     model_options,
@@ -51,7 +50,7 @@ def inspect(
     if ops:
         summary["per_op"] = [_op_row(graph, op.name) for op in graph.ops]
     if json_out:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        emit_json(summary)
         return
     _print_inspect(graph, summary, ops)
 
@@ -157,7 +156,7 @@ def estimate(
         policy=policy.load(),
     )
     if json_out:
-        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        emit_json(result.to_json())
         return
     head = Table(
         title=f"{model} on {result.target} ({result.precision}), plan {result.plan}, "
@@ -212,7 +211,7 @@ def candidates(
         atomic_write_text(html, candidates_page(graph, result["candidates"], model))
         err.print(f"wrote {html}", highlight=False)
     if json_out:
-        sys.stdout.write(json.dumps(result) + "\n")
+        emit_json(result)
         return
     dv = result["decision_vars"]
     out.print(
@@ -258,7 +257,7 @@ def zoo_list(json_out: JsonOpt = False) -> None:
     """List the built-in models."""
     infos = list_models()
     if json_out:
-        sys.stdout.write(json.dumps([asdict(i) for i in infos]) + "\n")
+        emit_json({"models": [asdict(i) for i in infos]})
         return
     table = Table(title="model zoo (use as zoo:NAME)")
     for col in ("name", "family", "params", "layers", "batch", "description"):

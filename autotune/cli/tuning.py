@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,6 +18,7 @@ from autotune.cli.common import (
     PrecisionOpt,
     SetOpt,
     TargetOpt,
+    emit_json,
     err,
     model_options,
     out,
@@ -187,7 +186,7 @@ def _run_with_progress(
 def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> None:
     summary = {**result.to_json(), "plan": str(path)}
     if json_out:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        emit_json(summary)
         return
     table = Table(
         title=f"{model}: study '{result.study}' ({result.trials} trials, storage "
@@ -239,7 +238,7 @@ def report(
         _write_html(record, plan, html, storage, study)
     rep = plan_report(record)
     if json_out:
-        sys.stdout.write(json.dumps(rep) + "\n")
+        emit_json(rep)
         return
     head = Table(title=f"plan {plan} ({rep['model']} on {rep['target']})", show_header=False)
     head.add_row("kernels", str(rep["kernels"]))
@@ -355,7 +354,7 @@ def verify(
         "kernels": [v.to_json() for v in verdicts],
     }
     if json_out:
-        sys.stdout.write(json.dumps(result) + "\n")
+        emit_json(result)
     else:
         out.print(
             f"graph equivalence: max abs err {equiv['graph_max_abs_err']:.3g} "

@@ -89,7 +89,7 @@ class TuneResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "best_latency_us": self.best_latency_us,
+            "measured_us": self.best_latency_us,
             "predicted_us": self.predicted_us,
             "baseline_us": dict(self.baseline_us),
             "speedup_vs_none": self.speedup("none"),

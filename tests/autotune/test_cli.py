@@ -82,7 +82,7 @@ def test_usage_error_exits_2() -> None:
 def test_zoo_list_json_names_every_model() -> None:
     res = _run("zoo", "list", "--json")
     assert res.exit_code == 0
-    names = {m["name"] for m in json.loads(res.stdout)}
+    names = {m["name"] for m in json.loads(res.stdout)["models"]}
     assert names == {
         "resnet50",
         "bert-base",

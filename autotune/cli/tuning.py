@@ -92,7 +92,7 @@ def tune(
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
     # Long for its flags: typer reads the command line from this signature.
     from autotune.tuner import TuneConfig, make_safety
-    from autotune.tuner.annotate import upload_plan
+    from autotune.tuner.annotate import upload_artifact_file
     from autotune.tuner.study import journal_path
     from costmodel.spec import load_target
     from search_space.atomic import output_path
@@ -134,7 +134,7 @@ def tune(
     safety = make_safety(graph, model, opts.zoo, cfg.policy, tgt)
     result = _run_with_progress(graph, cfg, name, safety)
     path = result.plan.save(output)
-    upload_plan(result.storage, result.study, path)  # for `autotune dashboard`
+    upload_artifact_file(result.storage, result.study, path)  # for `autotune dashboard`
     if result.interrupted:  # the best plan so far is written; say so and exit as Ctrl-C does
         err.print(f"interrupted: wrote the best plan found so far to {path}", highlight=False)
         raise typer.Exit(130)
@@ -310,18 +310,35 @@ def apply(
     opts: ModelOptions,
     plan: Annotated[Path, typer.Argument(help="A plan file for this model.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Fused .onnx to write.")],
+    storage: Annotated[
+        str | None,
+        typer.Option(help="Also upload the fused model to this study storage's artifacts."),
+    ] = None,
 ) -> None:
     """Write the fused model: each fused group one ai.autofusion node (a local function)."""
     from autotune.apply import apply_plan
+    from autotune.tuner.annotate import upload_artifact_file
+    from autotune.tuner.study import journal_path
     from search_space.atomic import output_path
     from search_space.onnx import save_model
 
-    output_path(output, {"model": None if model.startswith("zoo:") else model, "plan": plan})
+    journal = journal_path(storage) if storage else None
+    output_path(
+        output,
+        {
+            "model": None if model.startswith("zoo:") else model,
+            "plan": plan,
+            "--storage": journal,
+        },
+    )
     proto, graph, record = _model_and_plan(model, opts, plan)
     fused = apply_plan(proto, graph, record.groups)
     path = save_model(fused, output)
     n = sum(1 for g in record.groups if len(g.ops) > 1)
     err.print(f"wrote {path}: {n} fused kernels as ai.autofusion functions")
+    if storage is not None:  # the study the plan names, in the storage the user gives
+        upload_artifact_file(storage, str(record.meta.get("study")), path, "application/onnx")
+        err.print(f"uploaded {path.name} to the study's artifacts", highlight=False)
 
 
 @user_errors

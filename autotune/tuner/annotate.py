@@ -25,7 +25,7 @@ __all__ = [
     "describe_trial",
     "param_labels",
     "record_measured",
-    "upload_plan",
+    "upload_artifact_file",
 ]
 
 ORIGIN = "origin"  # trial user attribute: warm start, sampler, local search, retry
@@ -206,22 +206,38 @@ def artifact_dir(storage_name: str) -> Path:
     return Path(storage_name + ".artifacts")
 
 
-def upload_plan(storage_name: str, study_name: str, plan: Path) -> str:
-    """Upload the saved plan file as an artifact of the study (into :func:`artifact_dir`);
-    its artifact id. ``storage_name``: the journal path or storage URL the study is in."""
+def upload_artifact_file(
+    storage_name: str, study_name: str, path: Path, mimetype: str = "application/json"
+) -> str:
+    """Upload a file (the saved plan, a fused model) as an artifact of the study (into
+    :func:`artifact_dir`); its artifact id. ``storage_name``: the journal path or storage URL
+    the study is in.
+
+    Raises:
+        AutotuneError: the storage holds no study of that name.
+    """
     from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
-    from autotune.tuner.study import open_storage
+    from autotune.exceptions import AutotuneError
+    from autotune.tuner.study import journal_path, open_storage
 
+    journal = journal_path(storage_name)
+    if journal is not None and not journal.is_file():
+        raise AutotuneError(f"storage '{journal}' does not exist; give the study's storage")
     storage, _ = open_storage(storage_name)
-    study = optuna.load_study(study_name=study_name, storage=storage)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        raise AutotuneError(
+            f"storage '{storage_name}' has no study '{study_name}' (the one the plan names)"
+        ) from None
     folder = artifact_dir(storage_name)
     folder.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return upload_artifact(
             artifact_store=FileSystemArtifactStore(str(folder)),
-            file_path=str(plan),
+            file_path=str(path),
             study_or_trial=study,
-            mimetype="application/json",
+            mimetype=mimetype,
         )

@@ -167,3 +167,16 @@ def test_no_study_is_one_line(tmp_path: Path) -> None:
     res = runner.invoke(app, ["dashboard", "--storage", str(empty)])
     assert res.exit_code == 1 and "holds no study" in res.stderr
     assert "Traceback" not in res.output
+
+
+def test_apply_uploads_the_fused_model_to_the_study(tuned: Path, served: str) -> None:
+    fused = tuned / "fused.onnx"
+    res = CliRunner().invoke(
+        app,
+        ["apply", "zoo:bert-base", "--layers", "1", "--scale", "0.25",
+         str(tuned / "plan.json"), "-o", str(fused), "--storage", str(tuned / "s.journal")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    study = json.loads(_get(f"{served}/api/studies/0?after=0"))
+    (artifact,) = [a for a in study["artifacts"] if a["filename"] == "fused.onnx"]
+    assert _get(f"{served}/artifacts/0/{artifact['artifact_id']}") == fused.read_bytes()

@@ -21,8 +21,10 @@ __all__ = [
     "colour",
     "fused_graph",
     "layered",
+    "repeats",
 ]
 
+MIN_REPEATS = 3  # depths an op's structure must recur at to be drawn once (a repeated layer)
 BOUND_COLOURS = {
     "hbm": "#d62728",
     "cube": "#1f77b4",
@@ -52,47 +54,79 @@ def layered(n: int, edges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     return pos
 
 
+def repeats(same: Sequence[str], depth: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Repeated layers drawn once: each op's representative (an op of the same structural hash
+    at the shallowest depth that hash has, matched by order among ops of that hash at one
+    depth, so parallel twins such as q/k/v stay apart) and, per representative, how many
+    layers it stands for. A hash seen at fewer than ``MIN_REPEATS`` depths is not folded."""
+    by_hash: dict[str, dict[int, list[int]]] = {}
+    for i, h in enumerate(same):
+        by_hash.setdefault(h, {}).setdefault(depth[i], []).append(i)
+    rep, count = list(range(len(same))), [1] * len(same)
+    for at_depth in by_hash.values():
+        if len(at_depth) < MIN_REPEATS:  # twice may be chance (two like Adds), not layers
+            continue
+        base = at_depth[min(at_depth)]
+        for ops in at_depth.values():
+            for j, i in enumerate(ops[: len(base)]):
+                rep[i] = base[j]
+        for j, b in enumerate(base):
+            count[b] = sum(1 for ops in at_depth.values() if j < len(ops))
+    return rep, count
+
+
 def fused_graph(plan: FusionPlan) -> go.Figure | None:
     """The ops in layers (longest path from the inputs), data edges between them, and a box
-    around each fused group; hover shows an op's kernel, config and latency."""
+    around each fused group, repeated layers drawn once (hover says how many); hover shows an
+    op's kernel, config and latency."""
     graph = plan.meta.get("graph")
     if not graph:
         return None
     names = [n for n, _ in graph["ops"]]
     types = [t for _, t in graph["ops"]]
-    pos = layered(len(names), graph["edges"])
+    depth = [p[0] for p in layered(len(names), graph["edges"])]
+    rep, count = repeats(graph.get("same") or names, depth)
+    keep = sorted(set(rep))
+    new = {old: j for j, old in enumerate(keep)}
+    edges = sorted(
+        {(new[rep[a]], new[rep[b]]) for a, b in graph["edges"] if new[rep[a]] < new[rep[b]]}
+    )
+    pos = layered(len(keep), edges)
     kernel_of: dict[str, int] = {n: k for k, g in enumerate(plan.groups) for n in g.ops}
     rows = plan.meta.get("kernels") or [{} for _ in plan.groups]
     fig = go.Figure()
     ex: list[float | None] = []
     ey: list[float | None] = []
-    for a, b in graph["edges"]:
+    for a, b in edges:
         ex += [pos[a][0], pos[b][0], None]
         ey += [pos[a][1], pos[b][1], None]
     fig.add_scatter(x=ex, y=ey, mode="lines", line={"color": "#bbbbbb", "width": 1},
                     hoverinfo="skip", name="data")  # fmt: skip
     hover = []
-    for n, t in zip(names, types, strict=True):
-        k = kernel_of.get(n)
+    for i in keep:
+        n, t, k = names[i], types[i], kernel_of.get(names[i])
+        times = f" x{count[i]} layers" if count[i] > 1 else ""
         if k is None:
-            hover.append(f"{html.escape(n)} ({t})")
+            hover.append(f"{html.escape(n)} ({t}){times}")
             continue
         g, r = plan.groups[k], rows[k] if k < len(rows) else {}
         config = g.config.short() if g.config else "-"
         us = r.get("us")
         hover.append(
-            f"{html.escape(n)} ({t})<br>kernel {k}: {g.kind}, {len(g.ops)} ops<br>{config}"
-            + (f"<br>{us:.2f} us" if isinstance(us, int | float) else "")
+            f"{html.escape(n)} ({t}){times}<br>kernel {k}: {g.kind}, {len(g.ops)} ops<br>"
+            f"{config}" + (f"<br>{us:.2f} us" if isinstance(us, int | float) else "")
         )
     fig.add_scatter(
         x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers", name="op",
         marker={"size": 7, "color": "#1f77b4"}, text=hover, hoverinfo="text",
     )  # fmt: skip
     at = {n: i for i, n in enumerate(names)}
+    drawn: set[tuple[int, ...]] = set()
     for k, g in enumerate(plan.groups):
-        members = [at[n] for n in g.ops if n in at]
-        if len(g.ops) < 2 or not members:
+        members = tuple(sorted({new[rep[at[n]]] for n in g.ops if n in at}))
+        if len(g.ops) < 2 or not members or members in drawn:
             continue
+        drawn.add(members)
         fig.add_shape(
             type="rect",
             x0=min(pos[i][0] for i in members) - 0.35,
@@ -103,8 +137,11 @@ def fused_graph(plan: FusionPlan) -> go.Figure | None:
             fillcolor="rgba(255, 165, 0, 0.12)",
             name=f"group {k}",
         )
+    folded = len(names) - len(keep)
     fig.update_layout(
-        title="Fused graph (a box per fused group; drag to zoom)",
+        title="Fused graph (a box per fused group"
+        + (f"; repeated layers drawn once, {folded} ops folded" if folded else "")
+        + "; drag to zoom)",
         showlegend=False,
         xaxis={"title": "layer", "showgrid": False},
         yaxis={"visible": False},

@@ -9,7 +9,7 @@ from typing import Any
 from autotune.candidates import CandidateVerdict, analyse_candidates
 from autotune.tuner.records import Candidate
 from autotune.tuner.session import Session
-from search_space.space import FusionPlan, PlanGroup, SpacePlan
+from search_space.space import FusionPlan, PlanGroup, SpacePlan, op_hashes
 
 __all__ = ["census", "graph_record", "kernel_rows", "plan_record"]
 
@@ -43,9 +43,11 @@ def graph_record(s: Session) -> dict[str, Any]:
     names = list(s.ctx.nodes)
     at = {n: i for i, n in enumerate(names)}
     edges = sorted((at[a], at[b]) for a in names for b in s.ctx.succ[a])
+    same = op_hashes(s.ctx)
     return {
         "ops": [[n, s.graph.op(n).op_type] for n in names],
         "edges": [list(e) for e in edges],
+        "same": [same[n] for n in names],  # equal in repeated layers (a collapsed view)
     }
 
 

@@ -21,6 +21,7 @@ from search_space.space.search import (
     SpacePlan,
     TrialLike,
     build_space,
+    op_hashes,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "candidate_groups",
     "connected_subsets",
     "fusion_adjacency",
+    "op_hashes",
     "optimal_partition",
     "peak_live_bytes",
     "plan_cost",

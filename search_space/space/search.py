@@ -20,7 +20,7 @@ from search_space.fusion import Edge, FusionContext
 from search_space.ir import FusionGroup, Graph, KernelConfig, alias_root
 from search_space.rules import Policy, edges_of, greedy, match, policy_rules
 
-__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space"]
+__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "op_hashes"]
 
 STRATEGIES = ("joint", "bilevel")
 REPAIRED = 4096  # repaired plans a space remembers
@@ -63,6 +63,13 @@ class SpacePlan:
     @property
     def fused_groups(self) -> int:
         return sum(1 for g in self.groups if len(g.ops) > 1)
+
+
+def op_hashes(ctx: FusionContext) -> dict[str, str]:
+    """Each kernel op's structural hash: its type, attributes and shapes with its neighbours'
+    (the same op in every repeated layer shares one; what sharing classes and the graph view's
+    collapsed layers go by)."""
+    return {n: _op_hash(ctx.graph, ctx, n) for n in ctx.nodes}
 
 
 def _op_hash(graph: Graph, ctx: FusionContext, name: str) -> str:

@@ -73,3 +73,27 @@ def test_candidates_html_is_one_page_of_the_graph(tmp_path) -> None:
     text = page.read_text()
     assert "fig-candidates" in text and not re.search(r"<script[^>]+src=", text)
     assert '"name":"fuse"' in text.replace(" ", "")
+
+
+def test_repeated_layers_are_drawn_once_with_their_count(tmp_path) -> None:
+    """bert-base with 4 layers: the ops of later layers fold onto the same ops of an earlier
+    one, whose hover says how many layers it stands for; a pattern seen twice is not folded."""
+    from autotune.graph_view import fused_graph, repeats
+    from autotune.tuner import TuneConfig, tune_graph
+    from search_space.rules import Policy
+
+    graph = load_graph(build("bert-base", weights="inputs", layers=4, scale=0.25))
+    config = TuneConfig(
+        trials=2, cost="analytic", polish=0, storage=str(tmp_path / "s.journal"),
+        policy=Policy(safe_mode=False),
+    )  # fmt: skip
+    plan = tune_graph(graph, config, name="bert").plan
+    ops = plan.meta["graph"]["ops"]
+    fig = fused_graph(plan)
+    (markers,) = [d for d in fig.data if d.mode == "markers"]
+    per_layer = [n for n, _ in ops if "layer.0/" in n]
+    assert len(markers.x) < len(ops)
+    # ops at the layers' edges read a different neighbour in the first layer (the embeddings)
+    assert sum("x4 layers" in t for t in markers.text) >= 0.8 * len(per_layer)
+    assert not any("layer.2/" in t.split(" (")[0] for t in markers.text)  # interior: folded
+    assert repeats(["a", "b", "a"], [0, 1, 2]) == ([0, 1, 2], [1, 1, 1])  # twice: chance

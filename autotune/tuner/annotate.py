@@ -32,6 +32,7 @@ ORIGIN = "origin"  # trial user attribute: warm start, sampler, local search, re
 SLOWEST = 5  # kernels a trial's note lists
 MEASURED_ROWS = 30  # measured candidates the study's note lists
 LABEL_CHARS = 240  # a parameter's label (the dashboard cuts attributes at 1 KB)
+OPTIMAL_S = 5.0  # seconds the optimal baseline may take at a study's set-up
 
 
 def _set(study: optuna.Study, key: str, value: Any) -> None:
@@ -60,10 +61,28 @@ def describe_study(s: Session) -> None:
     }
     for key, value in about.items():
         _set(s.study, key, value)
-    predicted = {k: round(s.ev.score(p), 3) for k, p in s.baselines.items()}
+    predicted: dict[str, float | None] = {
+        k: round(s.ev.score(p), 3) for k, p in s.baselines.items()
+    }
+    known = s.study.user_attrs.get("baselines_predicted_us", {})
+    predicted["optimal"] = known.get("optimal") if "optimal" in known else _optimal_us(s)
     _set(s.study, "baselines_predicted_us", predicted)
     for name, label in param_labels(s).items():
         _set(s.study, f"param {name}", label)
+
+
+def _optimal_us(s: Session) -> float | None:
+    """The exact additive optimum's predicted latency, when it is found within
+    ``OPTIMAL_S`` (None otherwise: large models; ``bench_models.py`` gives it a minute)."""
+    from search_space.space import OptimalUnavailable, baseline_plan
+
+    try:
+        plan = baseline_plan(
+            "optimal", s.ctx, s.oracle, s.config.policy, optimal_time_limit=OPTIMAL_S
+        )
+    except OptimalUnavailable:
+        return None
+    return round(s.ev.score(plan), 3)
 
 
 def param_labels(s: Session) -> dict[str, str]:

@@ -85,6 +85,23 @@ def _optimal_us(s: Session) -> float | None:
     return round(s.ev.score(plan), 3)
 
 
+def _label_configs(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> None:
+    """A label for each ``config/<signature>`` parameter the trial asked (joint strategy),
+    the first time one is seen: which kernels it tiles and what its first indices mean."""
+    known = s.study.user_attrs
+    for g in plan.groups:
+        key = f"config/{g.signature(s.graph)}"
+        if key not in trial.params or f"param {key}" in known:
+            continue
+        grid = s.oracle.grid(g)
+        first = ", ".join(f"{i}: {c.short()}" for i, c in enumerate(grid[:3]))
+        label = (
+            f"tiles of {g.kind} kernels like {g.ops[0]}: an index into their {len(grid)} "
+            f"feasible configs, ranked by the analytic model ({first}, ...)"
+        )
+        _set(s.study, f"param {key}", label[:LABEL_CHARS])
+
+
 def param_labels(s: Session) -> dict[str, str]:
     """A readable label for each ``fuse/...`` parameter: the kind of fusion, the op types, how
     many edges the class shares (repeated layers), and its first edge's ops."""
@@ -104,6 +121,8 @@ def describe_trial(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> No
     from optuna_dashboard import save_note
 
     costs = s.ev.kernel_latencies(plan)
+    if s.config.strategy == "joint":
+        _label_configs(s, trial, plan)
     trial.set_user_attr("fused_groups", plan.fused_groups)
     trial.set_user_attr("predicted_us", round(float(sum(costs)), 3))
     if ORIGIN not in trial.user_attrs:

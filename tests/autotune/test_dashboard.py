@@ -182,3 +182,24 @@ def test_apply_uploads_the_fused_model_to_the_study(tuned: Path, served: str) ->
     study = json.loads(_get(f"{served}/api/studies/0?after=0"))
     (artifact,) = [a for a in study["artifacts"] if a["filename"] == "fused.onnx"]
     assert _get(f"{served}/artifacts/0/{artifact['artifact_id']}") == fused.read_bytes()
+
+
+def test_every_config_parameter_of_a_joint_study_is_labelled(tmp_path: Path) -> None:
+    journal = tmp_path / "s.journal"
+    res = CliRunner().invoke(
+        app,
+        ["tune", "zoo:bert-base", "--layers", "1", "--scale", "0.25", "--strategy", "joint",
+         "--trials", "4", "--cost", "analytic", "--polish", "0",
+         "-o", str(tmp_path / "p.json"), "--storage", str(journal)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(journal))
+    )
+    (name,) = [n for n in optuna.get_all_study_names(storage) if not n.endswith(":measured")]
+    study = optuna.load_study(study_name=name, storage=storage)
+    params = {p for t in study.trials for p in t.params if p.startswith("config/")}
+    assert params
+    for p in params:
+        label = study.user_attrs[f"param {p}"]
+        assert "feasible configs" in label and "0: " in label, label

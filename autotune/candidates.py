@@ -15,7 +15,7 @@ from typing import Any
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
-from search_space.ir import Graph, make_group
+from search_space.ir import Graph, empty_tensors, make_group
 from search_space.rules import Policy, match, policy_rules, unmatched_report
 from search_space.space import SearchSpace
 
@@ -62,9 +62,17 @@ def _verdict(
 def analyse_candidates(
     graph: Graph, target: Target, policy: Policy | None = None
 ) -> dict[str, Any]:
-    """The benefit analysis ``autotune candidates --json`` prints."""
+    """The benefit analysis ``autotune candidates --json`` prints (nothing to fuse in a model
+    with an empty tensor: it does no work)."""
     policy = policy or Policy()
     ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
+    if empty_tensors(graph):
+        none = {"with_sharing": 0, "without_sharing": 0}
+        return {
+            "edges": len(ctx.edges), "edge_classes": 0, "decision_vars": none,
+            "kernels_unfused": len(ctx.nodes), "preset": policy.preset, "candidates": [],
+            "rules_not_fired": [],
+        }  # fmt: skip
     oracle = CostOracle(graph, target, ctx=ctx)
     rules = policy_rules(policy)
     found: dict[frozenset[str], str] = {}

@@ -16,7 +16,14 @@ from costmodel.registry import make_cost_model
 from costmodel.roofline import roofline_us
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
-from search_space.ir import FusionGroup, Graph, KernelConfig, make_group, singleton_groups
+from search_space.ir import (
+    FusionGroup,
+    Graph,
+    KernelConfig,
+    empty_tensors,
+    make_group,
+    singleton_groups,
+)
 from search_space.rules import Policy
 from search_space.space import BASELINES, FusionPlan, PlanError, baseline_plan
 
@@ -27,21 +34,22 @@ def plan_kernels(
     graph: Graph, plan: str | FusionPlan, target: Target, policy: Policy | None = None
 ) -> tuple[list[FusionGroup], list[Kernel]]:
     """Groups and lowered kernels of a baseline (none, greedy, max, optimal) or a plan (file
-    path or record).
+    path or record). A model with an empty tensor does no work: each op alone, no kernel.
 
     Raises:
         PlanError: a plan for another model, or naming unknown ops.
         InfeasibleConfig: a plan config that overflows a buffer on this target.
     """
-    lowering = Lowering(graph, target)
-    if isinstance(plan, str) and plan == "none":
+    empty = bool(empty_tensors(graph))
+    if isinstance(plan, str) and plan in BASELINES and (empty or plan == "none"):
         groups = singleton_groups(graph)
-        return groups, lowering.kernels(groups)
+        return groups, [] if empty else Lowering(graph, target).kernels(groups)
     if isinstance(plan, str) and plan in BASELINES:
         policy = policy or Policy()
         ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
         oracle = CostOracle(graph, target, ctx=ctx)
         chosen = baseline_plan(plan, ctx, oracle, policy)
+        lowering = oracle.lowering
         return list(chosen.groups), [
             lowering.kernel(g, c) for g, c in zip(chosen.groups, chosen.configs, strict=True)
         ]
@@ -54,7 +62,9 @@ def plan_kernels(
             f"'{target.spec.name}'; pass --target {record.target}"
         )
     groups = [make_group(graph, g.ops, g.kind) for g in record.groups]
-    kernels = lowering.kernels(groups, [g.config for g in record.groups])
+    if empty:
+        return groups, []
+    kernels = Lowering(graph, target).kernels(groups, [g.config for g in record.groups])
     for k in kernels:
         ok, why = k.feasible(target.spec)
         if not ok:

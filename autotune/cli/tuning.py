@@ -134,7 +134,8 @@ def tune(
     safety = make_safety(graph, model, opts.zoo, cfg.policy, tgt)
     result = _run_with_progress(graph, cfg, name, safety)
     path = result.plan.save(output)
-    upload_artifact_file(result.storage, result.study, path)  # for `autotune dashboard`
+    if result.study:  # for `autotune dashboard` (a model with no work opens no study)
+        upload_artifact_file(result.storage, result.study, path)
     if result.interrupted:  # the best plan so far is written; say so and exit as Ctrl-C does
         err.print(f"interrupted: wrote the best plan found so far to {path}", highlight=False)
         raise typer.Exit(130)

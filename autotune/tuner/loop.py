@@ -25,11 +25,11 @@ from autotune.tuner import steps
 from autotune.tuner.annotate import describe_outcome, describe_study
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
-from autotune.tuner.output import census, plan_record
+from autotune.tuner.output import census, no_work, plan_record
 from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.safety import Safety
 from autotune.tuner.session import Session
-from search_space.ir import Graph
+from search_space.ir import Graph, empty_tensors
 
 __all__ = ["tune_graph"]
 
@@ -45,23 +45,23 @@ def tune_graph(
     safety: Safety | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> TuneResult:
-    """Run (or resume) a study on ``graph`` and return the best measured plan.
+    """Run (or resume) a study on ``graph`` and return the best measured plan (a model with
+    an empty tensor does no work: each op alone, no study).
 
     Args:
-        graph: the model.
-        config: study settings.
+        graph, config: the model; study settings.
         name: a readable model name for the study and the plan.
-        progress: called after each trial with (trials done, best predicted so far).
-        on_phase: told the study's phase (trials, measurement, polish...) as it changes.
+        progress, on_phase: told (trials done, best predicted) after each trial; the phase.
         safety: verification hook (safe mode): every plan the study measures is checked
             first, with its failing kernels unfused, and their signatures are forbidden in
             the study's space from then on.
 
     Raises:
-        AutotuneError: bad settings (sampler, objective, storage...), or no candidate plan
-            could be simulated.
+        AutotuneError: bad settings (sampler, objective, storage...), or no plan simulated.
     """
     config.check()
+    if empty_tensors(graph):
+        return no_work(graph, config, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
     clock = Clock(on_phase)
     with clock.phase("setup"):

@@ -7,11 +7,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.candidates import CandidateVerdict, analyse_candidates
-from autotune.tuner.records import Candidate
+from autotune.tuner.config import TuneConfig
+from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.session import Session
+from costmodel.spec import load_target
+from search_space.ir import Graph, empty_tensors, singleton_groups
 from search_space.space import FusionPlan, PlanGroup, SpacePlan, op_hashes
 
-__all__ = ["census", "graph_record", "kernel_rows", "plan_record"]
+__all__ = ["census", "graph_record", "kernel_rows", "no_work", "plan_record"]
 
 
 def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
@@ -112,3 +115,27 @@ def plan_record(
         cost_model=cfg.cost,
         meta=meta,
     )
+
+
+def no_work(graph: Graph, config: TuneConfig, name: str) -> TuneResult:
+    """The result for a model with an empty tensor: it does no work, so there is nothing to
+    search (no study is opened): each op alone, 0 us, and the plan says why."""
+    target = load_target(config.target, config.sets, config.precision)
+    empty = empty_tensors(graph)[0]
+    why = f"tensor '{empty.name}' {list(empty.shape or ())} is empty: the model does no work"
+    plan = FusionPlan(
+        fingerprint=graph.fingerprint(),
+        target=target.spec.name,
+        groups=tuple(PlanGroup(g.ops, g.kind, None) for g in singleton_groups(graph)),
+        precision=target.precision,
+        name=name,
+        predicted_us=0.0,
+        measured_us=0.0,
+        cost_model=config.cost,
+        meta={"source": "no work", "note": why, "target_source": config.target,
+              "sets": list(config.sets), "report": {}, "trials": 0},
+    )  # fmt: skip
+    return TuneResult(
+        plan=plan, study="", storage="", trials=0, best_latency_us=0.0,
+        baseline_us={"none": 0.0, "greedy": 0.0}, predicted_us=0.0,
+    )  # fmt: skip

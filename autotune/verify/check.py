@@ -28,7 +28,7 @@ from autotune.verify.numerics import numerics_for, numerics_key
 from autotune.verify.reference import reference_outputs
 from costmodel.lower import Lowering
 from costmodel.spec import Target
-from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
+from search_space.ir import FusionGroup, Graph, KernelConfig, empty_tensors, make_group
 from search_space.rules import Policy
 from search_space.space import PlanGroup
 
@@ -266,6 +266,8 @@ def verify_kernels(
     Returns:
         One verdict per distinct multi-op signature, in plan order.
     """
+    if empty_tensors(graph):  # a model that does no work runs no kernel to check
+        return []
     source = extract.ModelSource(model, graph, seed=seed)
     lowering = Lowering(graph, target)
     firsts: dict[str, tuple[FusionGroup, PlanGroup]] = {}

@@ -20,7 +20,7 @@ from costmodel.lower.attention import analyse_attention, attention_grid, lower_a
 from costmodel.lower.cube import analyse_cube, cube_grid, lower_cube
 from costmodel.lower.vector import analyse_vector, lower_vector, vector_grid
 from costmodel.spec import Target
-from search_space.ir import FusionGroup, Graph, OpClass
+from search_space.ir import FusionGroup, Graph, OpClass, empty_tensors
 
 __all__ = ["Lowering", "config_grid", "default_config", "lower", "lower_many", "template_of"]
 
@@ -49,10 +49,7 @@ class Lowering:
 
     def __init__(self, graph: Graph, target: Target) -> None:
         """Raises: CostModelError for a graph with an empty tensor (nothing to cost)."""
-        # a constant's zero dim is no empty work: Reshape(x, []) reads a shape vector of [0]
-        empty = [
-            t for t in graph.tensors.values() if t.shape and 0 in t.shape and t.kind != "constant"
-        ]
+        empty = empty_tensors(graph)  # callers give an empty model no kernel (no work)
         if empty:
             flags = " ".join(
                 f"--input-shape {t.name}=" + "x".join(str(d or 1) for d in t.shape or ())

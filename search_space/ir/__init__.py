@@ -7,7 +7,7 @@ files, rules or costs.
 from __future__ import annotations
 
 from search_space.ir.config import KernelConfig
-from search_space.ir.graph import Graph, Op, Tensor, TensorKind, is_compile_time
+from search_space.ir.graph import Graph, Op, Tensor, TensorKind, empty_tensors, is_compile_time
 from search_space.ir.groups import (
     GROUP_KINDS,
     FusionGroup,
@@ -46,6 +46,7 @@ __all__ = [
     "TensorKind",
     "alias_root",
     "classify",
+    "empty_tensors",
     "is_compile_time",
     "make_group",
     "reduction_axes",

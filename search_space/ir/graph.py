@@ -20,7 +20,7 @@ import numpy as np
 
 from search_space.ir.ops import GATHER_OPS, OpClass
 
-__all__ = ["Graph", "Op", "Tensor", "TensorKind", "is_compile_time"]
+__all__ = ["Graph", "Op", "Tensor", "TensorKind", "empty_tensors", "is_compile_time"]
 
 Dim = int | str
 TensorKind = str  # "input" | "weight" | "constant" | "intermediate"
@@ -310,3 +310,13 @@ def is_compile_time(graph: Graph, tensor: str) -> bool:
         return True
     op = graph.producer(tensor)
     return op is not None and op.constant
+
+
+def empty_tensors(graph: Graph) -> list[Tensor]:
+    """Inputs and activations with a zero dim: a model with one does no work (a constant's
+    zero dim, such as the shape [] of a Reshape to a scalar, is no work left undone)."""
+    return [
+        t
+        for t in graph.tensors.values()
+        if t.shape and 0 in t.shape and t.kind in ("input", "intermediate")
+    ]

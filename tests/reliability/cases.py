@@ -38,7 +38,7 @@ MODELS: dict[str, tuple[int, str]] = {
     "symlink_loop": (1, "symbolic link that leads nowhere"),
     "opset_99": (1, "unsupported opset 99"),
     "missing_attribute": (1, "required attribute 'to' is missing"),
-    "zero_dim": (0, ""),  # legal ONNX (an empty tensor): read and shown; costing it, below
+    "zero_dim": (0, ""),  # legal ONNX, an empty tensor: no work (0 us, each op alone)
     "dynamic_dims": (1, "--input-shape x="),
     "cycle": (1, "has a cycle"),
     "duplicate_output": (1, "produced by both"),
@@ -57,8 +57,8 @@ MODELS: dict[str, tuple[int, str]] = {
 CALIBRATE_PATHS = {"folder", "missing", "symlink_loop"}
 # what a closed-form command accepts but a simulating one refuses, with the phrase
 SIMULATED = {"huge_dims": (1, "beyond the simulator's budget")}
-# what every command that costs the model says of an empty one (nothing to tune), and the fix
-COSTED = {"zero_dim": (1, "is empty (a zero dim)")}
+# what calibrate says of a model with no kernel to sample (an empty one), and the fix
+NO_KERNELS = {"zero_dim": (1, "is empty (a zero dim)")}
 
 
 def _model_cases() -> list[Case]:
@@ -91,8 +91,8 @@ def _model_cases() -> list[Case]:
                 s = "neither zoo:name"
             if cmd in ("tune", "calibrate") and name in SIMULATED:
                 c, s = SIMULATED[name]
-            if cmd != "inspect" and name in COSTED:
-                c, s = COSTED[name]
+            if cmd == "calibrate" and name in NO_KERNELS:
+                c, s = NO_KERNELS[name]
             outputs = tuple(a for a in argv if a.startswith("{tmp}/") and "journal" not in a)
             out.append(Case(f"{name}-{cmd}", "model", argv, c, s, outputs))
         # apply and verify with the valid model's plan: a bad model fails as it reads, a good

@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 from bad_input_helpers import make_corpus, run_case
-from cases import ALL, COSTED, MODELS, Case
+from cases import ALL, MODELS, Case
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -24,11 +24,7 @@ def test_model_input(case: Case, corpus: dict[str, Path], tmp_path: Path) -> Non
     run_case(case, corpus, tmp_path)
 
 
-ODD = [
-    m
-    for m, (code, _) in MODELS.items()
-    if code == 0 and m not in ("valid", "huge_dims") and m not in COSTED
-]
+ODD = [m for m, (code, _) in MODELS.items() if code == 0 and m not in ("valid", "huge_dims")]
 
 
 @pytest.mark.parametrize("name", ODD)

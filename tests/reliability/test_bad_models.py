@@ -56,3 +56,22 @@ def test_legal_but_odd_models_tune_apply_and_verify(
     onnx.checker.check_model(fused_model)  # a real model was written
     names = [n.name for n in fused_model.graph.node]
     assert len(names) == len(set(names)) and all(names)
+
+
+def test_a_model_with_an_empty_tensor_does_no_work(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    """x[0, 64]: nothing runs, so nothing costs anything and nothing is fused or searched."""
+    model = str(corpus["zero_dim"])
+    runner = CliRunner()
+    est = json.loads(runner.invoke(app, ["estimate", model, "--json"]).stdout)
+    assert est["latency_us"] == 0 and est["kernels"] == 0
+    cand = json.loads(runner.invoke(app, ["candidates", model, "--json"]).stdout)
+    assert cand["candidates"] == []
+    plan = tmp_path / "p.json"
+    res = runner.invoke(
+        app, ["tune", model, "-o", str(plan), "--storage", str(tmp_path / "s.journal"), "--json"]
+    )
+    assert res.exit_code == 0 and json.loads(res.stdout)["measured_us"] == 0
+    assert all(len(g["ops"]) == 1 for g in json.loads(plan.read_text())["groups"])
+    assert not (tmp_path / "s.journal").exists()  # no study was opened

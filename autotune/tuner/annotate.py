@@ -224,6 +224,7 @@ def record_measured(s: Session, winner: Candidate, candidates: Sequence[Candidat
             "kernels": len(c.plan.groups),
             "fused_groups": c.plan.fused_groups,
             "saved": c is winner,
+            **({"verdicts": s.checks[c.plan.key()]} if c.plan.key() in s.checks else {}),
         }
         study.add_trial(
             optuna.trial.create_trial(

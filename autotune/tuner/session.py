@@ -69,6 +69,7 @@ class Session:
     clock: Clock = field(default_factory=Clock)  # wall time per phase (meta.timing_s)
     interrupted: bool = False  # Ctrl-C ended the trials (the plan is the best so far)
     storage: optuna.storages.BaseStorage | str | None = None  # where the study lives
+    checks: dict[str, dict[str, int]] = field(default_factory=dict)  # plan key -> verdicts
 
     @classmethod
     def open(
@@ -182,6 +183,7 @@ class Session:
                 self.forbid(checked.failed)
             if checked.plan != plan:
                 plan, source = checked.plan, f"{source}, safe"
+            self.checks[plan.key()] = dict(checked.counts)
         with self.clock.phase("measurement"):
             return Candidate(plan, self.ev.measure(plan), source)
 

@@ -113,6 +113,10 @@ def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str
     measured = json.loads(_get(f"{served}/api/studies/{other['study_id']}?after=0"))
     assert measured["objective_names"] == ["simulated_latency_us"]
     assert len(measured["trials"]) == int(about["measured_candidates"])
+    for t in measured["trials"]:  # safe mode's verdict counts on every plan it checked
+        attrs = _attrs(t["user_attrs"])
+        if str(attrs["source"]).startswith("trial"):
+            assert attrs["verdicts"]["fused"] == attrs["fused_groups"], attrs
     (best,) = measured["best_trials"]
     assert str(_attrs(best["user_attrs"])["saved"]) == "True"
     assert best["values"][0] == pytest.approx(plan["measured_us"])

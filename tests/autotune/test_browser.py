@@ -127,3 +127,30 @@ def test_the_candidates_page_draws_each_verdict(browser: Any, tmp_path: Path) ->
     assert _errors(browser) == []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "candidates.png"))
+
+
+def test_the_full_bert_base_page_draws_its_folded_graph(browser: Any, tmp_path: Path) -> None:
+    """Full bert-base (12 layers): the page draws every plot, and the graph shows each box the
+    folded figure holds (repeated layers drawn once), fewer than the fused groups."""
+    from autotune.graph_view import fused_graph
+    from search_space.space import FusionPlan
+
+    runner = CliRunner()
+    plan, page = tmp_path / "plan.json", tmp_path / "report.html"
+    res = runner.invoke(
+        app,
+        ["tune", "zoo:bert-base", "--trials", "6", "--cost", "analytic", "--polish", "0",
+         "-o", str(plan), "--storage", str(tmp_path / "s.journal")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", str(plan), "--html", str(page)])
+    assert res.exit_code == 0, res.output
+    record = FusionPlan.load(plan)
+    boxes = len(fused_graph(record).layout.shapes)
+    fused = sum(1 for g in record.groups if len(g.ops) > 1)
+    assert 0 < boxes < fused
+    browser.get(page.as_uri())
+    count = "return document.querySelectorAll(arguments[0]).length"
+    _until(lambda: browser.execute_script(count, ".js-plotly-plot .main-svg") >= 4, "the plots")
+    assert browser.execute_script(count, "#fig-graph .shapelayer path") == boxes
+    assert _errors(browser) == []

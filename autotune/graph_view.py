@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -20,6 +21,7 @@ __all__ = [
     "candidates_page",
     "colour",
     "fused_graph",
+    "kernel_graph",
     "layered",
     "repeats",
 ]
@@ -170,17 +172,17 @@ def candidates_graph(
     ``no rule`` when none does; hover on an edge's middle gives the candidate and the reason."""
     names = [n for n, _ in ops]
     pos = layered(len(names), edges)
-    holder: dict[str, int] = {}
+    held: dict[str, set[int]] = {}  # candidate groups may overlap (a rule's and max's)
     for k, c in enumerate(candidates):
         for n in c["ops"]:  # type: ignore[attr-defined]
-            holder.setdefault(str(n), k)
+            held.setdefault(str(n), set()).add(k)
     fig = go.Figure()
     by_verdict: dict[str, tuple[list[float | None], list[float | None], list[str]]] = {}
     for a, b in edges:
-        at = holder.get(names[a])
-        if at is not None and holder.get(names[b]) == at:
-            verdict = str(candidates[at]["verdict"])
-            why = f"{candidates[at]['rule']}: {candidates[at]['reason']}"
+        both = held.get(names[a], set()) & held.get(names[b], set())
+        if both:
+            c = candidates[min(both)]  # the first candidate that holds the edge
+            verdict, why = str(c["verdict"]), f"{c['rule']}: {c['reason']}"
         else:
             verdict, why = "no rule", "no candidate group holds both ends"
         xs, ys, text = by_verdict.setdefault(verdict, ([], [], []))
@@ -208,14 +210,23 @@ def candidates_graph(
     return fig
 
 
+def kernel_graph(ctx: FusionContext) -> dict[str, list[list[Any]]]:
+    """The kernel graph the views draw (and a plan records): each op's name and type, in
+    topological order, and the data edges between ops (producer index, consumer index)."""
+    names = list(ctx.nodes)
+    at = {n: i for i, n in enumerate(names)}
+    return {
+        "ops": [[n, ctx.graph.op(n).op_type] for n in names],
+        "edges": sorted([at[a], at[b]] for a in names for b in ctx.succ[a]),
+    }
+
+
 def candidates_page(graph: Graph, candidates: Sequence[dict[str, object]], title: str) -> str:
     """``candidates --html``: the model's kernel graph before tuning, each data edge coloured
     by its candidate's verdict, as one self-contained page (plotly inlined)."""
-    ctx = FusionContext(graph)
-    names = list(ctx.nodes)
-    at = {n: i for i, n in enumerate(names)}
-    edges = sorted((at[a], at[b]) for a in names for b in ctx.succ[a])
-    fig = candidates_graph([(n, graph.op(n).op_type) for n in names], edges, candidates)
+    kg = kernel_graph(FusionContext(graph))
+    names = [n for n, _ in kg["ops"]]
+    fig = candidates_graph([(n, t) for n, t in kg["ops"]], kg["edges"], candidates)
     fused = sum(1 for c in candidates if str(c["verdict"]) == "fuse")
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"

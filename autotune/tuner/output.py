@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.candidates import CandidateVerdict, analyse_candidates
+from autotune.graph_view import kernel_graph
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.session import Session
@@ -41,16 +42,12 @@ def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
 
 
 def graph_record(s: Session) -> dict[str, Any]:
-    """The kernel graph the plan's groups are drawn on (``report --html``): each op's name and
-    type, and the edges between ops (producer index, consumer index)."""
-    names = list(s.ctx.nodes)
-    at = {n: i for i, n in enumerate(names)}
-    edges = sorted((at[a], at[b]) for a in names for b in s.ctx.succ[a])
+    """The kernel graph the plan's groups are drawn on (``report --html``): :func:`kernel_graph`
+    and each op's structural hash (repeated layers share them)."""
     same = op_hashes(s.ctx)
     return {
-        "ops": [[n, s.graph.op(n).op_type] for n in names],
-        "edges": [list(e) for e in edges],
-        "same": [same[n] for n in names],  # equal in repeated layers (a collapsed view)
+        **kernel_graph(s.ctx),
+        "same": [same[n] for n in s.ctx.nodes],  # equal in repeated layers (a folded view)
     }
 
 

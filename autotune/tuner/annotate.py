@@ -35,10 +35,13 @@ LABEL_CHARS = 240  # a parameter's label (the dashboard cuts attributes at 1 KB)
 OPTIMAL_S = 5.0  # seconds the optimal baseline may take at a study's set-up
 
 
-def _set(study: optuna.Study, key: str, value: Any) -> None:
-    """A study user attribute, written only when it changes (a resume adds no lines)."""
-    if study.user_attrs.get(key) != value:
-        study.set_user_attr(key, value)
+def _set_all(study: optuna.Study, attrs: Mapping[str, Any]) -> None:
+    """Study user attributes, each written only when it changes (a resume adds no lines);
+    the study's attributes are read once, not once per key (one query each on an RDB)."""
+    known = study.user_attrs
+    for key, value in attrs.items():
+        if known.get(key) != value:
+            study.set_user_attr(key, value)
 
 
 def describe_study(s: Session) -> None:
@@ -59,16 +62,13 @@ def describe_study(s: Session) -> None:
         "strategy": s.config.strategy,
         "objective_means": "latency_us: the study's cost model's prediction of the plan (us)",
     }
-    for key, value in about.items():
-        _set(s.study, key, value)
     predicted: dict[str, float | None] = {
         k: round(s.ev.score(p), 3) for k, p in s.baselines.items()
     }
     known = s.study.user_attrs.get("baselines_predicted_us", {})
     predicted["optimal"] = known.get("optimal") if "optimal" in known else _optimal_us(s)
-    _set(s.study, "baselines_predicted_us", predicted)
-    for name, label in param_labels(s).items():
-        _set(s.study, f"param {name}", label)
+    labels = {f"param {name}": label for name, label in param_labels(s).items()}
+    _set_all(s.study, {**about, "baselines_predicted_us": predicted, **labels})
 
 
 def _optimal_us(s: Session) -> float | None:
@@ -89,6 +89,7 @@ def _label_configs(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> No
     """A label for each ``config/<signature>`` parameter the trial asked (joint strategy),
     the first time one is seen: which kernels it tiles and what its first indices mean."""
     known = s.study.user_attrs
+    labels = {}
     for g in plan.groups:
         key = f"config/{g.signature(s.graph)}"
         if key not in trial.params or f"param {key}" in known:
@@ -99,7 +100,8 @@ def _label_configs(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> No
             f"tiles of {g.kind} kernels like {g.ops[0]}: an index into their {len(grid)} "
             f"feasible configs, ranked by the analytic model ({first}, ...)"
         )
-        _set(s.study, f"param {key}", label[:LABEL_CHARS])
+        labels[f"param {key}"] = label[:LABEL_CHARS]
+    _set_all(s.study, labels)
 
 
 def param_labels(s: Session) -> dict[str, str]:
@@ -154,17 +156,20 @@ def describe_outcome(
     goes to the note; the plan file holds all of it. Then :func:`record_measured`."""
     from optuna_dashboard import save_note
 
-    ok = sorted((c for c in candidates if c.measured.ok), key=lambda c: c.latency_us)
-    measured = list({c.plan.key(): c for c in reversed(ok)}.values())[::-1]  # each plan once
+    measured: list[Candidate] = []
+    keys: set[str] = set()
+    for c in sorted((c for c in candidates if c.measured.ok), key=lambda c: c.latency_us):
+        if c.plan.key() not in keys:  # each plan once (candidates repeat plans by source)
+            keys.add(c.plan.key())
+            measured.append(c)
     base = {k: round(v, 3) for k, v in baseline_us.items() if v is not None and math.isfinite(v)}
     saved = {
         "source": winner.source,
         "simulated_us": round(winner.latency_us, 3),
         "fused_groups": winner.plan.fused_groups,
     }
-    _set(s.study, "baselines_simulated_us", base)
-    _set(s.study, "saved_plan", saved)
-    _set(s.study, "measured_candidates", len(measured))
+    attrs = {"baselines_simulated_us": base, "saved_plan": saved}
+    _set_all(s.study, {**attrs, "measured_candidates": len(measured)})
     lines = [
         f"### Saved plan: {winner.source}, {winner.latency_us:.1f} us on the simulator",
         "",
@@ -200,8 +205,8 @@ def record_measured(s: Session, winner: Candidate, candidates: Sequence[Candidat
         names = ["simulated_latency_us", "peak_mem_mb"][: len(directions)]
         if study.metric_names != names:
             study.set_metric_names(names)
-    _set(study, "measures", s.study_name)
-    _set(s.study, "measured_study", name)
+    _set_all(study, {"measures": s.study_name})
+    _set_all(s.study, {"measured_study": name})
     seen = {t.user_attrs.get("plan_key") for t in study.trials}
     fuse = (
         optuna.distributions.IntDistribution(0, 1)

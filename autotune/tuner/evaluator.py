@@ -19,7 +19,6 @@ import numpy as np
 from autotune.exceptions import AutotuneError
 from autotune.tuner.records import MeasureResult
 from costmodel.analytic import AnalyticModel
-from costmodel.base import CostModel
 from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
@@ -38,7 +37,10 @@ COSTS = ("learned", "analytic")
 _KernelKey = tuple[str, KernelConfig, tuple[float, ...]]  # signature, config, L2 context
 
 
-def make_study_model(kind: str, target: Target, path: str | None = None) -> CostModel:
+StudyModel = AnalyticModel | LearnedModel  # what a study scores with (per-kernel contexts)
+
+
+def make_study_model(kind: str, target: Target, path: str | None = None) -> StudyModel:
     """The cost model a study scores trials with.
 
     Args:
@@ -64,7 +66,9 @@ def make_study_model(kind: str, target: Target, path: str | None = None) -> Cost
                 f"'{path}' was fitted for '{model.target.spec.name}', not '{target.spec.name}'"
             )
         return LearnedModel(target, model.state())
-    return make_cost_model(kind, target)
+    model = make_cost_model(kind, target)
+    assert isinstance(model, AnalyticModel | LearnedModel)  # COSTS names only these two
+    return model
 
 
 class Evaluator:
@@ -82,7 +86,7 @@ class Evaluator:
         self,
         graph: Graph,
         target: Target,
-        model: CostModel,
+        model: StudyModel,
         *,
         retrain_every: int = 32,
         family: str = "model",
@@ -93,13 +97,7 @@ class Evaluator:
         self.lowering = Lowering(graph, target)
         self.model = model
         # the L2 context a row records is the one the study's model scores kernels in
-        self.residency_model = (
-            model.analytic
-            if isinstance(model, LearnedModel)
-            else model
-            if isinstance(model, AnalyticModel)
-            else AnalyticModel(target)
-        )
+        self.residency_model = model.analytic if isinstance(model, LearnedModel) else model
         self.simulator = make_cost_model("simulator", target)
         self.retrain_every = retrain_every
         self.family, self.study = family, study
@@ -137,7 +135,7 @@ class Evaluator:
         :meth:`score` sums)."""
         return self._latencies(plan, self.model, self.model.version)
 
-    def _plan_score(self, plan: SpacePlan, model: CostModel, version: str) -> float:
+    def _plan_score(self, plan: SpacePlan, model: StudyModel, version: str) -> float:
         """The plan's predicted latency, cached by plan and ``version``."""
         key = (plan.key(), version)
         if key not in self._scores:
@@ -145,14 +143,12 @@ class Evaluator:
             self._scores[key] = float(np.array(lat, dtype=np.float64).sum())
         return self._scores[key]
 
-    def _latencies(self, plan: SpacePlan, model: CostModel, version: str) -> list[float]:
+    def _latencies(self, plan: SpacePlan, model: StudyModel, version: str) -> list[float]:
         """Each kernel's latency, remembered by its signature, config and L2 context under
         ``version``: a local search's move changes a few groups (and the L2 context of a few
         after them), so only those kernels are scored again; the values are what
         ``model.predict`` gives for the whole plan."""
         kernels = self.kernels(plan)
-        if not isinstance(model, AnalyticModel | LearnedModel):  # no per-kernel contexts
-            return [float(v) for v in model.predict(kernels)]
         if version not in self._kernel_costs:  # a refit: the older versions' costs are stale
             self._kernel_costs = {v: m for v, m in self._kernel_costs.items() if v == "prior"}
             self._kernel_costs[version] = {}

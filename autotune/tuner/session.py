@@ -99,7 +99,7 @@ class Session:
         oracle = CostOracle(
             graph,
             target,
-            model=model,  # type: ignore[arg-type]
+            model=model,
             ctx=ctx,
             rank_model=AnalyticModel(target),
         )

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from search_space.exceptions import AutofusionError
 
-__all__ = ["OutputError", "atomic_write_bytes", "atomic_write_text", "output_path", "same_file"]
+__all__ = [
+    "OutputError",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "file_head",
+    "output_path",
+    "same_file",
+]
 
 
 class OutputError(AutofusionError):
@@ -82,3 +89,13 @@ def _umask() -> int:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def file_head(path: str | os.PathLike[str], n: int) -> bytes:
+    """The first ``n`` bytes of a file (what kind of file it is); empty for a file that is
+    missing or empty."""
+    p = Path(path)
+    if not p.is_file():
+        return b""
+    with p.open("rb") as fh:
+        return fh.read(n)

@@ -146,15 +146,13 @@ def _check_dataset(path: Path) -> None:
     """An existing ``--dataset`` must be a measurements table (Parquet): a study appends to
     it, and would write over anything else."""
     from autotune.exceptions import AutotuneError
+    from search_space.atomic import file_head
 
-    if path.is_file() and path.stat().st_size:
-        with path.open("rb") as fh:
-            magic = fh.read(4)
-        if magic != b"PAR1":
-            raise AutotuneError(
-                f"--dataset '{path}' exists and is not a measurements table (Parquet); give a "
-                "new path, or a table a study wrote"
-            )
+    if file_head(path, 4) not in (b"", b"PAR1"):
+        raise AutotuneError(
+            f"--dataset '{path}' exists and is not a measurements table (Parquet); give a "
+            "new path, or a table a study wrote"
+        )
 
 
 def _run_with_progress(

@@ -14,6 +14,7 @@ from autotune.tuner.config import TuneConfig
 from autotune.tuner.journal import OwnedLock, mend_journal
 from autotune.tuner.leases import heartbeat_kwargs
 from costmodel.spec import Target
+from search_space.atomic import file_head
 from search_space.ir import Graph
 
 __all__ = [
@@ -43,14 +44,11 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
             raise AutotuneError(f"storage folder '{path.parent}' does not exist; create it first")
         if path.is_dir():
             raise AutotuneError(f"storage '{path}' is a folder; give a .journal file path")
-        if path.exists() and path.stat().st_size:
-            with path.open("rb") as fh:
-                head = fh.read(1)
-            if head != b"{":
-                raise AutotuneError(
-                    f"storage '{path}' is not an Optuna journal (its first byte is not a JSON "
-                    "record); give a new .journal path"
-                )
+        if file_head(path, 1) not in (b"", b"{"):
+            raise AutotuneError(
+                f"storage '{path}' is not an Optuna journal (its first byte is not a JSON "
+                "record); give a new .journal path"
+            )
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 

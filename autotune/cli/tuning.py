@@ -43,7 +43,9 @@ def tune(
     target: TargetOpt = "ascend910b",
     set_: SetOpt = None,
     precision: PrecisionOpt = "auto",
-    trials: Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")] = 120,
+    trials: Annotated[
+        int, typer.Option(help="Trials to add to the study; 0: the plan its storage holds.")
+    ] = 120,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     sampler: Annotated[str, typer.Option(help="tpe, random, cmaes, gp or nsga2.")] = "tpe",
     strategy: Annotated[str, typer.Option(help="joint or bilevel.")] = "bilevel",

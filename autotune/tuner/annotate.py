@@ -13,9 +13,10 @@ from typing import Any
 
 import optuna
 
+from autotune.tuner.ledger import publish
 from autotune.tuner.records import Candidate
 from autotune.tuner.session import Session
-from search_space.space import SpacePlan, peak_live_bytes
+from search_space.space import SpacePlan
 
 __all__ = [
     "ORIGIN",
@@ -24,7 +25,6 @@ __all__ = [
     "describe_study",
     "describe_trial",
     "param_labels",
-    "record_measured",
     "upload_artifact_file",
 ]
 
@@ -153,7 +153,8 @@ def describe_outcome(
     """The plan saved, where it came from, and the baselines as simulated (user attributes);
     the study's note: a table of the measured candidates, best first (a trial, a descent, a
     rule; simulated and predicted us). The dashboard cuts attributes past 1 KB, so the list
-    goes to the note; the plan file holds all of it. Then :func:`record_measured`."""
+    goes to the note; the plan file holds all of it. Then the measured study names the saved
+    plan (:func:`~autotune.tuner.ledger.publish`)."""
     from optuna_dashboard import save_note
 
     measured: list[Candidate] = []
@@ -186,60 +187,7 @@ def describe_outcome(
             f"{c.plan.fused_groups} |"
         )
     save_note(s.study, "\n".join(lines) + "\n")
-    record_measured(s, winner, candidates)
-
-
-def record_measured(s: Session, winner: Candidate, candidates: Sequence[Candidate]) -> str:
-    """Every measured candidate (and the saved plan) as a trial of a study of its own,
-    ``<study>:measured``, valued by its simulated latency (and peak memory), with its fusion
-    decisions as parameters: its best trial is the plan the tuner saved (the tuner's own study
-    is valued by predictions, so the two scales stay apart, and its sampler never sees these).
-    A resumed study adds only plans not recorded yet. Returns the measured study's name."""
-    name = f"{s.study_name}:measured"
-    directions = list(s.study.directions)
-    study = optuna.create_study(
-        storage=s.storage, study_name=name, directions=directions, load_if_exists=True
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        names = ["simulated_latency_us", "peak_mem_mb"][: len(directions)]
-        if study.metric_names != names:
-            study.set_metric_names(names)
-    _set_all(study, {"measures": s.study_name})
-    _set_all(s.study, {"measured_study": name})
-    seen = {t.user_attrs.get("plan_key") for t in study.trials}
-    fuse = (
-        optuna.distributions.IntDistribution(0, 1)
-        if s.space.numeric
-        else optuna.distributions.CategoricalDistribution([False, True])
-    )
-    for c in [*candidates, winner]:
-        if not c.measured.ok or c.plan.key() in seen:
-            continue
-        seen.add(c.plan.key())
-        parts = [frozenset(n for n in g.ops if n in s.ctx.index) for g in c.plan.groups]
-        params = {k: v for k, v in s.space.params_for(parts).items() if k.startswith("fuse/")}
-        values = [c.latency_us]
-        if len(directions) > 1:
-            values.append(peak_live_bytes(s.graph, c.plan.groups) / 1e6)
-        attrs = {
-            "source": c.source,
-            "plan_key": c.plan.key(),
-            "predicted_us": round(s.ev.score(c.plan), 3),
-            "kernels": len(c.plan.groups),
-            "fused_groups": c.plan.fused_groups,
-            "saved": c is winner,
-            **({"verdicts": s.checks[c.plan.key()]} if c.plan.key() in s.checks else {}),
-        }
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=params,
-                distributions=dict.fromkeys(params, fuse),
-                values=values,
-                user_attrs=attrs,
-            )
-        )
-    return name
+    publish(s, candidates, saved=winner)
 
 
 def artifact_dir(storage_name: str) -> Path:

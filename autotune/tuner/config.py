@@ -50,8 +50,12 @@ class TuneConfig:
             raise AutotuneError(
                 f"unknown objective '{self.objective}'; available: {', '.join(OBJECTIVES)}"
             )
-        if self.trials < 1 or self.measure_every < 1 or self.measure_top < 1:
-            raise AutotuneError("--trials and --measure-every must be >= 1 (and measure_top >= 1)")
+        if self.trials < 0:
+            raise AutotuneError(
+                f"--trials must be >= 0 (0: pick from the study's storage), but got {self.trials}"
+            )
+        if self.measure_every < 1 or self.measure_top < 1:
+            raise AutotuneError("--measure-every must be >= 1 (and measure_top >= 1)")
         if self.timeout is not None and not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise AutotuneError(f"--timeout must be seconds > 0, but got {self.timeout}")
         if self.polish < 0:

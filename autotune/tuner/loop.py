@@ -25,6 +25,7 @@ from autotune.tuner import steps
 from autotune.tuner.annotate import describe_outcome, describe_study
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
+from autotune.tuner.ledger import publish, stored
 from autotune.tuner.output import census, no_work, plan_record
 from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.safety import Safety
@@ -34,6 +35,34 @@ from search_space.ir import Graph, empty_tensors
 __all__ = ["tune_graph"]
 
 log = logging.getLogger(__name__)
+
+
+def _search(
+    s: Session, progress: Callable[[int, float], None] | None
+) -> tuple[list[Candidate], bool]:
+    """Trials, polish, the rule-based candidates and settle: every candidate measured, each
+    written to the study's storage (:func:`~autotune.tuner.ledger.publish`) so that any worker
+    picks from all of them; and whether the run was interrupted."""
+    clock = s.clock
+    with clock.phase("trials"):
+        steps.warm_start(s)
+        interrupted = steps.run_trials(s, progress)
+        steps.measure_best(s, hedging=False)  # the polish below hedges at the end
+    searching = not s.config.multi and not interrupted  # Ctrl-C wants out now
+    if searching:
+        with clock.phase("polish"):
+            steps.polish(s)
+    candidates: list[Candidate] = list(s.measured.values())
+    with clock.phase("rule-based"):
+        s.measure(s.baselines["none"], "none")  # a baseline, not a candidate
+        candidates += steps.rule_based(s, regroup=searching)
+    counted = [c for c in candidates if s.fits(c.plan.groups) and c.measured.ok]
+    if counted and searching:
+        with clock.phase("settle"):
+            candidates += steps.settle(s, min(counted, key=lambda c: c.latency_us))
+    with clock.phase("pick"):
+        publish(s, candidates)
+    return candidates, interrupted
 
 
 def tune_graph(
@@ -68,23 +97,11 @@ def tune_graph(
         s = Session.open(graph, config, name, safety)
         describe_study(s)
     s.clock = clock
-    with clock.phase("trials"):
-        steps.warm_start(s)
-        interrupted = steps.run_trials(s, progress)
-        steps.measure_best(s, hedging=False)  # the polish below hedges at the end
-    searching = not config.multi and not interrupted  # Ctrl-C wants out now
-    if searching:
-        with clock.phase("polish"):
-            steps.polish(s)
-    candidates: list[Candidate] = list(s.measured.values())
-    with clock.phase("rule-based"):
-        s.measure(s.baselines["none"], "none")  # a baseline, not a candidate
-        candidates += steps.rule_based(s, regroup=searching)
-    counted = [c for c in candidates if s.fits(c.plan.groups) and c.measured.ok]
-    if counted and searching:
-        with clock.phase("settle"):
-            candidates += steps.settle(s, min(counted, key=lambda c: c.latency_us))
+    candidates, interrupted = _search(s, progress) if config.trials else ([], False)
     with clock.phase("pick"):
+        candidates += stored(s, candidates)  # other workers' and earlier runs' plans
+        if not candidates:  # --trials 0 on a study that measured nothing yet
+            candidates = steps.rule_based(s, regroup=False)
         winner, candidates, pareto = steps.pick(s, candidates)
         baseline_us = {
             k: s.measure(s.baselines[k], k).measured.latency_us for k in ("none", "greedy")

@@ -17,13 +17,14 @@ from typing import Any
 
 import optuna
 
+from autotune.exceptions import AutotuneError
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.evaluator import Evaluator, make_study_model
 from autotune.tuner.leases import reap
 from autotune.tuner.records import Candidate
 from autotune.tuner.safety import Safety
-from autotune.tuner.study import open_storage, open_study, study_name
+from autotune.tuner.study import journal_path, open_storage, open_study, study_name
 from autotune.verify import KernelVerdict
 from costmodel.analytic import AnalyticModel
 from costmodel.learned import LearnedModel
@@ -89,7 +90,11 @@ class Session:
         ev = Evaluator(
             graph, target, model, retrain_every=config.retrain_every, family=name, study=sname
         )  # before the storage: a model that cannot be costed leaves no journal behind
+        if config.trials == 0:  # nothing to pick from: before the storage, none is made
+            _require_file(config)
         storage, storage_name = open_storage(config.storage)
+        if config.trials == 0 and sname not in optuna.get_all_study_names(storage):
+            raise AutotuneError(_NO_STUDY.format(sname, storage_name))
         dataset = _dataset_path(config, storage_name)
         if ev.load_rows(dataset):
             ev.retrain(force=True)  # a resumed study continues from what it had learned
@@ -219,6 +224,21 @@ class Session:
         if key not in self.measured:
             self.measured[key] = self.measure(plan, source)
         return self.measured[key]
+
+
+_NO_STUDY = (
+    "--trials 0 picks the plan from study '{}' in '{}', which has no such study; "
+    "run it with --trials N >= 1 first (or give --study and --storage of an existing one)"
+)
+
+
+def _require_file(config: TuneConfig) -> None:
+    """A ``--trials 0`` run on a journal file that is not there: the error, before opening
+    the storage would make an empty file."""
+    journal = journal_path(config.storage)
+    if journal is not None and not journal.is_file():
+        name = config.study or "the model's study"
+        raise AutotuneError(_NO_STUDY.format(name, journal))
 
 
 def _dataset_path(config: TuneConfig, storage_name: str) -> Path:

@@ -307,7 +307,8 @@ def pick(
             within = [min(pool, key=lambda c: peak_live_bytes(s.graph, c.plan.groups))]
         pool = within
     listed = [c for c in candidates if not c.measured.ok or c in pool]  # failures stay listed
-    return min(pool, key=lambda c: c.latency_us), listed, pareto
+    # ties go by plan key, so every worker (whatever order it met them in) picks the same
+    return min(pool, key=lambda c: (c.latency_us, c.plan.key())), listed, pareto
 
 
 def safe_pick(
@@ -329,7 +330,7 @@ def safe_pick(
     """
     rest = sorted(
         (c for c in candidates if c.measured.ok and c is not winner and s.fits(c.plan.groups)),
-        key=lambda c: c.latency_us,
+        key=lambda c: (c.latency_us, c.plan.key()),
     )
     queue = [winner] if s.config.multi else [winner, *rest][:SAFE_CHECKS]
     best: tuple[Candidate, dict[str, int], dict[tuple[str, ...], str]] | None = None

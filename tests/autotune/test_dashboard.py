@@ -118,7 +118,8 @@ def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str
         if str(attrs["source"]).startswith("trial"):
             assert attrs["verdicts"]["fused"] == attrs["fused_groups"], attrs
     (best,) = measured["best_trials"]
-    assert str(_attrs(best["user_attrs"])["saved"]) == "True"
+    saved = _attrs(measured["user_attrs"])["saved_plan_key"]
+    assert _attrs(best["user_attrs"])["plan_key"] == saved
     assert best["values"][0] == pytest.approx(plan["measured_us"])
     (artifact,) = study["artifacts"]
     assert artifact["filename"] == "plan.json"

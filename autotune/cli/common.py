@@ -132,6 +132,23 @@ _FLAGS: dict[str, tuple[Any, Any]] = {
         None,
         Annotated[int | None, typer.Option("--seq-len", help="Zoo: sequence length.")],
     ),
+    "cache_len": (
+        None,
+        Annotated[
+            int | None,
+            typer.Option("--cache-len", help="Zoo decode steps: tokens already in the KV cache."),
+        ],
+    ),
+    "cache_form": (
+        None,
+        Annotated[
+            str | None,
+            typer.Option(
+                "--cache-form",
+                help="Zoo decode steps: 'static' (preallocated, ScatterND; default) or 'concat'.",
+            ),
+        ],
+    ),
     "config": (
         None,
         Annotated[
@@ -225,15 +242,22 @@ def _bundle(
 def model_options(weights: str | None = "inputs", shapes: bool = True) -> Callable[[F], F]:
     """Give a command the MODEL flags: ``--input-shape`` (unless not ``shapes``: a command
     that takes a zoo name, not MODEL) and the zoo's ``--weights`` (default ``weights``;
-    ``None``: no flag, always random), ``--scale``, ``--layers``, ``--batch``, ``--seq-len``.
-    The command takes them as one parameter ``opts: ModelOptions``."""
+    ``None``: no flag, always random), ``--scale``, ``--layers``, ``--batch``, ``--seq-len``,
+    ``--cache-len``, ``--cache-form``. The command takes them as one parameter
+    ``opts: ModelOptions``."""
     names = [*(["input_shape"] if shapes else []), *(["weights"] if weights else [])]
-    names += ["scale", "layers", "batch", "seq_len"]
+    names += ["scale", "layers", "batch", "seq_len", "cache_len", "cache_form"]
     flags = {f: weights if f == "weights" else _FLAGS[f][0] for f in names}
 
     def make(v: dict[str, Any]) -> ModelOptions:
         zoo = ZooOptions(
-            v.get("weights") or "random", v["scale"], v["layers"], v["batch"], v["seq_len"]
+            v.get("weights") or "random",
+            v["scale"],
+            v["layers"],
+            v["batch"],
+            v["seq_len"],
+            v["cache_len"],
+            v["cache_form"],
         )
         return ModelOptions(parse_input_shapes(v.get("input_shape") or []), zoo)
 

@@ -287,6 +287,8 @@ def zoo_export(
         layers=z.layers,
         batch=z.batch,
         seq_len=z.seq_len,
+        cache_len=z.cache_len,
+        cache_form=z.cache_form,
         seed=seed,
     )
     path = save_model(model, output)

@@ -4,7 +4,8 @@ Every model is fp32, opset 17, IR version 8, with static shapes. Weights come ei
 random initializers (`weights="random"`) or as shape-only graph inputs (`weights="inputs"`,
 names listed as JSON under the `ai.autofusion.weight_inputs` metadata key), so that even the
 Llama-3-8B stack costs almost no memory. ``zoo:NAME`` on the command line is resolved by
-:func:`resolve_model`.
+:func:`resolve_model`. ``gpt2-decode`` and ``llama3-8b-decode`` are one LLM decode step over
+a KV cache (``cache_len``, ``cache_form``; see :mod:`autotune.zoo.decode`).
 
     >>> from autotune.zoo import build, list_models
     >>> model = build("bert-base", scale=0.1)

@@ -21,6 +21,7 @@ WEIGHT_INPUTS_KEY = "ai.autofusion.weight_inputs"
 ZOO_KEY = "ai.autofusion.zoo"
 INPUT_RANGES_KEY = "ai.autofusion.input_ranges"
 WEIGHT_MODES = ("random", "inputs")
+CACHE_FORMS = ("static", "concat")
 # A ModelProto is one protobuf message, which cannot exceed 2 GiB; leave room for the graph.
 MAX_EMBEDDED_BYTES = 2**31 - 2**27
 FLOAT_MIN = float(np.finfo(np.float32).min)
@@ -49,6 +50,8 @@ class BuildArgs:
     batch: int | None
     seq_len: int | None
     seed: int
+    cache_len: int | None = None
+    cache_form: str = "static"
 
     def pick_layers(self, default: int, minimum: int = 1) -> int:
         """The `layers` override, else the default number of layers scaled."""
@@ -71,6 +74,18 @@ class BuildArgs:
         )
         return self.seq_len
 
+    def pick_cache(self, default: int, maximum: int) -> int:
+        """The `cache_len` override (checked against `maximum`), else `default` (capped)."""
+        if self.cache_len is None:
+            return min(default, maximum)
+        check(
+            self.cache_len <= maximum,
+            f"`1 <= cache_len <= {maximum}` must hold for {self.name} at scale={self.scale} "
+            f"(its {maximum + 1} positions hold the cache and the new token), but got "
+            f"cache_len={self.cache_len}",
+        )
+        return self.cache_len
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -84,6 +99,7 @@ class ModelSpec:
     min_layers: int
     has_seq: bool
     build: Callable[[BuildArgs], onnx.ModelProto]
+    has_cache: bool = False  # a decode step: takes cache_len and cache_form, not seq_len
 
 
 def scaled(value: int, scale: float, *, multiple: int = 1, minimum: int = 1) -> int:

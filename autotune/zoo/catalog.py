@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import onnx
 
-from autotune.zoo import cnn, decoders, transformers
+from autotune.zoo import cnn, decode, decoders, transformers
 from autotune.zoo.builder import (
+    CACHE_FORMS,
     WEIGHT_MODES,
     ZOO_KEY,
     BuildArgs,
@@ -30,7 +31,9 @@ __all__ = ["ZooInfo", "build", "list_models"]
 
 _SPECS: dict[str, ModelSpec] = {
     spec.name: spec
-    for spec in sorted([*transformers.SPECS, *decoders.SPECS, *cnn.SPECS], key=lambda sp: sp.name)
+    for spec in sorted(
+        [*transformers.SPECS, *decoders.SPECS, *decode.SPECS, *cnn.SPECS], key=lambda sp: sp.name
+    )
 }
 
 
@@ -86,6 +89,38 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _check_sequence(
+    spec: ModelSpec, seq_len: int | None, cache_len: int | None, cache_form: str | None
+) -> None:
+    """`seq_len` only for models with a sequence axis; `cache_*` only for decode steps."""
+    name = spec.name
+    if seq_len is not None:
+        check(
+            not spec.has_cache,
+            f"{name} decodes one new token per sequence (cache_len sets the past), but got "
+            f"seq_len={seq_len!r}",
+        )
+        check(spec.has_seq, f"{name} has no sequence axis, but got seq_len={seq_len!r}")
+        check(
+            _is_int(seq_len) and seq_len >= 1,
+            f"`seq_len >= 1` must hold, but got seq_len={seq_len!r}",
+        )
+    for flag, value in (("cache_len", cache_len), ("cache_form", cache_form)):
+        check(
+            value is None or spec.has_cache,
+            f"{name} has no KV cache (a *-decode model has), but got {flag}={value!r}",
+        )
+    if cache_len is not None:
+        check(
+            _is_int(cache_len) and cache_len >= 1,
+            f"`cache_len >= 1` must hold, but got cache_len={cache_len!r}",
+        )
+    check(
+        cache_form is None or cache_form in CACHE_FORMS,
+        f"cache_form must be one of {', '.join(CACHE_FORMS)}, but got cache_form={cache_form!r}",
+    )
+
+
 def build(
     name: str,
     *,
@@ -95,6 +130,8 @@ def build(
     batch: int | None = None,
     seq_len: int | None = None,
     seed: int = 0,
+    cache_len: int | None = None,
+    cache_form: str | None = None,
 ) -> onnx.ModelProto:
     """Build a zoo model.
 
@@ -108,8 +145,13 @@ def build(
             full depth.
         batch: batch size, overriding the scaled default.
         seq_len: sequence length of sequence models, overriding the scaled default; at most the
-            (scaled) position table.
+            (scaled) position table. Not for the decode steps (`*-decode`).
         seed: seed of the random weights.
+        cache_len: decode steps only: tokens already in the KV cache (the new token's
+            position), overriding the scaled default; `cache_len + 1` at most the position
+            table.
+        cache_form: decode steps only: "static" (default; a preallocated cache of
+            `cache_len + 1` slots updated with ScatterND) or "concat" (past ++ new row).
 
     Returns:
         A model that passes `onnx.checker.check_model(model, full_check=True)`.
@@ -137,12 +179,8 @@ def build(
         )
     if batch is not None:
         check(_is_int(batch) and batch >= 1, f"`batch >= 1` must hold, but got batch={batch!r}")
-    if seq_len is not None:
-        check(spec.has_seq, f"{name} has no sequence axis, but got seq_len={seq_len!r}")
-        check(
-            _is_int(seq_len) and seq_len >= 1,
-            f"`seq_len >= 1` must hold, but got seq_len={seq_len!r}",
-        )
+    _check_sequence(spec, seq_len, cache_len, cache_form)
     check(_is_int(seed) and seed >= 0, f"`seed >= 0` must hold, but got seed={seed!r}")
-    args = BuildArgs(name, weights, float(scale), layers, batch, seq_len, seed)
+    form = cache_form or CACHE_FORMS[0]
+    args = BuildArgs(name, weights, float(scale), layers, batch, seq_len, seed, cache_len, form)
     return spec.build(args)

@@ -142,3 +142,30 @@ def sinusoid_table(seq: int, dim: int) -> np.ndarray:
     table[:, 0::2] = np.sin(pos * inv)
     table[:, 1::2] = np.cos(pos * inv)
     return table[None].astype(np.float32)
+
+
+def rope_tables(seq: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [1, 1, seq, head_dim] of rotary embeddings (HF layout, halves repeated)."""
+    inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    freqs = np.outer(np.arange(seq, dtype=np.float64), inv)
+    emb = np.concatenate([freqs, freqs], axis=-1)[None, None]
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+def rotary(b: Builder, x: str, head_dim: int, cos: str, sin: str) -> str:
+    """x * cos + rotate_half(x) * sin with rotate_half = Concat(-x[..., d/2:], x[..., :d/2])."""
+    half = head_dim // 2
+    axes = b.const([3], "axes")
+    x1 = b.op("Slice", [x, b.const([0], "starts"), b.const([half], "ends"), axes])
+    x2 = b.op("Slice", [x, b.const([half], "starts"), b.const([head_dim], "ends"), axes])
+    rot = b.op("Concat", [b.op("Neg", [x2]), x1], axis=-1)
+    return b.op("Add", [b.op("Mul", [x, cos]), b.op("Mul", [rot, sin])])
+
+
+def repeat_kv(b: Builder, x: str, batch: int, kv: int, rep: int, seq: int, hd: int) -> str:
+    """Grouped-query K/V [B,kv,S,D] -> [B,kv*rep,S,D] via Unsqueeze/Expand/Reshape."""
+    if rep == 1:
+        return x
+    u = b.op("Unsqueeze", [x, b.const([2], "axes")])
+    e = b.op("Expand", [u, b.const([batch, kv, rep, seq, hd], "shape")])
+    return b.op("Reshape", [e, b.const([batch, kv * rep, seq, hd], "shape")])

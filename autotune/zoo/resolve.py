@@ -22,6 +22,8 @@ class ZooOptions:
     layers: int | None = None
     batch: int | None = None
     seq_len: int | None = None
+    cache_len: int | None = None
+    cache_form: str | None = None
 
 
 def resolve_model(spec: str, zoo: ZooOptions | None = None) -> str | onnx.ModelProto:
@@ -40,6 +42,8 @@ def resolve_model(spec: str, zoo: ZooOptions | None = None) -> str | onnx.ModelP
         layers=opts.layers,
         batch=opts.batch,
         seq_len=opts.seq_len,
+        cache_len=opts.cache_len,
+        cache_form=opts.cache_form,
     )
 
 

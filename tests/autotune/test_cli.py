@@ -91,7 +91,22 @@ def test_zoo_list_json_names_every_model() -> None:
         "llama3-8b",
         "mobilenetv3",
         "vit-b16",
+        "gpt2-decode",
+        "llama3-8b-decode",
     }
+
+
+def test_zoo_export_takes_the_cache_flags(tmp_path: Path) -> None:
+    """`zoo export` builds the decode step it is asked for: the cache length reaches the
+    past inputs (static form: L + 1 slots), and a prefill model refuses a cache length."""
+    out = tmp_path / "d.onnx"
+    args = ["zoo", "export", "gpt2-decode", "--scale", "0.1", "--layers", "1", "--batch", "2"]
+    res = _run(*args, "--cache-len", "16", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    past = {i.name: i for i in onnx.load(out).graph.input}["past_key_values.0.key"]
+    assert past.type.tensor_type.shape.dim[2].dim_value == 17
+    res = _run("zoo", "export", "gpt2", "--cache-len", "16", "-o", str(tmp_path / "g.onnx"))
+    assert res.exit_code == 1 and "has no KV cache" in res.stderr
 
 
 def test_zoo_export_writes_a_loadable_file(tmp_path: Path) -> None:

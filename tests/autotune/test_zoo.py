@@ -31,6 +31,8 @@ NAMES = [
     "transformer-base",
     "vit-b16",
 ]
+# The decode steps (KV-cache inputs) are tested in test_zoo_decode.py.
+DECODE_NAMES = ["gpt2-decode", "llama3-8b-decode"]
 # Full-depth Llama is built in its own test; two layers show every op kind.
 FULL_KW: dict[str, dict[str, int]] = {"llama3-8b": {"layers": 2}}
 SMALL_SCALE = {name: 0.1 for name in NAMES} | {"llama3-8b": 0.05}
@@ -94,7 +96,7 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
 # -- listing ----------------------------------------------------------------------------------
 def test_list_models_names_and_fields() -> None:
     infos = list_models()
-    assert [i.name for i in infos] == NAMES
+    assert [i.name for i in infos] == sorted(NAMES + DECODE_NAMES)
     assert all(isinstance(i, ZooInfo) for i in infos)
     by_name = {i.name: i for i in infos}
     assert {n for n, i in by_name.items() if i.family == "cnn"} == {"mobilenetv3", "resnet50"}
@@ -283,7 +285,10 @@ def test_causal_mask_hides_future_tokens() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"name": "foo"}, "unknown zoo model 'foo'; available: bert-base, gpt2, llama3-8b"),
+        (
+            {"name": "foo"},
+            "unknown zoo model 'foo'; available: bert-base, gpt2, gpt2-decode, llama3-8b",
+        ),
         ({"scale": 2.0}, "`0 < scale <= 1` must hold, but got scale=2.0"),
         ({"scale": 0.0}, "`0 < scale <= 1` must hold, but got scale=0.0"),
         ({"weights": "zeros"}, "weights must be one of random, inputs, but got weights='zeros'"),

@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_ARGS ?= tune zoo:bert-base -o plan.json
 
-.PHONY: run test lint typecheck pytest browser clean
+.PHONY: run test lint typecheck pytest browser postgres clean
 
 $(VENV)/.installed-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,14 @@ browser:
 	  { apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; }
 
+# the PostgreSQL tests start Debian's server (initdb, pg_ctl) on loopback: installed when missing
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; }; }
+
 # one worker per core (CI has two); a file's tests share a worker, so module fixtures run once
-pytest: $(VENV)/.installed-dev browser
+pytest: $(VENV)/.installed-dev browser postgres
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 test: lint typecheck pytest

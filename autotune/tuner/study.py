@@ -4,8 +4,10 @@ resuming it (the loop itself is :mod:`autotune.tuner.loop`)."""
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -30,6 +32,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
 DEFAULT_STORAGE = "autotune.journal"
+PSYCOPG = "postgresql+psycopg"  # SQLAlchemy's dialect for psycopg 3
+CONNECT_TIMEOUT_S = 10
+SCHEMA_RETRY_S = (0.2, 0.5, 1.0)  # waits before opening a storage again (see _first_storage)
 
 
 def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, str]:
@@ -74,16 +79,34 @@ def journal_path(url: str | None) -> Path | None:
 
 
 def _rdb(url: str) -> optuna.storages.BaseStorage:
-    """An RDB storage, opened now so a bad URL is one line, not a traceback mid-study."""
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+    """An RDB storage, opened now so a bad URL is one line, not a traceback mid-study.
+    PostgreSQL goes through psycopg 3 (the ``postgres`` extra) and gives up connecting after
+    ``CONNECT_TIMEOUT_S`` (libpq would wait for as long as the network does)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
 
-    scheme = url.split("://", 1)[0]
+    scheme = driver = url.split("://", 1)[0]
+    engine: dict[str, Any] = {}
     try:
-        return optuna.storages.RDBStorage(url, **heartbeat_kwargs())
+        parsed = make_url(url)
+        if parsed.drivername in ("postgresql", "postgres"):
+            # SQLAlchemy 2.0 reads a bare postgresql:// as psycopg2, which we do not ship
+            parsed = parsed.set(drivername=PSYCOPG)
+            url = parsed.render_as_string(hide_password=False)
+        driver = parsed.drivername
+        if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+            engine["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        return _first_storage(url, engine)
     except ImportError as err:
-        extra = " (pip install 'ascend-autofusion[postgres]')" if "postgres" in scheme else ""
+        if driver == PSYCOPG:
+            raise AutotuneError(
+                f"storage '{scheme}://...' needs the PostgreSQL driver psycopg 3, which is not "
+                "installed: pip install 'ascend-autofusion[postgres]'"
+            ) from None
+        hint = "; postgresql://... needs only pip install 'ascend-autofusion[postgres]'"
         raise AutotuneError(
-            f"storage '{scheme}://...': its database driver is not installed{extra}: {err}"
+            f"storage '{scheme}://...': its database driver is not installed "
+            f"({_first_line(err)}){hint if 'postgres' in scheme else ''}"
         ) from None
     except (NoSuchModuleError, ArgumentError) as err:
         raise AutotuneError(
@@ -92,9 +115,37 @@ def _rdb(url: str) -> optuna.storages.BaseStorage:
         ) from None
     except OperationalError as err:
         raise AutotuneError(
-            f"cannot open storage '{scheme}://...': {str(err.orig).splitlines()[0]}; check the "
-            "URL (and that its server is up)"
+            f"cannot open storage '{scheme}://...': {_first_line(err.orig)}; check the URL "
+            "(and that its server is up)"
         ) from None
+    except DatabaseError as err:  # e.g. a user who may not create the tables
+        raise AutotuneError(
+            f"cannot set up storage '{scheme}://...': {_first_line(err.orig)}"
+        ) from None
+
+
+def _first_storage(url: str, engine: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """Open an RDB storage; on a new database, workers starting together all create Optuna's
+    tables, and all but one fail on a name the winner just took: they open it again."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    def storage() -> optuna.storages.RDBStorage:
+        with warnings.catch_warnings():  # the heartbeat is experimental, and what we rely on
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **heartbeat_kwargs())
+
+    for wait_s in SCHEMA_RETRY_S:
+        try:
+            return storage()
+        except (IntegrityError, ProgrammingError):
+            log.debug("storage tables being created by another worker; again in %gs", wait_s)
+            time.sleep(wait_s)
+    return storage()
+
+
+def _first_line(err: BaseException | None) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
 
 
 def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.samplers.BaseSampler:

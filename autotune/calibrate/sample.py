@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from costmodel.analytic import AnalyticConstants, AnalyticModel
-from costmodel.base import KernelCost
+from costmodel.base import CostModel, KernelCost
 from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
@@ -173,15 +175,29 @@ def _budget(samples: Sequence[Sample], n: int, rng: random.Random) -> list[Sampl
     return out
 
 
-_WORKER: dict[str, Any] = {}
+CHUNK = 4  # kernel runs per task: amortises a task's round trip, keeps progress fine-grained
+
+_LOCAL = threading.local()  # the simulators this worker process (and thread) has built
 
 
-def _init_worker(spec: dict[str, Any], precision: str) -> None:
-    _WORKER["sim"] = make_cost_model("simulator", Target(HardwareSpec(**spec), precision))
+def _simulator(spec: dict[str, Any], digest: str, precision: str) -> CostModel:
+    """This worker's simulator of the target, built from the spec on first use: each worker
+    of an executor (a process pool's, a Dask cluster's) makes its own, once per target."""
+    sims: dict[tuple[str, str], CostModel] = _LOCAL.__dict__.setdefault("sims", {})
+    key = (digest, precision)
+    if key not in sims:
+        sims[key] = make_cost_model("simulator", Target(HardwareSpec(**spec), precision))
+    return sims[key]
 
 
-def _run_one(kernels: Sequence[Kernel]) -> KernelCost:
-    return _WORKER["sim"].evaluate(kernels)[-1]
+def _simulate(
+    spec: dict[str, Any], digest: str, precision: str, runs: Sequence[Sequence[Kernel]]
+) -> list[dict[str, Any]]:
+    """One task: the cost of each run's last kernel, as plain data. A pure function of its
+    arguments (noise off, a fresh L2 per run), so a task run twice, as an executor reruns
+    one whose worker died, gives the same rows."""
+    sim = _simulator(spec, digest, precision)
+    return [asdict(sim.evaluate(run)[-1]) for run in runs]
 
 
 def run_on_simulator(
@@ -189,27 +205,36 @@ def run_on_simulator(
     target: Target,
     *,
     jobs: int = 1,
+    executor: Executor | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[KernelCost]:
     """Each kernel alone on a cold L2, or (a sequence) the last one after the others on one
-    L2, noise off; ``jobs`` worker processes."""
+    L2, noise off, in order.
+
+    The runs go in tasks of ``CHUNK`` through ``executor.map`` (any ``concurrent.futures``
+    executor: a process pool, a Dask client's), or without one through ``jobs`` worker
+    processes (1: this process); the results are the same whichever runs them.
+    """
     runs = [[k] if isinstance(k, Kernel) else list(k) for k in kernels]
-    spec, precision = target.spec.to_dict(), target.precision
+    chunks = [runs[i : i + CHUNK] for i in range(0, len(runs), CHUNK)]
+    task = partial(_simulate, target.spec.to_dict(), target.spec.digest(), target.precision)
+    if executor is not None:
+        return _collect(executor.map(task, chunks), progress)
     if jobs <= 1:
-        _init_worker(spec, precision)
-        out = []
-        for run in runs:
-            out.append(_run_one(run))
-            if progress:
-                progress(1)
-        return out
-    with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(spec, precision)) as pool:
-        out = []
-        for cost in pool.map(_run_one, runs, chunksize=4):
-            out.append(cost)
-            if progress:
-                progress(1)
-        return out
+        return _collect(map(task, chunks), progress)
+    with ProcessPoolExecutor(jobs) as pool:
+        return _collect(pool.map(task, chunks), progress)
+
+
+def _collect(
+    results: Iterable[list[dict[str, Any]]], progress: Callable[[int], None] | None
+) -> list[KernelCost]:
+    out = []
+    for chunk in results:
+        out += [KernelCost(**c) for c in chunk]
+        if progress:
+            progress(len(chunk))
+    return out
 
 
 def calibrate_tables(
@@ -221,13 +246,15 @@ def calibrate_tables(
     seed: int,
     warm: float = WARM,
     jobs: int = 1,
+    executor: Executor | None = None,
     command: str = "",
     progress: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Sample kernels of ``sources`` ((source, family, graph) triples), simulate them and
     write the table to ``out`` (plus its entry in the MANIFEST.json beside it). Up to
-    ``warm`` of the ``samples`` rows are warm (plan context), the rest cold.
+    ``warm`` of the ``samples`` rows are warm (plan context), the rest cold. The simulations
+    run in ``jobs`` processes or on ``executor`` (:func:`run_on_simulator`).
 
     Returns:
         A summary: rows, warm rows, signatures, families, path.
@@ -243,9 +270,8 @@ def calibrate_tables(
     chosen = _budget([s for s in pool if not s.before], samples - len(hot), rng) + hot
     if on_total:
         on_total(len(chosen))
-    costs = run_on_simulator(
-        [(*s.before, s.kernel) for s in chosen], target, jobs=jobs, progress=progress
-    )
+    runs = [(*s.before, s.kernel) for s in chosen]
+    costs = run_on_simulator(runs, target, jobs=jobs, executor=executor, progress=progress)
     rows = []
     for s, c in zip(chosen, costs, strict=True):
         rows += measurement_rows(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from concurrent.futures import Executor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -84,6 +86,18 @@ def _simulated_tables(given: list[Path] | None, target: str, written: Path) -> l
     return found
 
 
+def _executor(
+    dask: str | None, workers: int, timeout: float
+) -> AbstractContextManager[Executor | None]:
+    """--dask's executor (closed after), or none: the simulations then run in --jobs
+    processes."""
+    if dask is None:
+        return nullcontext()
+    from autotune.calibrate.cluster import dask_executor
+
+    return dask_executor(dask, workers=workers, timeout=timeout)
+
+
 @user_errors
 def calibrate(
     target: TargetOpt = "ascend910b",
@@ -101,7 +115,20 @@ def calibrate(
         float,
         typer.Option(help="Share of rows run after their plan's previous kernels (warm L2)."),
     ] = 0.2,
-    jobs: Annotated[int, typer.Option(help="Simulator worker processes.")] = 0,
+    jobs: Annotated[
+        int, typer.Option(help="Simulator worker processes (with --dask local: workers).")
+    ] = 0,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            "--dask",
+            help="Simulate on a Dask cluster: 'local' (started on this machine) or the address "
+            "of a scheduler you trust (tcp://HOST:8786).",
+        ),
+    ] = None,
+    dask_timeout: Annotated[
+        float, typer.Option(help="With --dask ADDRESS: seconds to wait for the scheduler.")
+    ] = 10.0,
     output: Annotated[
         Path | None,
         typer.Option("-o", "--output", help="Table to write (default datasets/calibration/)."),
@@ -154,6 +181,10 @@ def calibrate(
         raise AutotuneError(f"--warm must be a fraction in [0, 1], but got {warm}")
     if hardware_weight is not None and not hardware_weight > 0:
         raise AutotuneError(f"--hardware-weight must be > 0, but got {hardware_weight}")
+    if dask is not None and from_msprof is not None:
+        raise AutotuneError("--dask runs simulations; --from-msprof reads measurements instead")
+    if not dask_timeout > 0:
+        raise AutotuneError(f"--dask-timeout must be > 0, but got {dask_timeout}")
     tgt = load_target(target, tuple(set_ or ()), precision)
     hardware = from_msprof is not None
     read: dict[str, str | Path | None] = {
@@ -175,24 +206,26 @@ def calibrate(
         for line in summary.pop("problems", []):
             err.print(line, highlight=False, markup=False)
     else:
-        sources = _sources(list(models or DEFAULT_MODELS), seed)
-        with Progress(
-            "[bold]simulating[/]", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=err, transient=True,
-        ) as bar:  # fmt: skip
-            task = bar.add_task("kernels", total=None)
-            summary = calibrate_tables(
-                sources,
-                tgt,
-                table,
-                samples=samples,
-                seed=seed,
-                warm=warm,
-                jobs=jobs or os.cpu_count() or 1,
-                command=command,
-                progress=lambda n: bar.advance(task, n),
-                on_total=lambda n: bar.update(task, total=n),
-            )
+        with _executor(dask, jobs, dask_timeout) as executor:  # first: a bad address fails fast
+            sources = _sources(list(models or DEFAULT_MODELS), seed)
+            with Progress(
+                "[bold]simulating[/]", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=err, transient=True,
+            ) as bar:  # fmt: skip
+                task = bar.add_task("kernels", total=None)
+                summary = calibrate_tables(
+                    sources,
+                    tgt,
+                    table,
+                    samples=samples,
+                    seed=seed,
+                    warm=warm,
+                    jobs=jobs or os.cpu_count() or 1,
+                    executor=executor,
+                    command=command,
+                    progress=lambda n: bar.advance(task, n),
+                    on_total=lambda n: bar.update(task, total=n),
+                )
     if fit is not None:
         from costmodel.learned import fit_learned
 

@@ -1,0 +1,77 @@
+"""Calibration on a Dask cluster: an executor whose tasks run on the cluster's workers.
+
+``autotune calibrate --dask local`` starts a cluster of worker processes on this machine's
+loopback; ``--dask tcp://host:8786`` connects to a running scheduler. Either way the
+simulations go through :func:`~autotune.calibrate.sample.run_on_simulator` as with ``--jobs``:
+the executor is the only difference. Dask moves tasks and results by pickle, so a scheduler
+is trusted with code execution on this machine and its workers (docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from concurrent.futures import Executor
+from contextlib import ExitStack, contextmanager
+
+from autotune.exceptions import AutotuneError
+
+__all__ = ["CONNECT_TIMEOUT", "RETRIES", "dask_executor"]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0  # seconds to reach a scheduler before giving up
+# reruns of a task that raised; a task whose worker died is rerun by the scheduler itself (up
+# to its `distributed.scheduler.allowed-failures` deaths), which the tasks' purity makes safe
+RETRIES = 2
+EXTRA = "pip install 'ascend-autofusion[dask]'"
+
+
+@contextmanager
+def dask_executor(
+    address: str, *, workers: int = 0, timeout: float = CONNECT_TIMEOUT
+) -> Iterator[Executor]:
+    """A ``concurrent.futures`` executor on a Dask cluster, closed on exit.
+
+    Args:
+        address: ``local`` for a cluster on this machine's loopback, closed on exit; else a
+            scheduler's address (``tcp://host:8786``), which must be one you trust.
+        workers: with ``local``, worker processes of one thread each (0: Dask's default,
+            one per core).
+        timeout: seconds to wait for the scheduler at ``address``.
+
+    Raises:
+        AutotuneError: Dask's ``distributed`` is not installed, no scheduler answers at
+            ``address`` within ``timeout``, or (in the block) workers kept dying on a task.
+    """
+    try:
+        from distributed import Client, KilledWorker, LocalCluster
+    except ImportError:
+        raise AutotuneError(f"--dask needs Dask's distributed package: {EXTRA}") from None
+    with ExitStack() as stack:
+        if address == "local":
+            cluster = LocalCluster(
+                n_workers=workers or None,
+                threads_per_worker=1,  # the simulator is pure Python: threads would share a GIL
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+            stack.enter_context(cluster)
+            client = stack.enter_context(Client(cluster))
+            log.info("started a local Dask cluster at %s", cluster.scheduler_address)
+        else:
+            try:
+                client = stack.enter_context(Client(address, timeout=timeout))
+            except (OSError, TimeoutError, ValueError, TypeError) as exc:
+                raise AutotuneError(
+                    f"cannot connect to a Dask scheduler at '{address}': {exc}"
+                ) from None
+        try:  # pure=False: each task gets its own key, never merged with an equal one
+            yield client.get_executor(retries=RETRIES, pure=False)
+        except KilledWorker as exc:
+            raise AutotuneError(
+                f"the Dask cluster lost every worker that ran a task, more times than its "
+                f"distributed.scheduler.allowed-failures allows: {exc}"
+            ) from None

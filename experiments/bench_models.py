@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import onnx
+from _study import fresh_study
 from _table import RESULTS, emit
 
-from autotune.tuner import Candidate, TuneConfig, make_safety, tune_graph
-from autotune.tuner.session import Session
+from autotune.tuner import Candidate
 from autotune.zoo import ZooOptions, list_models, resolve_model
 from costmodel.roofline import roofline_us
-from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.space import OptimalUnavailable, baseline_plan
 
@@ -54,21 +52,13 @@ def bench(name: str, trials: int) -> dict[str, Any]:
     zoo = ZooOptions()
     source = resolve_model(spec, zoo)
     graph = load_graph(source)
-    with tempfile.TemporaryDirectory() as tmp:
-        config = TuneConfig(
-            trials=trials, storage=str(Path(tmp) / "s.journal"), dataset=str(Path(tmp) / "r.pq")
-        )
-        target = load_target(config.target, config.sets, config.precision)
-        safety = make_safety(graph, spec, zoo, config.policy, target)
-        t0 = time.perf_counter()
-        result = tune_graph(graph, config, name=name, safety=safety)
-        wall = time.perf_counter() - t0
-        s = Session.open(graph, config, name, safety)
+    with fresh_study(graph, spec, zoo, name, trials) as study:
+        result, s, target, wall = study.result, study.session, study.target, study.wall_s
         max_best = s.measure(s.baselines["max"], "max")
         t1 = time.perf_counter()
         try:
             optimal: Candidate | None = s.measure(
-                baseline_plan("optimal", s.ctx, s.oracle, config.policy), "optimal"
+                baseline_plan("optimal", s.ctx, s.oracle, s.config.policy), "optimal"
             )
         except OptimalUnavailable as err:  # its time limit: the row says so, the run goes on
             print(f"{name}: {err}", flush=True)

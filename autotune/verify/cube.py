@@ -161,33 +161,72 @@ def flash_attention(
     ``num.vec`` (rounded to ``num.cube`` for the PV product), the output accumulator in
     ``num.acc``; each block rescales what came before by exp(old max - new max). ``guard``
     (e.g. an IsNaN/Where after the softmax) is applied to each block's probabilities, given
-    the key range ``[lo, hi)``.
+    the key range ``[lo, hi)``. With ``num.kv_split`` > 1 (flash-decoding) the keys are cut
+    into that many contiguous parts, each walked by its own core as above; each part's output
+    (normalised, in ``num.acc``) and log-sum-exp (in ``num.stat``) go to a workspace, and a
+    combining pass weighs the parts by exp(lse - max lse).
 
     Returns:
-        The attention output in ``num.acc`` after the final division by the running sum.
+        The attention output in ``num.acc``.
     """
     s = f64(scores)
     t = s.shape[-1]
+    tile = num.kv_tile if kv_tile is None else kv_tile
+    parts = _kv_parts(t, num.kv_split, tile)
+    with np.errstate(all="ignore"):
+        if len(parts) == 1:
+            out, _, l_sum = _flash_pass(s, v, num, tile, guard, 0, t)
+            return rnd(out / l_sum, num.acc)
+        outs, lses = [], []
+        for lo, hi in parts:
+            out, m, l_sum = _flash_pass(s, v, num, tile, guard, lo, hi)
+            empty = ~(l_sum > 0)  # a part every key of which is masked adds nothing
+            outs.append(f64(rnd(np.where(empty, 0.0, out / np.where(empty, 1.0, l_sum)), num.acc)))
+            lse = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, l_sum)))
+            lses.append(f64(rnd(lse, num.stat)))
+        top = np.max(np.stack(lses), axis=0)
+        top = np.where(np.isfinite(top), top, 0.0)
+        weights = [f64(rnd(np.exp(lse - top), num.stat)) for lse in lses]
+        total = f64(rnd(sum(weights), num.stat))
+        acc = f64(rnd(sum(w * o for w, o in zip(weights, outs, strict=True)), num.acc))
+        return rnd(acc / total, num.acc)
+
+
+def _kv_parts(t: int, split: int, tile: int) -> list[tuple[int, int]]:
+    """The key ranges of a ``split``-way flash-decoding pass: contiguous, each a whole number
+    of ``tile`` blocks (the last takes what is left); one range when ``split`` <= 1."""
+    if split <= 1 or t <= 1:
+        return [(0, t)]
+    step = -(-t // split)
+    if tile > 0:
+        step = -(-step // tile) * tile
+    return [(lo, min(t, lo + step)) for lo in range(0, t, step)]
+
+
+def _flash_pass(
+    s: Arr, v: Arr, num: Numerics, tile: int, guard: Guard | None, start: int, stop: int
+) -> tuple[Arr, Arr, Arr]:
+    """Online softmax over keys ``[start, stop)`` in ``tile`` blocks: the unnormalised output,
+    the running max and the running sum."""
     lead = s.shape[:-1]
     m = np.full((*lead, 1), -np.inf)
     l_sum = np.zeros((*lead, 1))
     out: Arr | None = None
-    with np.errstate(all="ignore"):
-        for lo, hi in _chunks(t, num.kv_tile if kv_tile is None else kv_tile):
-            blk = s[..., lo:hi]
-            m_new = np.maximum(m, np.max(blk, axis=-1, keepdims=True))
-            m_safe = np.where(np.isfinite(m_new), m_new, 0.0)
-            p = f64(rnd(np.exp(f64(rnd(blk - m_safe, num.vec))), num.vec))
-            if guard is not None:
-                p = f64(guard(p, lo, hi))
-            alpha = f64(rnd(np.exp(np.where(np.isfinite(m), m - m_safe, -np.inf)), num.stat))
-            l_sum = f64(rnd(l_sum * alpha + f64(tree_sum(p, -1, num.stat)), num.stat))
-            vb = v[..., lo:hi, :]
-            pv = f64(split_k_matmul(p, vb, num, base_k=0))
-            out = pv if out is None else f64(rnd(out * alpha + pv, num.acc))
-            m = m_new
-        assert out is not None
-        return rnd(out / l_sum, num.acc)
+    for a, b in _chunks(stop - start, tile):
+        lo, hi = start + a, start + b
+        blk = s[..., lo:hi]
+        m_new = np.maximum(m, np.max(blk, axis=-1, keepdims=True))
+        m_safe = np.where(np.isfinite(m_new), m_new, 0.0)
+        p = f64(rnd(np.exp(f64(rnd(blk - m_safe, num.vec))), num.vec))
+        if guard is not None:
+            p = f64(guard(p, lo, hi))
+        alpha = f64(rnd(np.exp(np.where(np.isfinite(m), m - m_safe, -np.inf)), num.stat))
+        l_sum = f64(rnd(l_sum * alpha + f64(tree_sum(p, -1, num.stat)), num.stat))
+        pv = f64(split_k_matmul(p, v[..., lo:hi, :], num, base_k=0))
+        out = pv if out is None else f64(rnd(out * alpha + pv, num.acc))
+        m = m_new
+    assert out is not None
+    return out, m, l_sum
 
 
 def online_softmax(scores: Arr, num: Numerics, kv_tile: int) -> Arr:

@@ -65,6 +65,8 @@ class Numerics:
         mem: format of float activations in global memory (between kernels).
         base_k: split-K chunk of the cube (partial sums added in tile order); 0 = whole K.
         kv_tile: key block of fused attention's online softmax; 0 = all keys at once.
+        kv_split: parts the keys are cut into, each its own online softmax, combined by
+            their log-sum-exp (flash-decoding); 0 or 1 = one part.
     """
 
     cube: str
@@ -74,6 +76,7 @@ class Numerics:
     mem: str
     base_k: int = 0
     kv_tile: int = 0
+    kv_split: int = 0
 
     def with_tiles(self, base_k: int = 0, kv_tile: int = 0) -> Numerics:
         return replace(self, base_k=base_k, kv_tile=kv_tile)
@@ -108,16 +111,19 @@ def numerics_for(
         mem=vec,
         base_k=config.base_k if config is not None else 0,
         kv_tile=config.knob("kv_tile") if config is not None else 0,
+        kv_split=config.knob("kv_split") if config is not None else 0,
     )
 
 
-def numerics_key(config: KernelConfig | None) -> tuple[int, int, int]:
-    """What of a config :func:`numerics_for` reads (the K chunk, the ``stats_fp16`` and
-    ``kv_tile`` knobs): configs with equal keys compute alike, so one verdict covers them
-    (core counts and UB or L1 tiles change where the work runs, not its arithmetic)."""
+def numerics_key(config: KernelConfig | None) -> tuple[int, int, int, int]:
+    """What of a config :func:`numerics_for` reads (the K chunk, the ``stats_fp16``,
+    ``kv_tile`` and ``kv_split`` knobs): configs with equal keys compute alike, so one verdict
+    covers them (core counts and UB or L1 tiles change where the work runs, not its
+    arithmetic)."""
     if config is None:
-        return (0, 0, 0)
-    return (config.base_k, config.knob(STATS_FP16), config.knob("kv_tile"))
+        return (0, 0, 0, 0)
+    knob = config.knob
+    return (config.base_k, knob(STATS_FP16), knob("kv_tile"), knob("kv_split"))
 
 
 def is_float(x: np.ndarray) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 import onnx
 from onnx import helper, inliner
 
+from autotune.apply_static import cut_folded_chains
 from autotune.exceptions import AutotuneError
 from search_space.exceptions import GraphError, check
 from search_space.ir import Graph
@@ -73,6 +74,28 @@ def apply_plan(
         AutotuneError,
     )
     src = inliner.inline_local_functions(model) if model.functions else model
+    try:
+        names, dag, bodies = _layout(src, graph, groups)
+    except AutotuneError as err:  # perhaps only through shape math the loader folded: cut it
+        static = cut_folded_chains(src, graph, groups)
+        if static is src:
+            raise
+        try:
+            names, dag, bodies = _layout(static, graph, groups)
+        except AutotuneError:
+            raise err from None  # the cut did not help: the first reason is the one to give
+        src = static
+    return _with_shapes(_rewrite(src, names, dag, bodies, domain), src)
+
+
+def _layout(
+    src: onnx.ModelProto, graph: Graph, groups: Sequence[PlanGroup]
+) -> tuple[list[str], _Dag, list[tuple[PlanGroup, list[int]]]]:
+    """The model's node names, its DAG and each fused group's body.
+
+    Raises:
+        AutotuneError: as :func:`apply_plan` says.
+    """
     nodes = src.graph.node
     names = node_names(nodes)
     _check_graph(graph, nodes, names)
@@ -81,8 +104,7 @@ def apply_plan(
     except GraphError as err:
         raise AutotuneError(str(err)) from None
     dag = _Dag(nodes, order)
-    bodies = _bodies(graph, groups, names, dag)
-    return _with_shapes(_rewrite(src, names, dag, bodies, domain), src)
+    return names, dag, _bodies(graph, groups, names, dag)
 
 
 def _with_shapes(model: onnx.ModelProto, src: onnx.ModelProto) -> onnx.ModelProto:

@@ -17,6 +17,13 @@ Every model is built from a config / plain torch code with a fixed seed (no
 dynamic batch axis (and a dynamic sequence axis for the sequence models).  A
 failing export is recorded in ``export_log.json`` in the output folder and the
 script moves on; ``--check`` then runs each file in onnxruntime.
+
+The tiny GPT-2 and Llama are also exported as one decode step with HF's dynamic
+KV cache (``gpt2_decode``, ``llama_decode``) into the ``decode/`` subfolder, with
+its own ``export_log.json``: ``input_ids [batch, 1]``, ``attention_mask [batch,
+past + 1]``, Llama's ``position_ids [batch, 1]`` and ``past_key_values.{i}.key``
+/ ``.value [batch, kv_heads, past, head_dim]`` in; ``logits`` and
+``present.{i}.key`` / ``.value [batch, kv_heads, past + 1, head_dim]`` out.
 """
 
 from __future__ import annotations
@@ -240,10 +247,11 @@ def build_bert(attn: str) -> nn.Module:
     return HFEncoderWrapper(BertModel(cfg, add_pooling_layer=False))
 
 
-def build_gpt2(attn: str) -> nn.Module:
-    from transformers import GPT2Config, GPT2Model
+def gpt2_config(attn: str) -> Any:
+    """The tiny GPT-2 of both the prefill and the decode-step fixtures."""
+    from transformers import GPT2Config
 
-    cfg = GPT2Config(
+    return GPT2Config(
         vocab_size=100,
         n_embd=32,
         n_layer=2,
@@ -253,13 +261,13 @@ def build_gpt2(attn: str) -> nn.Module:
         eos_token_id=0,
         attn_implementation=attn,
     )
-    return HFDecoderWrapper(GPT2Model(cfg))
 
 
-def build_llama(attn: str) -> nn.Module:
-    from transformers import LlamaConfig, LlamaModel
+def llama_config(attn: str) -> Any:
+    """The tiny Llama (grouped-query: 4 heads on 2 KV heads) of both kinds of fixture."""
+    from transformers import LlamaConfig
 
-    cfg = LlamaConfig(
+    return LlamaConfig(
         vocab_size=100,
         hidden_size=32,
         num_hidden_layers=2,
@@ -269,7 +277,18 @@ def build_llama(attn: str) -> nn.Module:
         max_position_embeddings=MAX_SEQ,
         attn_implementation=attn,
     )
-    return HFDecoderWrapper(LlamaModel(cfg))
+
+
+def build_gpt2(attn: str) -> nn.Module:
+    from transformers import GPT2Model
+
+    return HFDecoderWrapper(GPT2Model(gpt2_config(attn)))
+
+
+def build_llama(attn: str) -> nn.Module:
+    from transformers import LlamaModel
+
+    return HFDecoderWrapper(LlamaModel(llama_config(attn)))
 
 
 # --------------------------------------------------------------------------- specs
@@ -324,7 +343,7 @@ def model_specs(resnet_width: int, mobilenet_width: float) -> list[ModelSpec]:
 # --------------------------------------------------------------------------- export
 
 
-def _fresh_model(spec: ModelSpec, attn: str) -> nn.Module:
+def _fresh_model(spec: ModelSpec | DecodeSpec, attn: str) -> nn.Module:
     torch.manual_seed(SEED)
     model = spec.build(attn)
     model.eval()
@@ -359,6 +378,22 @@ def _quiet() -> contextlib.ExitStack:
 
 def export_legacy(model: nn.Module, spec: ModelSpec, opset: int) -> onnx.ModelProto:
     inputs = spec.make_inputs(EXPORT_BATCH, EXPORT_SEQ)
+    axes = _legacy_dynamic_axes(spec, inputs)
+    return _legacy_export(model, inputs, ["output"], axes, opset)
+
+
+def export_dynamo(model: nn.Module, spec: ModelSpec) -> onnx.ModelProto:
+    inputs = spec.make_inputs(EXPORT_BATCH, EXPORT_SEQ)
+    return _dynamo_export(model, inputs, ["output"], _dynamo_dynamic_shapes(spec, inputs))
+
+
+def _legacy_export(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]],
+    opset: int,
+) -> onnx.ModelProto:
     buf = io.BytesIO()
     # No torch.no_grad() here: under no_grad nn.TransformerEncoderLayer takes its fused
     # fast path (aten::_transformer_encoder_layer_fwd), which the legacy exporter cannot
@@ -371,23 +406,27 @@ def export_legacy(model: nn.Module, spec: ModelSpec, opset: int) -> onnx.ModelPr
             dynamo=False,
             opset_version=opset,
             input_names=list(inputs),
-            output_names=["output"],
-            dynamic_axes=_legacy_dynamic_axes(spec, inputs),
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
             do_constant_folding=True,
         )
     return onnx.load_from_string(buf.getvalue())
 
 
-def export_dynamo(model: nn.Module, spec: ModelSpec) -> onnx.ModelProto:
-    inputs = spec.make_inputs(EXPORT_BATCH, EXPORT_SEQ)
+def _dynamo_export(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    output_names: list[str],
+    dynamic_shapes: tuple[Any, ...],
+) -> onnx.ModelProto:
     with _quiet(), torch.no_grad():
         prog = torch.onnx.export(
             model,
             tuple(inputs.values()),
             dynamo=True,
             input_names=list(inputs),
-            output_names=["output"],
-            dynamic_shapes=_dynamo_dynamic_shapes(spec, inputs),
+            output_names=output_names,
+            dynamic_shapes=dynamic_shapes,
             external_data=False,
             optimize=True,
             verify=False,
@@ -442,6 +481,9 @@ def _short_error(exc: BaseException) -> str:
     return "\n".join(lines[:12])
 
 
+Job = tuple[str, str, Callable[[nn.Module], onnx.ModelProto], bool]  # file, how, export, extdata
+
+
 def run_exports(out: Path, resnet_width: int, mobilenet_width: float, only: set[str]) -> dict:
     log: dict[str, Any] = {
         "versions": versions(),
@@ -454,7 +496,7 @@ def run_exports(out: Path, resnet_width: int, mobilenet_width: float, only: set[
             continue
         # HF models: try the default SDPA attention first, eager as fallback.
         attns = ["sdpa", "eager"] if spec.hf else [""]
-        jobs: list[tuple[str, str, Callable[[nn.Module], onnx.ModelProto], bool]] = []
+        jobs: list[Job] = []
         for opset in spec.legacy_opsets:
             fname = f"{spec.name}_legacy_op{opset}.onnx"
             legacy = functools.partial(export_legacy, spec=spec, opset=opset)
@@ -465,34 +507,41 @@ def run_exports(out: Path, resnet_width: int, mobilenet_width: float, only: set[
             jobs.append((fname, "legacy opset 14 + external data", legacy, True))
         dynamo = functools.partial(export_dynamo, spec=spec)
         jobs.append((f"{spec.name}_dynamo.onnx", "dynamo", dynamo, False))
-        for fname, how, fn, ext in jobs:
-            errors = {}
-            for attn in attns:
-                try:
-                    model = fn(_fresh_model(spec, attn))
-                except Exception as exc:
-                    msg = errors[attn or "default"] = _short_error(exc)
-                    head = f"[fail] {fname} ({how}, attn={attn or '-'}): {msg.splitlines()[0]}"
-                    print(head, file=sys.stderr)
-                    if os.environ.get("EXPORT_TRACEBACK"):
-                        traceback.print_exc()
-                    continue
-                save(model, out / fname, extdata=ext)
-                opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-                entry = {
-                    "exporter": how,
-                    "opset": opset,
-                    "attn_implementation": attn or None,
-                    "producer": f"{model.producer_name} {model.producer_version}",
-                }
-                if errors:
-                    entry["earlier_failures"] = errors
-                log["files"][fname] = entry
-                print(f"[ok]   {fname}: {how}, opset {opset}, attn={attn or '-'}")
-                break
-            else:
-                log["failures"][fname] = {"exporter": how, "errors": errors}
+        _run_jobs(out, jobs, attns, functools.partial(_fresh_model, spec), log)
     return log
+
+
+def _run_jobs(
+    out: Path, jobs: list[Job], attns: list[str], fresh: Callable[[str], nn.Module], log: dict
+) -> None:
+    """Run each export with the first attention implementation that works; log the rest."""
+    for fname, how, fn, ext in jobs:
+        errors = {}
+        for attn in attns:
+            try:
+                model = fn(fresh(attn))
+            except Exception as exc:
+                msg = errors[attn or "default"] = _short_error(exc)
+                head = f"[fail] {fname} ({how}, attn={attn or '-'}): {msg.splitlines()[0]}"
+                print(head, file=sys.stderr)
+                if os.environ.get("EXPORT_TRACEBACK"):
+                    traceback.print_exc()
+                continue
+            save(model, out / fname, extdata=ext)
+            opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+            entry = {
+                "exporter": how,
+                "opset": opset,
+                "attn_implementation": attn or None,
+                "producer": f"{model.producer_name} {model.producer_version}",
+            }
+            if errors:
+                entry["earlier_failures"] = errors
+            log["files"][fname] = entry
+            print(f"[ok]   {fname}: {how}, opset {opset}, attn={attn or '-'}")
+            break
+        else:
+            log["failures"][fname] = {"exporter": how, "errors": errors}
 
 
 def versions() -> dict[str, str]:
@@ -547,6 +596,189 @@ def check_with_ort(
             "shape": list(res.shape),
             "max_abs_err_vs_torch": err,
         }
+    return results
+
+
+# --------------------------------------------------------------------------- decode steps
+
+# A subfolder: the prefill tests take every exports/*.onnx and give it [batch, seq] inputs.
+DECODE_DIR = "decode"
+EXPORT_PAST = EXPORT_SEQ  # past length of the example inputs (neither 0 nor 1, see above)
+PAST = "past"
+# The mask and present length.  The dynamo exporter names the derived Dim ``past + 1`` so; the
+# legacy exporter takes any name, and optimum's ONNX configs give it the same form.
+TOTAL = "past + 1"
+DECODE_CHECK_SIZES = ((2, 16), (1, 1), (3, MAX_SEQ - 1))  # (batch, past); past + 1 <= MAX_SEQ
+
+
+class HFDecodeStepWrapper(nn.Module):
+    """One decode step of a ``*ForCausalLM`` over flat tensors, through HF's ``DynamicCache``.
+
+    ``forward(input_ids, attention_mask, [position_ids,] past.0.key, past.0.value, ...)``
+    returns ``(logits, present.0.key, present.0.value, ...)``.  The exporters take tensors, not
+    a Cache object, so the cache is built here from the flat past; the dynamic cache appends
+    the new token's key/value row to it along the sequence axis (past ++ new).
+    """
+
+    def __init__(self, model: nn.Module, layers: int, position_ids: bool) -> None:
+        super().__init__()
+        self.model, self.layers, self.position_ids = model, layers, position_ids
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *rest: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        from transformers import DynamicCache
+
+        position_ids, past = (rest[0], rest[1:]) if self.position_ids else (None, rest)
+        cache = DynamicCache()
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            return_dict=True,
+        )
+        present = [t for layer in out.cache.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *present)
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """A decode-step fixture: the prefill model's config and seed, with its LM head."""
+
+    name: str
+    config: Callable[[str], Any]  # attn implementation -> HF config
+    causal_lm: str  # the transformers *ForCausalLM class
+    kv_heads: int
+    head_dim: int
+    position_ids: bool  # an input (Llama: rotary positions) or derived from the past length
+
+    def build(self, attn: str) -> nn.Module:
+        import transformers
+
+        cfg = self.config(attn)
+        lm = getattr(transformers, self.causal_lm)(cfg)
+        return HFDecodeStepWrapper(lm, cfg.num_hidden_layers, self.position_ids)
+
+    @property
+    def layers(self) -> int:
+        return int(self.config("eager").num_hidden_layers)
+
+    def past_names(self) -> list[str]:
+        return [f"past_key_values.{i}.{t}" for i in range(self.layers) for t in ("key", "value")]
+
+    def output_names(self) -> list[str]:
+        return ["logits", *(n.replace("past_key_values", "present") for n in self.past_names())]
+
+    def make_inputs(self, batch: int, past: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(SEED + 3)
+        ids = torch.randint(0, 100, (batch, 1), generator=g, dtype=torch.int64)
+        mask = torch.ones(batch, past + 1, dtype=torch.int64)
+        if batch > 1 and past > 2:
+            mask[1, :2] = 0  # one left-padded row (batched generation pads left): mask path live
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if self.position_ids:  # generate()'s rule: the count of attended tokens before this one
+            inputs["position_ids"] = mask.sum(-1, keepdim=True) - 1
+        for name in self.past_names():
+            shape = (batch, self.kv_heads, past, self.head_dim)
+            inputs[name] = torch.randn(*shape, generator=g)
+        return inputs
+
+
+DECODE_SPECS = (
+    DecodeSpec("gpt2_decode", gpt2_config, "GPT2LMHeadModel", 2, 16, position_ids=False),
+    DecodeSpec("llama_decode", llama_config, "LlamaForCausalLM", 2, 8, position_ids=True),
+)
+
+
+def _decode_legacy_axes(spec: DecodeSpec, inputs: dict[str, Any]) -> dict[str, dict[int, str]]:
+    axes: dict[str, dict[int, str]] = {name: {0: BATCH} for name in inputs}
+    axes["attention_mask"][1] = TOTAL
+    axes.update({name: {0: BATCH, 2: PAST} for name in spec.past_names()})
+    logits, *present = spec.output_names()
+    axes[logits] = {0: BATCH}
+    axes.update({name: {0: BATCH, 2: TOTAL} for name in present})
+    return axes
+
+
+def _decode_dynamic_shapes(spec: DecodeSpec, inputs: dict[str, Any]) -> tuple[Any, ...]:
+    """``(input_ids, attention_mask, rest)``: the wrapper's ``*rest`` is one nested tuple."""
+    from torch.export import Dim
+
+    batch = Dim(BATCH, min=1, max=1024)
+    past = Dim(PAST, min=1, max=MAX_SEQ - 1)
+    rest = [{0: batch, 2: past} if n in spec.past_names() else {0: batch} for n in inputs]
+    return ({0: batch}, {0: batch, 1: past + 1}, tuple(rest[2:]))
+
+
+def export_decode_legacy(model: nn.Module, spec: DecodeSpec, opset: int) -> onnx.ModelProto:
+    inputs = spec.make_inputs(EXPORT_BATCH, EXPORT_PAST)
+    axes = _decode_legacy_axes(spec, inputs)
+    return _legacy_export(model, inputs, spec.output_names(), axes, opset)
+
+
+def export_decode_dynamo(model: nn.Module, spec: DecodeSpec) -> onnx.ModelProto:
+    inputs = spec.make_inputs(EXPORT_BATCH, EXPORT_PAST)
+    shapes = _decode_dynamic_shapes(spec, inputs)
+    return _dynamo_export(model, inputs, spec.output_names(), shapes)
+
+
+def run_decode_exports(out: Path, only: set[str]) -> dict:
+    """Both exporters on each decode step, into ``out`` (the decode subfolder)."""
+    log: dict[str, Any] = {
+        "versions": versions(),
+        "export_shapes": {"batch": EXPORT_BATCH, "past": EXPORT_PAST},
+        "files": {},
+        "failures": {},
+    }
+    for spec in DECODE_SPECS:
+        if only and spec.name not in only:
+            continue
+        legacy = functools.partial(export_decode_legacy, spec=spec, opset=14)
+        dynamo = functools.partial(export_decode_dynamo, spec=spec)
+        jobs: list[Job] = [
+            (f"{spec.name}_legacy_op14.onnx", "legacy opset 14", legacy, False),
+            (f"{spec.name}_dynamo.onnx", "dynamo", dynamo, False),
+        ]
+        _run_jobs(out, jobs, ["sdpa", "eager"], functools.partial(_fresh_model, spec), log)
+    return log
+
+
+def check_decode_with_ort(out: Path, log: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each decode step in onnxruntime vs eager torch; present must start with the past."""
+    import numpy as np
+    import onnxruntime as ort
+
+    by_name = {s.name: s for s in DECODE_SPECS}
+    results: dict[str, dict[str, Any]] = {}
+    for path in sorted(out.glob("*.onnx")):
+        spec = by_name[path.name.split("_legacy")[0].split("_dynamo")[0]]
+        attn = log["files"].get(path.name, {}).get("attn_implementation") or ""
+        model = _fresh_model(spec, attn)
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        entry: dict[str, Any] = {"ok": True}
+        for batch, past in DECODE_CHECK_SIZES:
+            inputs = spec.make_inputs(batch, past)
+            with torch.no_grad():
+                ref = [t.numpy() for t in model(*inputs.values())]
+            try:
+                got = sess.run(None, {k: v.numpy() for k, v in inputs.items()})
+            except Exception as exc:
+                entry.update(
+                    ok=False, error=f"{batch}x{past}: " + _short_error(exc).splitlines()[0]
+                )
+                break
+            err = max(float(np.abs(g - r).max()) for g, r in zip(got, ref, strict=True))
+            keeps = all(
+                np.array_equal(g[:, :, :past], inputs[n].numpy())
+                for g, n in zip(got[1:], spec.past_names(), strict=True)
+            )
+            entry[f"{batch}x{past}"] = {"max_abs_err_vs_torch": err, "present_keeps_past": keeps}
+            entry["ok"] = entry["ok"] and err < 1e-4 and keeps
+        results[path.name] = entry
     return results
 
 
@@ -624,12 +856,12 @@ def shape_subgraph(model: onnx.ModelProto) -> dict[str, Any]:
     }
 
 
-def analyze(path: Path, batch: int = 2, seq: int = 16) -> dict[str, Any]:
-    """Static inputs (batch, seq) -> onnx shape inference with data propagation -> counts."""
+def analyze(path: Path, dims: dict[str, int] | None = None) -> dict[str, Any]:
+    """Static inputs (``dims``: batch 2, seq 16) -> onnx shape inference with data propagation."""
     from collections import Counter
 
     model = onnx.load(str(path))  # also loads external data
-    static = _static_copy(model, {BATCH: batch, SEQ: seq})
+    static = _static_copy(model, dims or {BATCH: 2, SEQ: 16})
     inferred = onnx.shape_inference.infer_shapes(static, strict_mode=False, data_prop=True)
     infos = {vi.name: vi for vi in inferred.graph.value_info}
     infos.update({vi.name: vi for vi in inferred.graph.output})
@@ -669,7 +901,12 @@ def main(argv: list[str] | None = None) -> int:
         help="ResNet-18 base channels (8 gives ~0.7 MB per file)",
     )
     ap.add_argument("--mobilenet-width", type=float, default=0.125, help="MobileNetV2 multiplier")
-    ap.add_argument("--only", action="append", default=[], help="export only these models")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="export only these models (bert, ..., gpt2_decode, llama_decode)",
+    )
     ap.add_argument("--check", action="store_true", help="run each file in onnxruntime")
     ap.add_argument(
         "--analyze",
@@ -680,7 +917,17 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(SEED)
     torch.use_deterministic_algorithms(True)
-    log = run_exports(args.out, args.resnet_width, args.mobilenet_width, set(args.only))
+    only = set(args.only)
+    decode = {s.name for s in DECODE_SPECS}
+    if not only or only - decode:
+        _prefill(args, only - decode)
+    if not only or only & decode:
+        _decode(args, only & decode, write_log=not only or not decode - only)
+    return 0
+
+
+def _prefill(args: argparse.Namespace, only: set[str]) -> None:
+    log = run_exports(args.out, args.resnet_width, args.mobilenet_width, only)
     log["resnet_width"], log["mobilenet_width"] = args.resnet_width, args.mobilenet_width
     if args.check:
         specs = model_specs(args.resnet_width, args.mobilenet_width)
@@ -688,15 +935,36 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in log["ort_check"].items():
             print(f"[ort]  {k}: {v}")
     if args.analyze:
-        log["analysis"] = {p.name: analyze(p) for p in sorted(args.out.glob("*.onnx"))}
-        for k, v in log["analysis"].items():
-            print(
-                f"[shape] {k}: {v['tensors_not_static']}/{v['tensors']} tensors not static, "
-                f"{v['shape_subgraph_nodes']} shape-subgraph nodes"
-            )
-    if not args.only:
-        (args.out / "export_log.json").write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
-    return 0
+        log["analysis"] = _analysis(args.out, {BATCH: 2, SEQ: 16})
+    if not only:
+        _write_log(args.out / "export_log.json", log)
+
+
+def _decode(args: argparse.Namespace, only: set[str], write_log: bool) -> None:
+    out = args.out / DECODE_DIR
+    log = run_decode_exports(out, only)
+    if args.check:
+        log["ort_check"] = check_decode_with_ort(out, log)
+        for k, v in log["ort_check"].items():
+            print(f"[ort]  {DECODE_DIR}/{k}: {v}")
+    if args.analyze:
+        log["analysis"] = _analysis(out, {BATCH: 2, PAST: 16, TOTAL: 17})
+    if write_log:
+        _write_log(out / "export_log.json", log)
+
+
+def _analysis(out: Path, dims: dict[str, int]) -> dict[str, Any]:
+    analysis = {p.name: analyze(p, dims) for p in sorted(out.glob("*.onnx"))}
+    for k, v in analysis.items():
+        print(
+            f"[shape] {k}: {v['tensors_not_static']}/{v['tensors']} tensors not static, "
+            f"{v['shape_subgraph_nodes']} shape-subgraph nodes"
+        )
+    return analysis
+
+
+def _write_log(path: Path, log: dict[str, Any]) -> None:
+    path.write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -128,6 +128,23 @@ def test_dynamic_inputs_are_named_with_the_flag(attention_model) -> None:
     assert "\n" not in msg
 
 
+def test_the_example_shapes_agree_with_dims_written_as_arithmetic() -> None:
+    """A decode export names its mask's length `past + 1`: the example gives past 1 and that
+    mask 2, so the example shapes fit together; a dim that is no arithmetic of names is 1."""
+    past = helper.make_tensor_value_info("past", T.FLOAT, ["batch", 2, "past", 8])
+    mask = helper.make_tensor_value_info("mask", T.INT64, ["batch", "past + 1"])
+    odd = helper.make_tensor_value_info("odd", T.FLOAT, ["2*seq - 1", "f(x)", "__import__('os')"])
+    y = helper.make_tensor_value_info("y", T.FLOAT, None)
+    nodes = [helper.make_node("Identity", ["past"], ["y"], name="id")]
+    graph = helper.make_graph(nodes, "g", [past, mask, odd], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(DynamicShapeError) as err:
+        load_graph(model)
+    msg = str(err.value)
+    assert "--input-shape past=1x2x1x8" in msg and "--input-shape mask=1x2" in msg
+    assert "--input-shape odd=1x1x1" in msg
+
+
 @pytest.mark.parametrize(
     ("shapes", "needle"),
     [({"nope": (1,)}, "not a graph input"), ({"x": (2, 3)}, "rank"), ({"x": (2, 3, 8)}, "16")],

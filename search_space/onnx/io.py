@@ -6,12 +6,10 @@ Everything here validates at the boundary: a problem with the user's file become
 
 from __future__ import annotations
 
-import ast
 import heapq
-import operator
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import networkx as nx
@@ -21,6 +19,7 @@ from onnx import external_data_helper
 
 from search_space.atomic import atomic_write_bytes, output_path
 from search_space.exceptions import DynamicShapeError, GraphError, ModelLoadError, check
+from search_space.onnx.dims import example_dim
 
 __all__ = [
     "MIN_OPSET",
@@ -348,43 +347,13 @@ def static_input_dims(
     if dynamic:
         listed = ", ".join(f"{name} {_fmt(dims)}" for name, dims in dynamic)
         flags = " ".join(
-            f"--input-shape {name}=" + "x".join(str(_example(d)) for d in (dims or ["?"]))
+            f"--input-shape {name}=" + "x".join(str(example_dim(d)) for d in (dims or ["?"]))
             for name, dims in dynamic
         )
         raise DynamicShapeError(
             f"dynamic graph input(s) {listed}: give each a static shape, e.g. {flags}"
         )
     return result
-
-
-def _example(dim: int | str) -> int:
-    """A value for one dim in the error's example: a static dim itself; a named dim 1; a dim
-    the exporter wrote as arithmetic of names (``past + 1``) that arithmetic with each name 1,
-    so the example's dims agree with each other; anything else 1."""
-    if isinstance(dim, int):
-        return dim if dim > 0 else 1
-    try:
-        value = _arith(ast.parse(dim, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError):
-        return 1
-    return value if value > 0 else 1
-
-
-def _arith(node: ast.expr) -> int:
-    """Integer arithmetic of names (each 1) and integers; ValueError for anything else."""
-    if isinstance(node, ast.Name):
-        return 1
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.BinOp):
-        a, b = _arith(node.left), _arith(node.right)
-        ops: dict[type, Callable[[int, int], int]] = {
-            ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-            ast.FloorDiv: operator.floordiv,
-        }  # fmt: skip
-        if type(node.op) in ops:
-            return ops[type(node.op)](a, b)
-    raise ValueError("not integer arithmetic of names")
 
 
 def _fmt(dims: Sequence[int | str] | None) -> str:

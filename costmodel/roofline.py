@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from costmodel.lower import mem_itemsize
 from costmodel.spec import Target
-from search_space.ir import Graph, OpClass, is_compile_time
+from search_space.ir import Graph, OpClass, is_compile_time, is_inplace_update
 
 __all__ = ["compulsory_bytes", "roofline_us"]
 
@@ -15,10 +15,20 @@ def compulsory_bytes(graph: Graph, target: Target) -> int:
     Graph inputs and outputs, and every weight an op reads (cube weights at the cube dtype,
     converted offline; a table only gathered from counts the rows gathered). A weight built
     in the graph by constant-only ops (``ConstantOfShape``, as the onnx "light" test models
-    make theirs) is prepared offline and read from memory like an initializer.
+    make theirs) is prepared offline and read from memory like an initializer. An in-place
+    update's input and output (:func:`~search_space.ir.is_inplace_update`) are one buffer:
+    the rows it writes, plus the whole buffer once where an op reads the result.
     """
     total = 0
-    for t in set(graph.inputs) | set(graph.outputs):
+    names = set(graph.inputs) | set(graph.outputs)
+    for op in graph.ops:
+        if is_inplace_update(graph, op):  # one buffer: the rows written, read once if used
+            out = op.outputs[0]
+            names -= {op.inputs[0], out}
+            read = graph.tensors[out].numel if graph.consumers(out) else 0
+            rows = graph.tensors[op.inputs[2]].numel
+            total += (rows + read) * mem_itemsize(graph, out, target)
+    for t in names:
         if graph.tensors[t].kind == "input" or t in graph.outputs:
             total += graph.tensors[t].numel * mem_itemsize(graph, t, target)
     weights = {

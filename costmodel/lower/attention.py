@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
-from costmodel.lower.common import ceil_div, ceil_to, mem_itemsize, pow2_choices, vector_cost
+from costmodel.lower.common import (
+    ceil_div,
+    ceil_to,
+    inplace_writes,
+    mem_itemsize,
+    pow2_choices,
+    vector_cost,
+)
 from costmodel.spec import Target
 from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root
 
@@ -62,18 +69,27 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
     item = mem_itemsize(graph, qk.inputs[0], target)
     produced = {t for op in members for t in op.outputs if t}
     qkv = {qk.inputs[0], qk.inputs[1], pv.inputs[1]}
+    # a KV cache updated in place inside the group: its buffer is the K or V read, not an
+    # extra input, and only the new rows are written back (common.InPlace)
+    inplace = inplace_writes(graph, members)
+    buffers = {w.buffer for w in inplace.values()}
     mask = tuple(
         (t, mem_itemsize(graph, t, target), graph.tensors[t].numel)
         for t in group.inputs
         if t not in produced
         and t not in qkv
+        and t not in buffers
         and graph.tensors[t].numel > 16
         and alias_root(graph, t) not in (q, k, v)
     )
     vec_ops = tuple(op for op in members if op not in (qk, pv) and not op.is_view)
     main = pv.outputs[0] if pv.outputs[0] in group.outputs else group.outputs[-1]
     extra = tuple(
-        (t, mem_itemsize(graph, t, target), graph.tensors[t].numel)
+        (
+            t,
+            mem_itemsize(graph, t, target),
+            graph.tensors[inplace[t].updates if t in inplace else t].numel,
+        )
         for t in group.outputs
         if t != main
     )

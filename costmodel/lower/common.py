@@ -9,12 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.spec import Target
-from search_space.ir import Graph, Op, alias_root, is_compile_time
+from search_space.ir import Graph, Op, alias_root, is_compile_time, is_inplace_update
 
 __all__ = [
+    "InPlace",
     "VectorCost",
     "ceil_div",
     "ceil_to",
+    "inplace_writes",
     "mem_itemsize",
     "pow2_choices",
     "vector_cost",
@@ -83,6 +85,33 @@ def mem_itemsize(graph: Graph, tensor: str, target: Target, *, cube_operand: boo
     if cube_operand and is_compile_time(graph, tensor):
         return target.cube_itemsize(ten.itemsize)
     return target.vector_itemsize(ten.itemsize)
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """An in-place update (:func:`~search_space.ir.is_inplace_update`) as a lowering moves it.
+
+    Attributes:
+        buffer: the input it aliases, never streamed in.
+        updates: the tensor whose elements it writes (the output stream's size).
+        run: elements of one contiguous written slice (the indexed slice of the buffer).
+    """
+
+    buffer: str
+    updates: str
+    run: int
+
+
+def inplace_writes(graph: Graph, ops: Iterable[Op]) -> dict[str, InPlace]:
+    """The in-place updates among ``ops``, by output: a lowering streams neither the buffer in
+    nor the whole of it out, only the updated slices (and the updates and indices in)."""
+    out = {}
+    for op in ops:
+        if is_inplace_update(graph, op):
+            shape = graph.tensors[op.inputs[0]].static_shape
+            depth = graph.tensors[op.inputs[1]].static_shape[-1]
+            out[op.outputs[0]] = InPlace(op.inputs[0], op.inputs[2], math.prod(shape[depth:]))
+    return out
 
 
 @dataclass(frozen=True)

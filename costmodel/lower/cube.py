@@ -19,6 +19,7 @@ import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from costmodel.lower.common import ceil_div, ceil_to, pow2_choices, vector_cost
+from costmodel.lower.cube_gemv import spread_n
 from costmodel.lower.cube_work import CubeWork, analyse_cube
 from costmodel.spec import Target
 
@@ -41,7 +42,8 @@ def _l0_tile(bm: int, bn: int, bk: int, item: int, db: bool, target: Target) -> 
 
 
 def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
-    """Feasible two-level tilings (L1 block, L0 tile), both buffering modes, all/half cores."""
+    """Feasible two-level tilings (L1 block, L0 tile), both buffering modes, all/half cores;
+    a GEMV-shaped one also splits N evenly over the cores (:mod:`.cube_gemv`)."""
     spec = target.spec
     ci = work.cube_item
     bms = pow2_choices(work.M)
@@ -52,7 +54,8 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
     for db in (True, False):
         f = 2 if db else 1
         for bm in bms:
-            for bn in bns:
+            spread = spread_n(work, bm, cores)
+            for bn in bns + [b for b in spread.values() if b not in bns]:
                 if bm * bn * 4 > spec.l0c_bytes:
                     continue
                 for bk in bks:
@@ -76,6 +79,7 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
                             double_buffer=db,
                         )
                         for c in cores
+                        if bn in bns or spread.get(c) == bn  # a spread for its core count
                     ]
     return configs
 

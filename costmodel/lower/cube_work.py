@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from costmodel.lower.common import mem_itemsize
+from costmodel.lower.common import inplace_writes, mem_itemsize
 from costmodel.spec import Target
 from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root, is_compile_time
 
-__all__ = ["C0", "FIXPIPE_OPS", "SCALAR_MAX", "CubeWork", "analyse_cube"]
+__all__ = ["C0", "FIXPIPE_OPS", "FRACTAL", "GEMV_ROWS", "SCALAR_MAX", "CubeWork", "analyse_cube"]
 
 FIXPIPE_OPS = frozenset(
     {
@@ -33,6 +33,8 @@ FIXPIPE_OPS = frozenset(
 )
 SCALAR_MAX = 16
 C0 = 16  # channels per fractal slice of the 5HD activation layout
+FRACTAL = 16  # rows and columns of the cube's fractal
+GEMV_ROWS = 32  # at most two fractal row blocks: a decode step's batch of 1 to 32 (cube_gemv)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,11 @@ def _dims(graph: Graph, anchor: Op) -> tuple[int, int, int, int, float, int]:
     M = a[-2] if len(a) >= 2 else 1
     K = a[-1]
     N = b[-1] if len(b) >= 2 else 1
+    if M < FRACTAL and math.prod(b[:-2]) == 1:
+        # batches of fewer rows than a fractal against one B (a weight; a decode step's one
+        # token per sequence) share the fractal as rows of one matmul, as a linear layer's
+        # kernel runs them: B read once per row block, not once per padded batch
+        M = math.prod(a[:-1])
     batch = max(1, math.prod(out) // max(1, M * N))
     return batch, M, N, K, 1.0, int(K)
 
@@ -187,15 +194,25 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         op for op in members if op.name not in fixed and op.name not in before and not op.is_view
     ]
     produced = {t for op in members for t in op.outputs if t}
+    # an in-place update in the epilogue writes its updates' elements, never reads its buffer
+    inplace = inplace_writes(graph, vec)
+    written = {t: graph.tensors[w.updates].numel for t, w in inplace.items()}
+    written.update({w.buffer: 0 for w in inplace.values()})
     vec_inputs = []
     for t in dict.fromkeys(t for op in vec for t in op.inputs if t and t not in produced):
+        if written.get(t, 1) == 0:
+            continue
         numel = graph.tensors[alias_root(graph, t)].numel
         if numel <= SCALAR_MAX:
             continue
         key = "j" if numel == N else "bij"
         vec_inputs.append((t, mem_itemsize(graph, t, target), numel / out_elems, key))
     vec_ops = tuple(
-        (op, max(graph.tensors[t].numel for t in (*op.inputs, *op.outputs) if t) / out_elems)
+        (
+            op,
+            max(written.get(t, graph.tensors[t].numel) for t in (*op.inputs, *op.outputs) if t)
+            / out_elems,
+        )
         for op in vec
     )
     vec_outs = {t for op in vec for t in op.outputs if t}
@@ -203,7 +220,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         (
             t,
             mem_itemsize(graph, t, target),
-            graph.tensors[t].numel / out_elems,
+            written.get(t, graph.tensors[t].numel) / out_elems,
             "vector" if t in vec_outs else "cube",
         )
         for t in group.outputs
@@ -222,7 +239,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
     compulsory += (0 if a_root in fed else a_bytes) + (0 if b_root in fed else b_bytes)
     compulsory += sum(graph.tensors[t].numel * it for t, it in bias)
     compulsory += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in vec_inputs)
-    compulsory += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in outputs)
+    compulsory += sum(int(written.get(t, graph.tensors[t].numel) * it) for t, it, _, _ in outputs)
     return CubeWork(
         batch=batch,
         M=M,
@@ -231,7 +248,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         a=a_root,
         a_item=a_item,
         a_weight=is_compile_time(graph, a),
-        a_batched=batch > 1 if conv else len(a_shape) > 2 and math.prod(a_shape[:-2]) > 1,
+        a_batched=batch > 1 and (conv or math.prod(a_shape[:-2]) > 1),
         a_bytes=a_bytes,
         a_run=run,
         reuse=reuse,
@@ -239,7 +256,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         b=b_root,
         b_item=b_item,
         b_weight=is_compile_time(graph, b),
-        b_batched=batch > 1 if conv else len(b_shape) > 2 and math.prod(b_shape[:-2]) > 1,
+        b_batched=batch > 1 and (conv or math.prod(b_shape[:-2]) > 1),
         b_bytes=b_bytes,
         cube_item=cube_item,
         rate=target.cube_rate(graph.tensors[a_root].itemsize),

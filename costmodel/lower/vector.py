@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch
-from costmodel.lower.common import ceil_div, mem_itemsize, vector_cost
+from costmodel.lower.common import ceil_div, inplace_writes, mem_itemsize, vector_cost
 from costmodel.spec import Target
 from search_space.ir import (
     GATHER_OPS,
@@ -49,6 +49,7 @@ class VectorWork:
     extra: dict[str, int] = field(default_factory=dict)
     normalise: bool = False  # a reduction whose full-size result needs the row statistics
     casts: float = 0.0  # bf16 elements cast to or from fp32, per element of the work
+    scattered: tuple[tuple[str, int], ...] = ()  # in-place outputs: (tensor, bytes per slice)
 
     @property
     def elems(self) -> int:
@@ -68,15 +69,80 @@ def _reduced(op: Op, shape: tuple[int, ...], graph: Graph) -> tuple[int, int]:
 def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWork:
     """Describe a vector-only group as rows x cols with its streams and per-op work."""
     ops = [graph.op(n) for n in group.ops if not graph.op(n).is_view]
+    # an in-place update moves its updates' elements, never its buffer (common.InPlace)
+    inplace = inplace_writes(graph, ops)
+    buffers = {w.buffer for w in inplace.values()}
+
+    def sized(t: str) -> str:
+        return inplace[t].updates if t in inplace else t
+
     acts = [
-        t
+        sized(t)
         for op in ops
         for t in (*op.inputs, *op.outputs)
-        if t and not is_compile_time(graph, t) and graph.tensors[t].numel > SCALAR_MAX
+        if t
+        and t not in buffers
+        and not is_compile_time(graph, t)
+        and graph.tensors[sized(t)].numel > SCALAR_MAX
     ]
     big = max(
-        acts or [t for op in ops for t in op.outputs if t], key=lambda t: graph.tensors[t].numel
+        acts or [sized(t) for op in ops for t in op.outputs if t],
+        key=lambda t: graph.tensors[t].numel,
     )
+    red, elems, cols, item, run = _view(graph, ops, big, target)
+    rows = max(1, elems // cols)
+    streamed = [t for t in (*group.inputs, *group.outputs) if t not in buffers]
+    gathered = {op.inputs[0] for op in ops if op.op_type in GATHER_OPS and op.inputs}
+    inputs = tuple(
+        (
+            t,
+            mem_itemsize(graph, t, target),
+            graph.tensors[alias_root(graph, t)].numel,
+            t in gathered,
+        )
+        for t in group.inputs
+        if t not in buffers
+        and (graph.tensors[t].numel > SCALAR_MAX or not is_compile_time(graph, t))
+    )
+    outputs = tuple(
+        (t, mem_itemsize(graph, t, target), graph.tensors[sized(t)].numel) for t in group.outputs
+    )
+    touched = []
+    for op in ops:
+        sizes = [
+            graph.tensors[sized(t)].numel
+            for t in (*op.inputs, *op.outputs)
+            if t and t not in buffers and not is_compile_time(graph, t)
+        ]
+        if op.op_type in GATHER_OPS:
+            sizes = [graph.tensors[t].numel for t in op.outputs if t]
+        touched.append((op, max(sizes or [1])))
+    compulsory = sum(
+        min(n * it, sum(o[1] * o[2] for o in outputs)) if g else n * it for _, it, n, g in inputs
+    ) + sum(it * n for _, it, n in outputs)
+    return VectorWork(
+        rows=rows,
+        cols=cols,
+        reduce=red is not None,
+        item=item,
+        run_bytes=run * item,
+        inputs=inputs,
+        outputs=outputs,
+        ops=tuple(touched),
+        opaque=any(op.op_class is OpClass.OPAQUE for op in ops),
+        flops=sum(op.flops for op in ops),
+        compulsory=compulsory,
+        normalise=red is not None and any(n >= elems for _, _, n in outputs),
+        casts=_cast_elements(graph, [sized(t) for t in streamed], target) / max(elems, 1),
+        scattered=tuple((t, w.run * mem_itemsize(graph, t, target)) for t, w in inplace.items()),
+    )
+
+
+def _view(
+    graph: Graph, ops: list[Op], big: str, target: Target
+) -> tuple[Op | None, int, int, int, int]:
+    """(the reduction, elements, cols, UB bytes per element, GM run in elements) of the work
+    viewed as ``rows x cols`` around its largest tensor ``big``."""
     elems = max(graph.tensors[big].numel, 1)
     shape = graph.tensors[big].static_shape or (1,)
     red = next(
@@ -98,61 +164,20 @@ def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWo
     else:
         cols = shape[-1] if shape else 1
     cols = max(1, min(cols, elems))
-    rows = max(1, elems // cols)
     item = max(mem_itemsize(graph, big, target), 1)
     reduce_items = [target.vector_itemsize(graph.tensors[big].itemsize, reduce=True)]
     if red is not None:
         item = max(item, *reduce_items)
-    gathered = {op.inputs[0] for op in ops if op.op_type in GATHER_OPS and op.inputs}
-    inputs = tuple(
-        (
-            t,
-            mem_itemsize(graph, t, target),
-            graph.tensors[alias_root(graph, t)].numel,
-            t in gathered,
-        )
-        for t in group.inputs
-        if graph.tensors[t].numel > SCALAR_MAX or not is_compile_time(graph, t)
-    )
-    outputs = tuple(
-        (t, mem_itemsize(graph, t, target), graph.tensors[t].numel) for t in group.outputs
-    )
-    touched = []
-    for op in ops:
-        sizes = [
-            graph.tensors[t].numel
-            for t in (*op.inputs, *op.outputs)
-            if t and not is_compile_time(graph, t)
-        ]
-        if op.op_type in GATHER_OPS:
-            sizes = [graph.tensors[t].numel for t in op.outputs if t]
-        touched.append((op, max(sizes or [1])))
-    compulsory = sum(
-        min(n * it, sum(o[1] * o[2] for o in outputs)) if g else n * it for _, it, n, g in inputs
-    ) + sum(it * n for _, it, n in outputs)
-    return VectorWork(
-        rows=rows,
-        cols=cols,
-        reduce=red is not None,
-        item=item,
-        run_bytes=run * item,
-        inputs=inputs,
-        outputs=outputs,
-        ops=tuple(touched),
-        opaque=any(op.op_class is OpClass.OPAQUE for op in ops),
-        flops=sum(op.flops for op in ops),
-        compulsory=compulsory,
-        normalise=red is not None and any(n >= elems for _, _, n in outputs),
-        casts=_cast_elements(graph, group, target) / max(elems, 1),
-    )
+    return red, elems, cols, item, run
 
 
-def _cast_elements(graph: Graph, group: FusionGroup, target: Target) -> int:
-    """Elements the group casts: the vector unit has no bf16 arithmetic (CANN's vector
-    intrinsics take fp16 and fp32), so bf16 data (the model's, or any float data under
-    ``--precision bf16``) is cast to fp32 on the way in and back on the way out."""
+def _cast_elements(graph: Graph, tensors: list[str], target: Target) -> int:
+    """Elements the group casts, of its streamed ``tensors``: the vector unit has no bf16
+    arithmetic (CANN's vector intrinsics take fp16 and fp32), so bf16 data (the model's, or
+    any float data under ``--precision bf16``) is cast to fp32 on the way in and back on the
+    way out."""
     total = 0
-    for t in (*group.inputs, *group.outputs):
+    for t in tensors:
         ten = graph.tensors[alias_root(graph, t)]
         if target.precision == "bf16":
             bf16 = ten.dtype.startswith(("float", "bfloat"))
@@ -278,15 +303,19 @@ def lower_vector(
                 tensor_bytes=numel * it,
             )
         )
+    scattered = dict(work.scattered)
     for t, it, numel in work.outputs:
         ratio = min(1.0, numel / work.elems)
         total = np.maximum(it, avg * ratio * it) * steps  # stored once per tile
+        run = _runs(work, R, C, it)
+        if t in scattered:  # written slice by slice into the caller's buffer
+            run = np.minimum(run, scattered[t])
         streams.append(
             StreamBatch(
                 tensor=t,
                 pipe="MTE3",
                 bytes=np.ceil(total).astype(np.int64),
-                row_bytes=np.ceil(np.minimum(_runs(work, R, C, it), total)).astype(np.int64),
+                row_bytes=np.ceil(np.minimum(run, total)).astype(np.int64),
                 key="ij",
                 per="tile",
                 side="vector",

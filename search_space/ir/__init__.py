@@ -7,7 +7,16 @@ files, rules or costs.
 from __future__ import annotations
 
 from search_space.ir.config import KernelConfig
-from search_space.ir.graph import Graph, Op, Tensor, TensorKind, empty_tensors, is_compile_time
+from search_space.ir.graph import (
+    Graph,
+    Op,
+    Tensor,
+    TensorKind,
+    empty_tensors,
+    inplace_bytes,
+    is_compile_time,
+    is_inplace_update,
+)
 from search_space.ir.groups import (
     GROUP_KINDS,
     FusionGroup,
@@ -47,7 +56,9 @@ __all__ = [
     "alias_root",
     "classify",
     "empty_tensors",
+    "inplace_bytes",
     "is_compile_time",
+    "is_inplace_update",
     "make_group",
     "reduction_axes",
     "singleton_groups",

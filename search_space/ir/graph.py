@@ -20,7 +20,16 @@ import numpy as np
 
 from search_space.ir.ops import GATHER_OPS, OpClass
 
-__all__ = ["Graph", "Op", "Tensor", "TensorKind", "empty_tensors", "is_compile_time"]
+__all__ = [
+    "Graph",
+    "Op",
+    "Tensor",
+    "TensorKind",
+    "empty_tensors",
+    "inplace_bytes",
+    "is_compile_time",
+    "is_inplace_update",
+]
 
 Dim = int | str
 TensorKind = str  # "input" | "weight" | "constant" | "intermediate"
@@ -198,10 +207,16 @@ class Graph:
         """Compulsory bytes, once each: fed activations, weights read, graph outputs.
 
         A weight that is only ever gathered from (an embedding table) counts the rows gathered,
-        at most the whole table.
+        at most the whole table; an in-place update (:func:`is_inplace_update`) counts its
+        buffer as :func:`inplace_bytes` does.
         """
         names = {t for t in self.inputs if self.tensors[t].kind == "input"} | set(self.outputs)
-        total = sum(self.tensors[t].nbytes for t in names)
+        total = 0
+        for op in self.ops:
+            if is_inplace_update(self, op):  # input and output are one buffer
+                names -= {op.inputs[0], op.outputs[0]}
+                total += inplace_bytes(self, op)
+        total += sum(self.tensors[t].nbytes for t in names)
         read = {t for op in self.ops for t in op.inputs if t and self.tensors[t].kind == "weight"}
         for t in read - names:
             users = self.consumers(t)
@@ -320,3 +335,35 @@ def empty_tensors(graph: Graph) -> list[Tensor]:
         for t in graph.tensors.values()
         if t.shape and 0 in t.shape and t.kind in ("input", "intermediate")
     ]
+
+
+def is_inplace_update(graph: Graph, op: Op) -> bool:
+    """Whether ``op`` updates a caller's buffer in place, writing only the rows it changes.
+
+    The aliasing rule (docs/cost-model.md, "Decode kernels"): a ``ScatterND`` without a
+    reduction whose ``data`` is a graph input that nothing else reads, and whose output is a
+    graph output of the same shape and dtype. That is the buffer a serving engine preallocates
+    (a static KV cache) and binds as both the input and the output, so the kernel reads the
+    updates and indices and writes the updated rows; the rest of the buffer is not touched.
+    """
+    if op.op_type != "ScatterND" or len(op.inputs) < 3 or not op.outputs:
+        return False
+    data, out = op.inputs[0], op.outputs[0]
+    if op.attr("reduction", "none") != "none" or data not in graph.inputs:
+        return False
+    src, dst = graph.tensors[data], graph.tensors.get(out)
+    return (
+        dst is not None
+        and out in graph.outputs
+        and src.kind == "input"
+        and len(graph.consumers(data)) == 1
+        and (src.shape, src.dtype) == (dst.shape, dst.dtype)
+    )
+
+
+def inplace_bytes(graph: Graph, op: Op) -> int:
+    """Compulsory bytes of an in-place update's buffer: the rows it writes, and the whole
+    buffer once more where an op of the graph reads the result (a decode step's attention)."""
+    out = graph.tensors[op.outputs[0]]
+    rows = graph.tensors[op.inputs[2]].numel * out.itemsize
+    return rows + (out.nbytes if graph.consumers(out.name) else 0)

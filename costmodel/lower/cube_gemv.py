@@ -18,11 +18,16 @@ from collections.abc import Sequence
 from costmodel.kernel import KernelConfig
 from costmodel.lower.cube_work import FRACTAL, GEMV_ROWS, CubeWork
 
-__all__ = ["GEMV_ROWS", "gemv_default", "is_gemv", "spread_n"]
+__all__ = ["GEMV_ROWS", "cube_tiles", "gemv_default", "is_gemv", "spread_n"]
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def cube_tiles(work: CubeWork, config: KernelConfig) -> int:
+    """How many output tiles a matmul has under ``config``: one per core at most runs at once."""
+    return work.batch * _ceil(work.M, config.base_m) * _ceil(work.N, config.base_n)
 
 
 def is_gemv(work: CubeWork, cores: int) -> bool:

@@ -18,7 +18,7 @@ from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import Kernel, KernelBatch, KernelConfig
 from costmodel.lower.attention import analyse_attention, attention_grid, lower_attention
 from costmodel.lower.cube import analyse_cube, cube_grid, lower_cube
-from costmodel.lower.cube_gemv import gemv_default, is_gemv
+from costmodel.lower.cube_gemv import cube_tiles, gemv_default, is_gemv
 from costmodel.lower.vector import analyse_vector, lower_vector, vector_grid
 from costmodel.spec import Target
 from search_space.ir import FusionGroup, Graph, OpClass, empty_tensors
@@ -120,15 +120,19 @@ class Lowering:
     def default(self, group: FusionGroup) -> KernelConfig:
         """What a hand-written kernel would use: the largest tiles that fit with double
         buffering, on all cores (vector kernels: no larger than needed to feed every core; a
-        GEMV: the tiling that loads the fewest bytes on its busiest core)."""
+        matmul whose largest tiles are fewer than the cores, and a GEMV: the tiling that loads
+        the fewest bytes on its busiest core, as CANN's matmul tiling splits a small matmul
+        over every core)."""
         configs = self.grid(group)
         kind, work, _ = self._analysed(group)
         top = max(c.block_dim for c in configs)
         pool = [c for c in configs if c.double_buffer and c.block_dim == top] or configs
         if kind == "cube":
-            if is_gemv(work, top):  # every core needs a share of N (cube_gemv)
+            largest = max(pool, key=lambda c: (c.base_m * c.base_n, c.base_k, c.base_n))
+            if is_gemv(work, top) or cube_tiles(work, largest) < top:
+                # the largest tiles leave cores idle: split finer (cube_gemv)
                 return gemv_default(work, pool, top)
-            return max(pool, key=lambda c: (c.base_m * c.base_n, c.base_k, c.base_n))
+            return largest
         if kind == "attention":
             return max(pool, key=lambda c: (c.base_m * c.knob("kv_tile"), c.knob("kv_tile")))
         per_core = max(1, -(-work.rows // top))

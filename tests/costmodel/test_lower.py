@@ -7,16 +7,20 @@ import math
 import numpy as np
 import onnx
 import pytest
-from conftest import bert_ffn_block, conv_bn_relu, exporter_attention
+from conftest import bert_ffn_block, conv_bn_relu, exporter_attention, make, weight_inputs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from autotune.zoo import build, list_models
+from costmodel.analytic import AnalyticModel
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import KernelConfig
 from costmodel.lower import Lowering, template_of
+from costmodel.simulator import SimulatorModel
 from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.ir import alias_root, make_group, singleton_groups
+from search_space.ir import Graph, alias_root, make_group, singleton_groups
 
 T910B = load_target("ascend910b")
 
@@ -176,3 +180,67 @@ def test_a_constant_of_a_zero_dim_is_no_empty_model() -> None:
     assert all(low.kernel(g, low.default(g)).tiles >= 1 for g in singleton_groups(graph))
     with pytest.raises(CostModelError, match="is empty"):
         Lowering(load_graph(model(0)), T910B)
+
+
+def _matmul(m: int, k: int, n: int) -> Graph:
+    """``y = x @ W`` in fp16 with W [K, N] a weight."""
+    vi = helper.make_tensor_value_info
+    ins = [vi("x", TensorProto.FLOAT16, [m, k]), vi("w", TensorProto.FLOAT16, [k, n])]
+    out = [vi("y", TensorProto.FLOAT16, [m, n])]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    return load_graph(weight_inputs(make(nodes, ins, out), ["w"]))
+
+
+def _tiles(m: int, n: int, c: KernelConfig) -> int:
+    return -(-m // c.base_m) * -(-n // c.base_n)
+
+
+def _busiest_panels(m: int, n: int, c: KernelConfig) -> int:
+    """Rows plus columns of the A and B panels the busiest core loads (waves x one tile's)."""
+    waves = -(-_tiles(m, n, c) // c.block_dim)
+    return waves * (min(c.base_m, m) + min(c.base_n, n))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    m=st.sampled_from([64, 128, 256, 512, 1024, 4096]),
+    n=st.sampled_from([256, 512, 1536, 4096]),
+    k=st.sampled_from([256, 512, 1024]),
+)
+def test_default_matmul_feeds_the_cores_the_largest_tiles_would_leave_idle(
+    m: int, n: int, k: int
+) -> None:
+    """A hand-written matmul (CANN's tiling) splits a small matmul over every core: when the
+    largest tiles are fewer than the cores, the default has at least as many tiles and its
+    busiest core loads no more panel rows and columns; otherwise it is the largest tiling."""
+    graph = _matmul(m, k, n)
+    low = Lowering(graph, T910B)
+    group = make_group(graph, ["mm"])
+    pool = [c for c in low.grid(group) if c.double_buffer and c.block_dim == T910B.spec.cube_cores]
+    largest = max(pool, key=lambda c: (c.base_m * c.base_n, c.base_k, c.base_n))
+    d = low.default(group)
+    if _tiles(m, n, largest) >= T910B.spec.cube_cores:
+        assert d == largest
+    else:
+        assert _tiles(m, n, d) >= _tiles(m, n, largest)
+        fewest = min(_busiest_panels(m, n, c) for c in pool)
+        assert _busiest_panels(m, n, d) <= _busiest_panels(m, n, largest)
+        if fewest < _busiest_panels(m, n, largest):  # a finer tiling unloads the busiest core
+            assert _busiest_panels(m, n, d) < _busiest_panels(m, n, largest)
+
+
+def test_a_small_matmul_runs_faster_at_its_default_than_on_two_cores() -> None:
+    """[128, 512] x [512, 512]: the largest tiles (128 x 256) make two tiles, so two of the
+    24 cores would do all the work; the default spreads it and both models agree it is faster.
+    """
+    graph = _matmul(128, 512, 512)
+    low = Lowering(graph, T910B)
+    group = make_group(graph, ["mm"])
+    pool = [c for c in low.grid(group) if c.double_buffer and c.block_dim == T910B.spec.cube_cores]
+    largest = max(pool, key=lambda c: (c.base_m * c.base_n, c.base_k, c.base_n))
+    d = low.default(group)
+    assert _tiles(128, 512, largest) == 2 and _tiles(128, 512, d) > 2
+    for model in (SimulatorModel(T910B), AnalyticModel(T910B)):
+        at_default = model.evaluate([low.kernel(group, d)])[0].device_us
+        at_largest = model.evaluate([low.kernel(group, largest)])[0].device_us
+        assert at_default < at_largest

@@ -163,36 +163,40 @@ def swiglu(row: RealRow, g: _Graph) -> list[str]:
 
 def rope(row: RealRow, g: _Graph) -> list[str]:
     """x * cos + rotate_half(x) * sin (NeoX split-half), as exporters write rotary embeddings:
-    Slice, Neg, Concat, Mul, Add; cos/sin broadcast over batch and heads."""
+    Slice, Neg, Concat, Mul, Add; cos/sin broadcast over batch and heads. When the row's cos
+    names half of the head dim (``(S, D/2)`` tables, as kernels that keep one angle per pair
+    read them), each half is rotated against the half tables and the halves concatenated:
+    ``[x1 c - x2 s, x2 c + x1 s]``, the same result with half the table bytes."""
     (x,) = _dims(row, "x", count=1)
     d = x[-1]
     if d % 2:
         raise AutotuneError(f"rope's last dim {d} is odd")
-    table = (1, x[1], 1, d) if len(x) == 4 else tuple(x[-2:]) if len(x) >= 2 else (d,)
-    xn = g.input("x", x)
     half = d // 2
+    cos = {k.lower(): v for k, v in row.tensors.items()}.get("cos")
+    xn = g.input("x", x)
     axis = g.const("axis", np.array([-1], dtype=np.int64))
-    lo = g.op(
-        "Slice",
-        [
-            xn,
-            g.const("zero", np.array([0], dtype=np.int64)),
-            g.const("half", np.array([half], dtype=np.int64)),
-            axis,
-        ],
-        "rope/Slice",
+
+    def part(lo: int, hi: int, name: str) -> str:
+        bounds = [g.const(f"{name}_lo", np.array([lo], dtype=np.int64)),
+                  g.const(f"{name}_hi", np.array([hi], dtype=np.int64))]  # fmt: skip
+        return g.op("Slice", [xn, *bounds, axis], name)
+
+    x1, x2 = part(0, half, "rope/Slice"), part(half, d, "rope/Slice_1")
+    halved = cos is not None and cos[-1] == half
+    width = half if halved else d
+    table: tuple[int, ...] = (
+        (1, x[1], 1, width) if len(x) == 4 else (x[-2], width) if len(x) >= 2 else (width,)
     )
-    hi = g.op(
-        "Slice",
-        [
-            xn,
-            g.const("half_", np.array([half], dtype=np.int64)),
-            g.const("end", np.array([d], dtype=np.int64)),
-            axis,
-        ],
-        "rope/Slice_1",
-    )
-    rot = g.op("Concat", [g.op("Neg", [hi], "rope/Neg"), lo], "rope/Concat", axis=-1)
+    if halved:
+        c, s = g.input("cos", table), g.input("sin", table)
+
+        def mul(a: str, b: str, name: str) -> str:
+            return g.op("Mul", [a, b], f"rope/{name}")
+
+        y1 = g.op("Sub", [mul(x1, c, "Mul"), mul(x2, s, "Mul_1")], "rope/Sub")
+        y2 = g.op("Add", [mul(x2, c, "Mul_2"), mul(x1, s, "Mul_3")], "rope/Add")
+        return [g.op("Concat", [y1, y2], "rope/Concat", axis=-1)]
+    rot = g.op("Concat", [g.op("Neg", [x2], "rope/Neg"), x1], "rope/Concat", axis=-1)
     a = g.op("Mul", [xn, g.input("cos", table)], "rope/Mul")
     b = g.op("Mul", [rot, g.input("sin", table)], "rope/Mul_1")
     return [g.op("Add", [a, b], "rope/Add")]

@@ -170,6 +170,28 @@ def test_swiglu_and_rope_compute_what_the_real_ops_do() -> None:
     np.testing.assert_allclose(r, x4 * cos + rot * sin, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("x_dims", "table_dims"), [((6, 8), (6, 4)), ((2, 6, 3, 8), (1, 6, 1, 4))]
+)
+def test_rope_with_half_tables_rotates_each_pair_by_its_angle(x_dims, table_dims) -> None:
+    """(S, D/2) tables, one angle per pair: the model computes the full-table RoPE of the
+    tables repeated over both halves (onnxruntime against float64 numpy), and takes the tables
+    at their half size."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_dims).astype(np.float32)
+    angle = rng.uniform(-3.0, 3.0, table_dims)
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    dims = lambda d: ",".join(map(str, d))  # noqa: E731
+    row = _row("RotaryMul", f"x=[{dims(x_dims)}], cos=sin=[{dims(table_dims)}]")
+    (r,) = _run(row, {"x": x, "cos": cos, "sin": sin})
+    x64, c, s = x.astype(np.float64), np.cos(angle), np.sin(angle)
+    full_c, full_s = np.concatenate([c, c], axis=-1), np.concatenate([s, s], axis=-1)
+    rot = np.concatenate([-x64[..., 4:], x64[..., :4]], axis=-1)
+    np.testing.assert_allclose(r, x64 * full_c + rot * full_s, rtol=1e-5, atol=1e-5)
+    tables = {i.name: i for i in one_kernel(row).graph.input}
+    assert [d.dim_value for d in tables["cos"].type.tensor_type.shape.dim] == list(table_dims)
+
+
 def test_causal_attention_and_linear_compute_what_the_real_ops_do() -> None:
     rng = np.random.default_rng(2)
     q, k, v = (rng.standard_normal((1, 2, 6, 8)).astype(np.float32) for _ in range(3))

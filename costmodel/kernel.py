@@ -102,6 +102,9 @@ class Stream:
         tensor_bytes: size of the whole tensor (for L2 residency).
         row_bytes: length of one contiguous run in GM (a block is ``bytes / row_bytes`` runs);
             runs shorter than a 512-byte burst, or not 32-byte aligned, waste bandwidth.
+        reread: the share of ``bytes`` that reads the block again after its first read in the
+            same request (a split row's normalising pass): the core fetched those bytes moments
+            ago, so they come from L2 (when it is on), not HBM.
     """
 
     tensor: str
@@ -113,6 +116,7 @@ class Stream:
     nd2nz: bool = False
     tensor_bytes: int = 0
     row_bytes: int = 0
+    reread: float = 0.0
 
     @property
     def is_load(self) -> bool:
@@ -184,7 +188,8 @@ class Kernel:
 
 @dataclass(frozen=True)
 class StreamBatch:
-    """A :class:`Stream` across many configs of one group: ``bytes``/``row_bytes`` are arrays."""
+    """A :class:`Stream` across many configs of one group: ``bytes``/``row_bytes`` (and
+    ``reread``, when given) are arrays."""
 
     tensor: str
     pipe: str
@@ -195,6 +200,13 @@ class StreamBatch:
     side: str = "cube"
     nd2nz: bool = False
     tensor_bytes: int = 0
+    reread: np.ndarray | None = None
+
+    def reread_share(self) -> np.ndarray:
+        """The re-read share of each config's block (zeros when the stream has none)."""
+        if self.reread is None:
+            return np.zeros(len(self.bytes))
+        return self.reread.astype(np.float64)
 
     def at(self, i: int) -> Stream:
         return Stream(
@@ -207,6 +219,7 @@ class StreamBatch:
             self.nd2nz,
             self.tensor_bytes,
             int(self.row_bytes[i]),
+            0.0 if self.reread is None else float(self.reread[i]),
         )
 
 

@@ -91,6 +91,7 @@ def stack(kernels: Sequence[Kernel]) -> KernelBatch:
             side=s.side,
             nd2nz=s.nd2nz,
             tensor_bytes=s.tensor_bytes,
+            reread=np.array([k.streams[i].reread for k in kernels], dtype=np.float64),
         )
         for i, s in enumerate(k0.streams)
     )

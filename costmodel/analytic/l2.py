@@ -156,6 +156,9 @@ def load_hit_fractions(
         hit = np.clip((hits + first) / reqs, 0.0, 1.0)
         concurrent = (_first_wave_requests(s.key, gv) - 1.0) * fits_wave
         shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
+        # a re-read share finds the lines the block's first read just brought
+        again = s.reread_share() * (capacity > 0)
+        hit, shared = again + (1.0 - again) * hit, (1.0 - again) * shared
         out.append((hit, np.minimum(shared, hit)))
     return out
 

@@ -4,7 +4,9 @@ and row reductions (LayerNorm, RMSNorm, Softmax with their neighbours).
 The group's data is viewed as ``rows x cols`` (cols = the reduced extent for a reduction,
 else the last dim) and tiled in the Unified Buffer as ``ub_rows x ub_cols``. A reduction
 keeps whole rows in UB; when one row does not fit, the row is split into ``steps`` chunks and
-read twice (statistics pass, then the normalising pass).
+read twice (statistics pass, then the normalising pass); the second read of a chunk follows the
+first by one row's chunks on its core, so it is a ``reread`` L2 serves (CANN's split-D
+AddRmsNorm likewise reads back in its second pass the sum it stored in its first).
 """
 
 from __future__ import annotations
@@ -279,6 +281,7 @@ def lower_vector(
     streams = []
     for t, it, numel, gathered in work.inputs:
         ratio = min(1.0, numel / work.elems)
+        reread = None
         if gathered:
             out_bytes = sum(o[1] * o[2] for o in work.outputs)
             nbytes = np.maximum(it, out_bytes / chunks)
@@ -291,6 +294,8 @@ def lower_vector(
             nbytes = np.maximum(it, avg * ratio * it) * passes
             key = "ijk" if work.reduce else "ij"
             run = _runs(work, R, C, it)
+            # the normalising pass reads the chunk the statistics pass read moments ago
+            reread = (passes - 1.0) / passes
         streams.append(
             StreamBatch(
                 tensor=t,
@@ -301,6 +306,7 @@ def lower_vector(
                 per=per,
                 side="vector",
                 tensor_bytes=numel * it,
+                reread=reread,
             )
         )
     scattered = dict(work.scattered)

@@ -201,6 +201,8 @@ class DmaPorts:
         w = self.weight
         if c == LOAD:
             hit, x.waits = l2.load(s.tid, lo, lo + s.region, x)
+            if s.reread:  # the second read of the block finds the first one's lines
+                hit = s.reread * l2.enabled + (1.0 - s.reread) * hit
             hit_b = nb * hit
             miss = nb - hit_b
             x.hit_t = hit_b / s.rate

@@ -261,6 +261,7 @@ def _structure(kernel: Kernel, canon: Mapping[str, int]) -> tuple[Any, ...]:
             s.nd2nz,
             s.tensor_bytes,
             s.row_bytes,
+            s.reread,
         )
         for s in kernel.streams
     )

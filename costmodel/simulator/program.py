@@ -46,6 +46,7 @@ class SStream:
     handoff: bool  # vector-side load of what the cube side stores in this kernel
     readback: bool  # cube-side per-step load of what the vector side stores that step
     scratch: bool  # a store of what this kernel loads back: an L2 hand-off, never written back
+    reread: float = 0.0  # share of nbytes re-reading the block this load just brought (L2 hits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +192,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             and s.per == "step"
             and s.tensor in fed_tensors,
             scratch=chan != LOAD and s.tensor in handed,
+            reread=s.reread if chan == LOAD else 0.0,
         )
 
     def side(kind: str, streams: list[Stream], copies: int) -> Side:

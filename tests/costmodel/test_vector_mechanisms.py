@@ -14,6 +14,7 @@ from costmodel import make_cost_model
 from costmodel.lower import Lowering
 from costmodel.spec import load_target
 from search_space import load_graph
+from search_space.fusion import FusionContext
 from search_space.ir import singleton_groups
 
 KINDS = ("simulator", "analytic")
@@ -124,3 +125,44 @@ def test_elementwise_work_never_waits_for_other_cores(shape: list[int]) -> None:
         kernels.append([low.kernel(group, c) for c in low.grid(group)])
     assert any(k.grid[2] > 1 for k in kernels[0])  # some configs split the columns
     assert [k.vector_cycles_tile for k in kernels[0]] == [k.vector_cycles_tile for k in kernels[1]]
+
+
+def _rmsnorm(rows: int, cols: int) -> onnx.ModelProto:
+    """y = x / sqrt(mean(x^2) + eps) * gamma in fp16, as exporters write it."""
+    f16 = TensorProto.FLOAT16
+    x = helper.make_tensor_value_info("x", f16, [rows, cols])
+    y = helper.make_tensor_value_info("y", f16, [rows, cols])
+    gamma = helper.make_tensor("gamma", f16, [cols], [1.0] * cols)
+    eps = helper.make_tensor("eps", f16, [], [1e-5])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"], name="sq"),
+        helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean", keepdims=1),
+        helper.make_node("Add", ["ms", "eps"], ["mse"], name="add"),
+        helper.make_node("Sqrt", ["mse"], ["rms"], name="sqrt"),
+        helper.make_node("Div", ["x", "rms"], ["xn"], name="div"),
+        helper.make_node("Mul", ["xn", "gamma"], ["y"], name="scale"),
+    ]
+    graph = helper.make_graph(nodes, "rms", [x], [y], initializer=[gamma, eps, axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_split_row_reads_its_chunks_again_from_l2(kind: str) -> None:
+    """A norm whose row does not fit in UB reads each chunk twice (statistics, then the
+    normalising pass). The second read follows the first by one row's chunks on the same core,
+    far less than L2 holds, so it is an L2 hit: HBM moves x and y once. With no L2 it moves x
+    twice, and gamma once per row (L2 no longer keeps it between rows)."""
+    rows, cols = 192, 1 << 17  # 256 KB rows of fp16: more than a 192 KB UB
+    graph = load_graph(_rmsnorm(rows, cols))
+    ctx = FusionContext(graph)
+    assert ctx.check(ctx.nodes).ok  # the whole norm is one kernel
+    (group,) = ctx.to_groups([frozenset(ctx.nodes)])
+    x_bytes = rows * cols * 2
+    no_l2 = load_target(overrides={"l2_bytes": 0})
+    for target, want in ((T910B, 2 * x_bytes), (no_l2, 3 * x_bytes + rows * cols * 2)):
+        low = Lowering(graph, target)
+        kernel = low.kernel(group, low.default(group))
+        assert kernel.steps > 1  # the row is split into chunks
+        cost = make_cost_model(kind, target).evaluate([kernel])[0]
+        assert cost.hbm_bytes == pytest.approx(want, rel=0.03)

@@ -66,8 +66,18 @@ REQUIRED_COLUMNS = (
     *PIPE_COLUMNS,
 )
 
-_STREAM_FIELDS = ("tensor", "pipe", "bytes", "key", "per", "side", "nd2nz", "tensor_bytes",
-                  "row_bytes")  # fmt: skip
+_STREAM_FIELDS = (
+    "tensor",
+    "pipe",
+    "bytes",
+    "key",
+    "per",
+    "side",
+    "nd2nz",
+    "tensor_bytes",
+    "row_bytes",
+    "reread",
+)  # fmt: skip  (rows before reread have 9 fields)
 _KERNEL_SCALARS = (
     "name", "kind", "unit", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads",
     "cube_cycles", "vector_cycles_step", "vector_cycles_tile", "vector_instrs",
@@ -104,6 +114,7 @@ def kernel_from_json(data: Mapping[str, Any]) -> Kernel:
                 nd2nz=bool(s[6]),
                 tensor_bytes=int(s[7]),
                 row_bytes=int(s[8]),
+                reread=float(s[9]) if len(s) > 9 else 0.0,
             )
             for s in data["streams"]
         )

@@ -3,6 +3,7 @@ manifest."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -110,7 +111,7 @@ def test_lowered_kernels_survive_json() -> None:
         lambda d: d.pop("streams"),
         lambda d: d.update(grid=[1, 2]),
         lambda d: d.update(steps="many"),
-        lambda d: d["streams"][0].pop(),
+        lambda d: d["streams"][0].__delitem__(slice(8, None)),  # row_bytes and reread gone
         lambda d: d.update(config={"base_m": 128}),
     ],
     ids=["no_streams", "short_grid", "text_steps", "short_stream", "config_without_block_dim"],
@@ -310,3 +311,20 @@ def test_a_corrupt_manifest_is_rebuilt(tmp_path: Path) -> None:
     doc = json.loads(manifest.read_text())
     assert [t["file"] for t in doc["tables"]] == ["t.parquet"]
     assert doc["tables"][0]["bytes"] == table.stat().st_size
+
+
+@PROPS
+@given(st.sampled_from([0.0, 0.25, 0.5]), hand_kernels())
+def test_a_streams_reread_share_survives_json_and_old_rows_read_as_none(
+    share: float, kernel: Kernel
+) -> None:
+    """A split row's re-read share is part of the record (the simulator serves it from L2); a
+    row written before the field existed (9 stream fields) reads back with no re-read."""
+    streams = tuple(
+        dataclasses.replace(s, reread=share) if s.is_load else s for s in kernel.streams
+    )
+    k = dataclasses.replace(kernel, streams=streams)
+    assert round_trip(k) == k
+    old = kernel_to_json(k)
+    old["streams"] = [row[:9] for row in old["streams"]]
+    assert all(s.reread == 0.0 for s in kernel_from_json(old).streams)

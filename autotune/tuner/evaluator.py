@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from autotune.exceptions import AutotuneError
+from autotune.tuner.parts import Part, PartCache
 from autotune.tuner.records import MeasureResult
 from costmodel.analytic import AnalyticModel
 from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
@@ -27,14 +29,14 @@ from costmodel.lower import Lowering
 from costmodel.registry import make_cost_model
 from costmodel.spec import Target
 from search_space import AutofusionError
-from search_space.ir import Graph, KernelConfig
+from search_space.ir import FusionGroup, Graph, KernelConfig
 from search_space.space import SpacePlan
 
 __all__ = ["COSTS", "Evaluator", "make_study_model"]
 
 log = logging.getLogger(__name__)
 COSTS = ("learned", "analytic")
-_KernelKey = tuple[str, KernelConfig, tuple[float, ...]]  # signature, config, L2 context
+_KernelKey = tuple[int, tuple[float, ...]]  # (signature, config) as a number, L2 context
 
 
 StudyModel = AnalyticModel | LearnedModel  # what a study scores with (per-kernel contexts)
@@ -105,20 +107,27 @@ class Evaluator:
         self._row_keys: set[str] = set()
         self._pending: list[dict[str, Any]] = []
         self._kernels: dict[tuple[str, KernelConfig], Kernel] = {}
-        self._scores: dict[tuple[str, str], float] = {}
+        self._parts = PartCache()
+        self._scores: dict[tuple[bytes, str], float] = {}
         # latency of a kernel (signature, config, L2 context) under each model version
         self._kernel_costs: dict[str, dict[_KernelKey, float]] = {}
         self._measured: dict[str, MeasureResult] = {}
         self.refits = 0
 
     def kernels(self, plan: SpacePlan) -> list[Kernel]:
-        out = []
-        for g, c in zip(plan.groups, plan.configs, strict=True):
-            key = (self.lowering.signature(g) + "|" + ",".join(g.ops), c)
+        return [self._part(g, c).kernel for g, c in zip(plan.groups, plan.configs, strict=True)]
+
+    def _part(self, group: FusionGroup, config: KernelConfig) -> Part:
+        """A group at a config as the evaluator uses it, found by the objects' identity (a
+        search builds thousands of plans from the same few groups and configs)."""
+        part = self._parts.get(group, config)
+        if part is None:
+            key = (self.lowering.signature(group) + "|" + ",".join(group.ops), config)
             if key not in self._kernels:
-                self._kernels[key] = self.lowering.kernel(g, c)
-            out.append(self._kernels[key])
-        return out
+                self._kernels[key] = self.lowering.kernel(group, config)
+            kernel = self._kernels[key]
+            part = self._parts.add(group, config, kernel, self.lowering.signature(group))
+        return part
 
     def score(self, plan: SpacePlan) -> float:
         """Predicted latency (us) of the plan under the current model."""
@@ -137,27 +146,70 @@ class Evaluator:
 
     def _plan_score(self, plan: SpacePlan, model: StudyModel, version: str) -> float:
         """The plan's predicted latency, cached by plan and ``version``."""
-        key = (plan.key(), version)
+        parts = [self._part(g, c) for g, c in zip(plan.groups, plan.configs, strict=True)]
+        key = (self._parts.plan_digest(parts), version)
         if key not in self._scores:
-            lat = self._latencies(plan, model, version)
+            lat = self._part_latencies(parts, model, version)
             self._scores[key] = float(np.array(lat, dtype=np.float64).sum())
         return self._scores[key]
 
+    def prefetch(self, plans: Sequence[SpacePlan], prior: bool = False) -> None:
+        """Score many plans at once (what :meth:`score`, or :meth:`prior_score` with
+        ``prior``, then finds cached): the kernels none of them has in its L2 context yet go
+        to the model in one call, stacked by layout, and each kernel's latency depends on its
+        own row alone, so every plan's score is what scoring it alone gives. A call the model
+        refuses (an infeasible kernel) leaves the plans to be scored one by one."""
+        model, version = (
+            (self.residency_model, "prior") if prior else (self.model, self.model.version)
+        )
+        memo = self._memo(version)
+        todo: list[tuple[tuple[bytes, str], list[_KernelKey]]] = []
+        missing: dict[_KernelKey, tuple[Kernel, list[float]]] = {}
+        for plan in plans:
+            parts = [self._part(g, c) for g, c in zip(plan.groups, plan.configs, strict=True)]
+            key = (self._parts.plan_digest(parts), version)
+            if key in self._scores:
+                continue
+            kernels = [p.kernel for p in parts]
+            resident = self.residency_model.residency(kernels, [p.touches for p in parts])
+            keys = [(p.kernel_id, tuple(r)) for p, r in zip(parts, resident, strict=True)]
+            for k, p, r in zip(keys, parts, resident, strict=True):
+                if k not in memo and k not in missing:
+                    missing[k] = (p.kernel, r)
+            todo.append((key, keys))
+        if missing:
+            try:
+                got = model.latencies(
+                    [k for k, _ in missing.values()], [r for _, r in missing.values()]
+                )
+            except CostModelError:
+                return
+            memo.update((k, float(v)) for k, v in zip(missing, got, strict=True))
+        for key, keys in todo:
+            self._scores[key] = float(np.array([memo[k] for k in keys], dtype=np.float64).sum())
+
+    def _memo(self, version: str) -> dict[_KernelKey, float]:
+        """Kernel latencies under ``version`` (a refit drops the older versions' but the
+        prior's: they are stale)."""
+        if version not in self._kernel_costs:
+            self._kernel_costs = {v: m for v, m in self._kernel_costs.items() if v == "prior"}
+            self._kernel_costs[version] = {}
+        return self._kernel_costs[version]
+
     def _latencies(self, plan: SpacePlan, model: StudyModel, version: str) -> list[float]:
+        parts = [self._part(g, c) for g, c in zip(plan.groups, plan.configs, strict=True)]
+        return self._part_latencies(parts, model, version)
+
+    def _part_latencies(self, parts: list[Part], model: StudyModel, version: str) -> list[float]:
         """Each kernel's latency, remembered by its signature, config and L2 context under
         ``version``: a local search's move changes a few groups (and the L2 context of a few
         after them), so only those kernels are scored again; the values are what
         ``model.predict`` gives for the whole plan."""
-        kernels = self.kernels(plan)
-        if version not in self._kernel_costs:  # a refit: the older versions' costs are stale
-            self._kernel_costs = {v: m for v, m in self._kernel_costs.items() if v == "prior"}
-            self._kernel_costs[version] = {}
-        memo = self._kernel_costs[version]
-        resident = self.residency_model.residency(kernels)
-        keys = [
-            (self.lowering.signature(g), c, tuple(r))
-            for g, c, r in zip(plan.groups, plan.configs, resident, strict=True)
-        ]
+        memo = self._memo(version)
+        kernels = [p.kernel for p in parts]
+        resident = self.residency_model.residency(kernels, [p.touches for p in parts])
+        # (signature, config) as one number per part: the same key, hashed far faster
+        keys = [(p.kernel_id, tuple(r)) for p, r in zip(parts, resident, strict=True)]
         new = [i for i, k in enumerate(keys) if k not in memo]
         if new:
             got = model.latencies([kernels[i] for i in new], [resident[i] for i in new])

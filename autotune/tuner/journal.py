@@ -1,5 +1,6 @@
 """The journal file a study is stored in: its write lock, which names its owner so a dead
-owner's lock is broken at once, and the repair of a journal a killed process cut off.
+owner's lock is broken at once, the repair of a journal a killed process cut off, and a
+storage that writes a trial's parameters in one append.
 
 Optuna's own file lock (a symbolic link at ``<journal>.lock``) says nothing of who holds it,
 so a lock left by a killed process blocks every later writer for its 30 s grace period.
@@ -18,16 +19,30 @@ import logging
 import os
 import shutil
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import optuna
+from optuna.distributions import BaseDistribution, distribution_to_json
+from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileSymlinkLock
+from optuna.storages.journal._storage import JournalOperation
 
 from autotune.exceptions import AutotuneError
 from search_space.atomic import atomic_write_bytes
 
-__all__ = ["GRACE_S", "OwnedLock", "mend_journal", "owner_alive"]
+__all__ = [
+    "GRACE_S",
+    "BatchedJournalStorage",
+    "OwnedLock",
+    "batched_params",
+    "mend_journal",
+    "owner_alive",
+]
 
 log = logging.getLogger(__name__)
 GRACE_S = 30.0  # a lock whose holder cannot be checked is broken after this long unchanged
@@ -176,3 +191,69 @@ def _is_json(line: bytes) -> bool:
     except ValueError:
         return False
     return True
+
+
+class BatchedJournalStorage(JournalStorage):
+    """Optuna's journal storage, except that the parameters a thread sets inside
+    :meth:`batch` go to the file in one append (one lock, one ``fsync``) when the block
+    ends: the same records in the same order as one append each, which on a model with 600
+    fusion classes cost a second per trial.
+
+    Until the block ends the parameters are in the trial object only (Optuna's trial keeps
+    its own copy; a sampler reads finished trials), so another worker sees them a moment
+    later, and a worker killed while its trial draws them leaves that trial with none (as
+    one killed a moment earlier).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._batch: list[dict[str, Any]] | None = None
+        self._batch_thread = 0
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Hold this thread's :meth:`set_trial_param` records until the block ends (also
+        when it raises: what was set is written, as it would have been one by one)."""
+        if self._batch is not None:  # nested: the outer block writes
+            yield
+            return
+        self._batch, self._batch_thread = [], threading.get_ident()
+        try:
+            yield
+        finally:
+            held, self._batch = self._batch, None
+            if held:
+                with self._thread_lock:
+                    self._backend.append_logs(held)
+                    self._sync_with_backend()
+
+    def set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: BaseDistribution,
+    ) -> None:
+        if self._batch is None or threading.get_ident() != self._batch_thread:
+            super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+            return
+        self._batch.append(
+            {
+                "op_code": JournalOperation.SET_TRIAL_PARAM,
+                "worker_id": self._replay_result.worker_id,
+                "trial_id": trial_id,
+                "param_name": param_name,
+                "param_value_internal": param_value_internal,
+                "distribution": distribution_to_json(distribution),
+            }
+        )  # the record JournalStorage.set_trial_param writes, key for key
+
+
+@contextlib.contextmanager
+def batched_params(storage: optuna.storages.BaseStorage) -> Iterator[None]:
+    """:meth:`BatchedJournalStorage.batch` on such a storage; nothing on any other."""
+    if isinstance(storage, BatchedJournalStorage):
+        with storage.batch():
+            yield
+    else:
+        yield

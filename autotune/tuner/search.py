@@ -11,7 +11,11 @@ from typing import Any
 import numpy as np
 import optuna
 
-__all__ = ["descend", "enqueue_neighbours"]
+__all__ = ["Prepare", "descend", "enqueue_neighbours"]
+
+# told the moves a search is about to score, before it scores them one by one (e.g. to score
+# their new kernels in one call); it may change no score
+Prepare = Callable[[list[dict[str, Any]]], None]
 
 
 def _mutations(
@@ -56,26 +60,40 @@ def _cheapest(
     moves: list[dict[str, Any]],
     score: Callable[[dict[str, Any]], float],
     swaps: Sequence[tuple[str, str]],
-    seen: set[tuple[tuple[str, Any], ...]],
+    seen: set[frozenset[tuple[str, Any]]],
     cost: float,
+    prepare: Prepare | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """The untried ``moves`` (block moves and flips) with their scores, and the untried swaps
     of ``start`` too when none of those lowers ``cost``: swaps are a second tier, scored only
     at a local optimum of one-class moves (each exchange makes new groups for a learned model
-    to tile, so scoring them at every step made learned studies several times slower)."""
-    fresh = [p for p in moves if _key(p) not in seen]
-    seen.update(_key(p) for p in fresh)
+    to tile, so scoring them at every step made learned studies several times slower).
+    ``prepare`` is told each tier's moves before they are scored."""
+    fresh = _unseen(moves, seen)
+    if prepare is not None:
+        prepare(fresh)
     costs = [score(p) for p in fresh]
     if swaps and not any(c < cost for c in costs):
-        more = [p for p in _swapped(start, swaps) if _key(p) not in seen]
-        seen.update(_key(p) for p in more)
+        more = _unseen(_swapped(start, swaps), seen)
+        if prepare is not None:
+            prepare(more)
         fresh += more
         costs += [score(p) for p in more]
     return fresh, costs
 
 
-def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted(params.items()))
+def _unseen(moves: list[dict[str, Any]], seen: set[frozenset[tuple[str, Any]]]) -> list[dict]:
+    """The moves not in ``seen`` (in order; a move listed twice stays twice), then all added
+    to it."""
+    keys = [_key(p) for p in moves]
+    out = [p for p, k in zip(moves, keys, strict=True) if k not in seen]
+    seen.update(keys)
+    return out
+
+
+def _key(params: dict[str, Any]) -> frozenset[tuple[str, Any]]:
+    """Equal for equal parameters (names are unique: the items are the dict)."""
+    return frozenset(params.items())
 
 
 def enqueue_neighbours(
@@ -89,6 +107,7 @@ def enqueue_neighbours(
     depth: int = 0,
     swaps: Sequence[tuple[str, str]] = (),
     user_attrs: dict[str, Any] | None = None,
+    prepare: Prepare | None = None,
 ) -> int:
     """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
     up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
@@ -109,7 +128,8 @@ def enqueue_neighbours(
     model alone from the cheapest mutation, up to ``depth`` more moves while one lowers the
     score (no trial spent on the way), and its end takes the first trial: the trials go to the
     model's local optimum, where one move at a time would need a stall per step.
-    ``user_attrs`` go on every enqueued trial (e.g. where it came from).
+    ``user_attrs`` go on every enqueued trial (e.g. where it came from); ``prepare`` is told
+    the moves before ``score`` scores them.
 
     Returns:
         How many trials were enqueued.
@@ -132,13 +152,15 @@ def enqueue_neighbours(
     else:
         moves = _mutations(best.params, blocks, rng.permutation(n_names))
         here = score(best.params) if swaps else math.inf  # only swaps need the incumbent's
-        fresh, costs = _cheapest(best.params, moves, score, swaps, seen, here)
+        fresh, costs = _cheapest(best.params, moves, score, swaps, seen, here, prepare)
         kept = sorted(
             (i for i in range(len(fresh)) if math.isfinite(costs[i])), key=lambda i: (costs[i], i)
         )
         fresh = [fresh[i] for i in kept]
         if depth > 0 and fresh:
-            end, _ = descend(fresh[0], score, blocks, depth, seed, costs[kept[0]], seen, swaps)
+            end, _ = descend(
+                fresh[0], score, blocks, depth, seed, costs[kept[0]], seen, swaps, prepare
+            )
             if end is not fresh[0]:
                 fresh = [end, *fresh[: limit - 1]]
     for params in fresh[:limit]:
@@ -153,14 +175,16 @@ def descend(
     depth: int = 16,
     seed: int = 0,
     cost: float | None = None,
-    seen: set[tuple[tuple[str, Any], ...]] | None = None,
+    seen: set[frozenset[tuple[str, Any]]] | None = None,
     swaps: Sequence[tuple[str, str]] = (),
+    prepare: Prepare | None = None,
 ) -> tuple[dict[str, Any], float]:
     """Steepest descent in the model from ``start``: up to ``depth`` moves (block moves, single
     flips and, where none of those lowers the score, ``swaps``, as the local search makes them),
     each to the cheapest mutation not in ``seen`` while it lowers ``score``. ``cost`` is the
-    start's score when known; every point scored is added to ``seen``. No trial is spent: this
-    is a search in the model alone.
+    start's score when known; every point scored is added to ``seen``; ``prepare`` is told
+    each step's moves before they are scored. No trial is spent: this is a search in the
+    model alone.
 
     Returns:
         The end (``start`` itself when no move lowered the score) and its score.
@@ -173,7 +197,7 @@ def descend(
     n_names = sum(1 for n in start if n.startswith("fuse/"))
     for _ in range(depth):
         moves = _mutations(current, blocks, rng.permutation(n_names))
-        step, costs = _cheapest(current, moves, score, swaps, seen, cost)
+        step, costs = _cheapest(current, moves, score, swaps, seen, cost, prepare)
         if not step:
             break
         i = min(range(len(step)), key=lambda j: (costs[j], j))

@@ -139,16 +139,19 @@ class Session:
     def now(self, t: optuna.trial.FrozenTrial) -> float:
         """A trial's score under the study's model as it is now: a value stored before the
         last refit came from another model (cached by plan and model version)."""
-        if (
-            t.user_attrs.get("cost_model") == self.ev.model.version
-            or "plan_key" not in t.user_attrs
-        ):
+        if not self._stale(t):
             return float(t.values[0])
         return self.ev.score(self.replay(t))
+
+    def _stale(self, t: optuna.trial.FrozenTrial) -> bool:
+        return (
+            t.user_attrs.get("cost_model") != self.ev.model.version and "plan_key" in t.user_attrs
+        )
 
     def ranked(self, trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
         """Trials by stored value, the ``RESCORE`` best of them re-ordered by their score now."""
         by_value = sorted(trials, key=lambda t: t.values[0])
+        self.ev.prefetch([self.replay(t) for t in by_value[:RESCORE] if self._stale(t)])
         return sorted(by_value[:RESCORE], key=self.now) + by_value[RESCORE:]
 
     def fits(self, groups: Sequence[FusionGroup]) -> bool:
@@ -160,14 +163,30 @@ class Session:
         """The study model's cost of a local-search move (fusion decisions only; each group
         at its best or default config, as :meth:`SearchSpace.plan` picks); ``inf`` over the
         memory limit, which would drop the plan anyway."""
-        plan = self.space.plan(self.space.chosen(params))
+        plan = self.space.plan_for(params)
         return self.ev.score(plan) if self.fits(plan.groups) else math.inf
 
     def prior_cost(self, params: dict[str, Any]) -> float:
         """As :meth:`mutant_cost`, under the calibrated analytic model (the learned model's
         prior, which its correction may mislead far from the rows it was fitted on)."""
-        plan = self.space.plan(self.space.chosen(params))
+        plan = self.space.plan_for(params)
         return self.ev.prior_score(plan) if self.fits(plan.groups) else math.inf
+
+    def score_ahead(self, moves: Sequence[dict[str, Any]]) -> None:
+        """Score the moves' plans in one go (their new grids, then their kernels: the
+        oracle's and :meth:`Evaluator.prefetch`), so that each :meth:`mutant_cost` after
+        finds its score made: the same score, fewer model calls."""
+        self.ev.prefetch(self._plans_ahead(moves))
+
+    def prior_ahead(self, moves: Sequence[dict[str, Any]]) -> None:
+        """As :meth:`score_ahead`, for :meth:`prior_cost`."""
+        self.ev.prefetch(self._plans_ahead(moves), prior=True)
+
+    def _plans_ahead(self, moves: Sequence[dict[str, Any]]) -> list[SpacePlan]:
+        grouped = [self.space.groups_for(p) for p in moves]
+        self.space.prefetch(g for groups in grouped for g in groups)
+        plans = [self.space.plan_for(p) for p in moves]
+        return [p for p in plans if self.fits(p.groups)]
 
     def tilings(self, groups: tuple[FusionGroup, ...]) -> list[tuple[str, SpacePlan]]:
         """A grouping at each model's favourite tiles: the study's model (the bilevel answer)

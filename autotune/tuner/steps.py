@@ -26,6 +26,7 @@ import optuna
 
 from autotune.exceptions import AutotuneError
 from autotune.tuner.annotate import ORIGIN, describe_trial
+from autotune.tuner.journal import batched_params
 from autotune.tuner.leases import Lease, reap
 from autotune.tuner.pareto import knee, picked
 from autotune.tuner.records import Candidate
@@ -82,7 +83,8 @@ def objective(s: Session) -> Callable[[optuna.trial.Trial], float | tuple[float,
             raise optuna.TrialPruned() from None
 
     def scored(trial: optuna.trial.Trial) -> float | tuple[float, float]:
-        plan = s.space.suggest(trial)
+        with batched_params(trial.storage):  # one write for the trial's parameters
+            plan = s.space.suggest(trial)
         trial.set_user_attr("plan_key", plan.key())
         trial.set_user_attr("kernels", len(plan.groups))
         trial.set_user_attr("cost_model", s.ev.model.version)
@@ -147,6 +149,7 @@ def local_search(s: Session) -> None:
             score=s.mutant_cost,
             depth=DESCENT,
             user_attrs={ORIGIN: "local search"},
+            prepare=s.score_ahead,
         )
 
 
@@ -201,8 +204,8 @@ def measure_descent(
     with the swap ``moves``), unless its plan was measured already, it is over the memory
     limit or (without ``still``) it did not move."""
     start = t.params
-    cost = s.prior_cost if prior else s.mutant_cost
-    end, _ = descend(start, cost, s.blocks, DESCENT, s.config.seed, swaps=moves)
+    cost, ahead = (s.prior_cost, s.prior_ahead) if prior else (s.mutant_cost, s.score_ahead)
+    end, _ = descend(start, cost, s.blocks, DESCENT, s.config.seed, swaps=moves, prepare=ahead)
     plan = s.space.plan(s.space.chosen(end))
     if (end is start and not still) or s.is_measured(plan) or not s.fits(plan.groups):
         return
@@ -218,6 +221,7 @@ def hedge_prior(s: Session, incumbent: optuna.trial.FrozenTrial) -> None:
     measure_descent(s, incumbent, prior=True, moves=s.swaps)
     done = [t for t in s.complete() if "plan_key" in t.user_attrs]
     if done:
+        s.prior_ahead([t.params for t in done])
         favourite = min(done, key=lambda t: s.prior_cost(t.params))
         if favourite.number != incumbent.number:
             measure_descent(s, favourite, prior=True, moves=s.swaps, still=True)
@@ -261,12 +265,14 @@ def settle(s: Session, winner: Candidate) -> list[Candidate]:
     an exchange one swap away can still lower it."""
     parts = [frozenset(n for n in g.ops if n in s.ctx.index) for g in winner.plan.groups]
     start = s.space.params_for(parts)
-    costs = [(s.mutant_cost, "in the model")]
+    costs = [(s.mutant_cost, s.score_ahead, "in the model")]
     if s.hedges:
-        costs.append((s.prior_cost, "by the prior"))
+        costs.append((s.prior_cost, s.prior_ahead, "by the prior"))
     out = []
-    for cost, how in costs:
-        end, _ = descend(start, cost, s.blocks, DESCENT, s.config.seed, swaps=s.swaps)
+    for cost, ahead, how in costs:
+        end, _ = descend(
+            start, cost, s.blocks, DESCENT, s.config.seed, swaps=s.swaps, prepare=ahead
+        )
         groups = s.space.plan(s.space.chosen(end)).groups
         if end is start or not s.fits(groups):
             continue

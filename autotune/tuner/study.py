@@ -13,7 +13,7 @@ import optuna
 
 from autotune.exceptions import AutotuneError
 from autotune.tuner.config import TuneConfig
-from autotune.tuner.journal import OwnedLock, mend_journal
+from autotune.tuner.journal import BatchedJournalStorage, OwnedLock, mend_journal
 from autotune.tuner.leases import heartbeat_kwargs
 from costmodel.spec import Target
 from search_space.atomic import file_head
@@ -54,14 +54,13 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
                 f"storage '{path}' is not an Optuna journal (its first byte is not a JSON "
                 "record); give a new .journal path"
             )
-        from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
         mended = mend_journal(path)
         if mended:
             log.warning(mended)
         backend = JournalFileBackend(str(path), lock_obj=OwnedLock(path))
-        return JournalStorage(backend), str(path)
+        return BatchedJournalStorage(backend), str(path)
     assert url is not None
     if "://" not in url:
         raise AutotuneError(

@@ -1,11 +1,13 @@
-"""A vectorised MaxPool for onnx's reference evaluator (its own loops over every window in
-Python took most of safe mode's time on CNNs: 46 of 136 s of one 12-trial inception-v1 study),
-and a GlobalMaxPool (onnx 1.23's reduces the wrong axes unless it pools over two: [N, C, L]
-came out [N, 1]).
+"""A vectorised MaxPool and AveragePool for onnx's reference evaluator (its own loops over
+every window in Python took most of safe mode's time on CNNs: 46 of 136 s of one 12-trial
+inception-v1 study for MaxPool, 44 of 73 s of an inception-v2 one for AveragePool), and a
+GlobalMaxPool (onnx 1.23's reduces the wrong axes unless it pools over two: [N, C, L] came
+out [N, 1]).
 
 ``ReferenceEvaluator(model, new_ops=FAST_OPS)`` uses them; every case the MaxPool does not
 cover (dilations, auto_pad, the Indices output, pooling over other than two axes) goes to
-onnx's own implementation, and the tests hold the two equal on the cases it does.
+onnx's own implementation, and the tests hold the two equal on the cases it does. The
+AveragePool is onnx's own, windows and all, bit for bit (:mod:`.avgpool`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import numpy as np
 from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_max_pool import MaxPool as _ReferenceMaxPool
 
-__all__ = ["FAST_OPS", "GlobalMaxPool", "MaxPool"]
+from autotune.verify.avgpool import AveragePool, is_2d_pool
+
+__all__ = ["FAST_OPS", "AveragePool", "GlobalMaxPool", "MaxPool"]
 
 
 def _out_len(size: int, k: int, s: int, lo: int, hi: int, ceil_mode: bool) -> int:
@@ -43,9 +47,7 @@ class MaxPool(_ReferenceMaxPool):
         strides: Any = None,
     ) -> Any:
         fast = (
-            x.ndim == 4
-            and kernel_shape is not None
-            and len(kernel_shape) == 2
+            is_2d_pool(x, kernel_shape)
             and auto_pad in (None, "", "NOTSET")
             and (dilations is None or all(d == 1 for d in dilations))
             and len(self.output) == 1
@@ -81,4 +83,4 @@ class GlobalMaxPool(OpRun):
         return (np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)
 
 
-FAST_OPS: list[type[OpRun]] = [MaxPool, GlobalMaxPool]
+FAST_OPS: list[type[OpRun]] = [MaxPool, GlobalMaxPool, AveragePool]

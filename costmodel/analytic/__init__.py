@@ -10,7 +10,15 @@ fractions and plan residency), :mod:`.pipeline` (the closed form over a batch) a
 
 from __future__ import annotations
 
-from costmodel.analytic.batching import batch_of, layout, load_size, stack, tensor_bytes
+from costmodel.analytic.batching import (
+    batch_layout,
+    batch_of,
+    concat,
+    layout,
+    load_size,
+    stack,
+    tensor_bytes,
+)
 from costmodel.analytic.constants import (
     CALIBRATION_SCHEMA,
     RATES,
@@ -21,7 +29,7 @@ from costmodel.analytic.constants import (
     shipped_calibration_path,
 )
 from costmodel.analytic.l2 import L2Residency
-from costmodel.analytic.model import AnalyticModel
+from costmodel.analytic.model import AnalyticModel, L2Touches, l2_touches
 from costmodel.analytic.pipeline import Breakdown, bound, score
 
 __all__ = [
@@ -32,9 +40,13 @@ __all__ = [
     "Breakdown",
     "Calibration",
     "L2Residency",
+    "L2Touches",
+    "batch_layout",
     "batch_of",
     "bound",
     "calibrated_constants",
+    "concat",
+    "l2_touches",
     "layout",
     "load_calibration",
     "load_size",

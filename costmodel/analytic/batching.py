@@ -7,15 +7,17 @@ of twelve identical layers is scored in one vectorised call.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
 
-__all__ = ["batch_of", "layout", "load_size", "stack", "tensor_bytes"]
+__all__ = ["batch_layout", "batch_of", "concat", "layout", "load_size", "stack", "tensor_bytes"]
 
 
 def layout(kernel: Kernel) -> Hashable:
@@ -118,4 +120,57 @@ def stack(kernels: Sequence[Kernel]) -> KernelBatch:
         cube_flops=k0.cube_flops,
         compulsory_bytes=k0.compulsory_bytes,
         signature=k0.signature,
+    )
+
+
+_ROWS = (
+    "grid", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads", "cube_cycles",
+    "vector_cycles_step", "vector_cycles_tile", "vector_instrs", "cross_core_syncs",
+)  # fmt: skip
+
+
+def batch_layout(batch: KernelBatch) -> Hashable:
+    """:func:`layout` of a batch, and the types of its arrays: what batches must share for
+    :func:`concat` to make rows each of which the model scores as in its own batch."""
+    first: dict[str, int] = {}
+    streams = tuple(
+        (first.setdefault(s.tensor, i), s.pipe, s.key, s.per, s.side, s.nd2nz,
+         s.bytes.dtype.str, s.row_bytes.dtype.str)
+        for i, s in enumerate(batch.streams)
+    )  # fmt: skip
+    arrays = tuple(getattr(batch, name).dtype.str for name in _ROWS)
+    footprint = tuple(sorted((b, a.dtype.str) for b, a in batch.footprint.items()))
+    return batch.unit, batch.kind, streams, arrays, footprint
+
+
+def concat(batches: Sequence[KernelBatch]) -> KernelBatch:
+    """The rows of batches of one :func:`batch_layout` (configs of different groups) as one
+    batch; names, tensor sizes, FLOPs and compulsory bytes are the first's (a caller that
+    needs each row's passes them, as for :func:`stack`).
+
+    Raises:
+        CostModelError: no batches, or batches of different layouts.
+    """
+    if not batches:
+        raise CostModelError("concat needs at least one batch")
+    b0 = batches[0]
+    if any(batch_layout(b) != batch_layout(b0) for b in batches[1:]):
+        raise CostModelError("concat: the batches are not of one layout")
+    streams = tuple(
+        dataclasses.replace(
+            s,
+            bytes=np.concatenate([b.streams[i].bytes for b in batches]),
+            row_bytes=np.concatenate([b.streams[i].row_bytes for b in batches]),
+        )
+        for i, s in enumerate(b0.streams)
+    )
+    rows: dict[str, Any] = {
+        name: np.concatenate([getattr(b, name) for b in batches]) for name in _ROWS
+    }
+    return dataclasses.replace(
+        b0,
+        configs=tuple(c for b in batches for c in b.configs),
+        streams=streams,
+        footprint={k: np.concatenate([b.footprint[k] for b in batches]) for k in b0.footprint},
+        **rows,
     )

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -107,6 +108,8 @@ def load_hit_fractions(
     window_steps: float,
     resident: Sequence[np.ndarray | float],
     handed: set[str] | None = None,
+    *,
+    share: bool = True,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Fraction of each load stream's requested bytes served by L2.
 
@@ -119,6 +122,9 @@ def load_hit_fractions(
         resident: per load stream (in order), the fraction of its tensor already in L2.
         handed: the kernel's hand-offs (:func:`~costmodel.kernel.handoffs`), when the caller
             has them already.
+        share: work out what streams of one key share (and the window bytes of one gap)
+            once; ``False`` works it out afresh for every stream (the plain path, what the
+            tests hold the shared one to).
 
     Returns:
         Per load stream, in stream order: the hit fraction, and the part of it that is a
@@ -130,37 +136,69 @@ def load_hit_fractions(
     handed = handoffs(streams) if handed is None else handed
     streams = [s for s in streams if s.tensor not in handed]
     fits_wave = wave_working_set(streams, gv) * window_steps <= capacity
+    # what depends on a stream's key alone, and the window bytes per gap, once per call:
+    # streams of one tiling (an elementwise chain's inputs) repeat them
+    reuse: dict[tuple[bool, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    windows: dict[bytes, np.ndarray] | None = {} if share else None
     out = []
     for s, res in zip(loads, resident, strict=True):
-        free = []  # (extent, tile stride) of the letters the block does not depend on
-        if s.per == "step" and "k" not in s.key:
-            free.append((gv.steps, np.zeros_like(gv.steps)))
-        free += [(gv.extent[x], gv.stride[x]) for x in _TILE_LETTERS if x not in s.key]
-        hits = np.zeros_like(gv.steps)
-        reqs = np.ones_like(gv.steps)  # requests per block
-        inner_span = np.zeros_like(gv.steps)  # tiles the inner free letters sweep
-        for n, (ext, stride) in enumerate(free):
-            outer = np.ones_like(gv.steps)
-            for ext_o, _ in free[n + 1 :]:
-                outer = outer * ext_o
-            gap = np.maximum(stride - inner_span, 0.0)
-            same_wave = np.clip(1.0 - gap / gv.cores, 0.0, 1.0) * (stride > 0)
-            far_ok = _window_bytes(streams, gv, gap) <= capacity
-            near = same_wave * fits_wave
-            hits = hits + (ext - 1.0) * outer * (near + (1.0 - same_wave) * far_ok)
-            reqs = reqs * ext
-            inner_span = inner_span + (ext - 1.0) * stride
+        if not share:
+            reuse.clear()
+        key = (s.per == "step" and "k" not in s.key, s.key)
+        if key not in reuse:
+            hits, reqs = _reuse_hits(key[0], s.key, gv, capacity, streams, fits_wave, windows)
+            concurrent = (_first_wave_requests(s.key, gv) - 1.0) * fits_wave
+            reuse[key] = (hits, reqs, concurrent)
+        hits, reqs, concurrent = reuse[key]
         first = np.asarray(res, dtype=np.float64) * (capacity > 0)
         # a resident block has no fill in flight: only the part of the tensor that is not in
         # L2 yet has concurrent sharers waiting on another core's fetch
         hit = np.clip((hits + first) / reqs, 0.0, 1.0)
-        concurrent = (_first_wave_requests(s.key, gv) - 1.0) * fits_wave
         shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
         # a re-read share finds the lines the block's first read just brought
         again = s.reread_share() * (capacity > 0)
         hit, shared = again + (1.0 - again) * hit, (1.0 - again) * shared
         out.append((hit, np.minimum(shared, hit)))
     return out
+
+
+def _reuse_hits(
+    steps_free: bool,
+    key: str,
+    gv: GridView,
+    capacity: float,
+    streams: Sequence[StreamBatch],
+    fits_wave: np.ndarray,
+    windows: dict[bytes, np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A block's requests after its first that hit L2, and its requests, per config: over
+    the letters it does not depend on (``steps_free``: the step too), innermost first.
+    ``windows``: whether a gap's window fits, by the gap (None: worked out every time)."""
+    free = []  # (extent, tile stride) of the letters the block does not depend on
+    if steps_free:
+        free.append((gv.steps, np.zeros_like(gv.steps)))
+    free += [(gv.extent[x], gv.stride[x]) for x in _TILE_LETTERS if x not in key]
+    hits = np.zeros_like(gv.steps)
+    reqs = np.ones_like(gv.steps)  # requests per block
+    inner_span = np.zeros_like(gv.steps)  # tiles the inner free letters sweep
+    for n, (ext, stride) in enumerate(free):
+        outer = np.ones_like(gv.steps)
+        for ext_o, _ in free[n + 1 :]:
+            outer = outer * ext_o
+        gap = np.maximum(stride - inner_span, 0.0)
+        same_wave = np.clip(1.0 - gap / gv.cores, 0.0, 1.0) * (stride > 0)
+        if windows is None:
+            far_ok = _window_bytes(streams, gv, gap) <= capacity
+        else:
+            seen = gap.tobytes()
+            if seen not in windows:
+                windows[seen] = _window_bytes(streams, gv, gap) <= capacity
+            far_ok = windows[seen]
+        near = same_wave * fits_wave
+        hits = hits + (ext - 1.0) * outer * (near + (1.0 - same_wave) * far_ok)
+        reqs = reqs * ext
+        inner_span = inner_span + (ext - 1.0) * stride
+    return hits, reqs
 
 
 def line_openers(
@@ -226,16 +264,19 @@ def _first_wave_requests(key: str, gv: GridView, points: int = 8) -> np.ndarray:
     for letter in free:
         inner.append(below)
         below = below * gv.extent[letter]
+    # every point at once (a row each), the same operations on every element as one by one
+    q = np.arange(points, dtype=np.int64)[:, None]
+    rest = cores - ((q * starts) // points * gi) % ci  # room left in the wave
+    n = np.zeros_like(rest)
+    for letter, below in zip(reversed(free), reversed(inner), strict=True):
+        ext, stride = gv.extent[letter], gv.stride[letter]
+        whole = np.minimum(ext, np.floor(rest / stride))
+        n = n + whole * below
+        rest = np.where(whole >= ext, 0.0, rest - whole * stride)
+    reached = rest > 0  # the request at the prefix reached, if inside
     total = np.zeros_like(cores)
-    for q in range(points):
-        rest = cores - ((q * starts) // points * gi) % ci  # room left in the wave
-        n = np.zeros_like(cores)
-        for letter, below in zip(reversed(free), reversed(inner), strict=True):
-            ext, stride = gv.extent[letter], gv.stride[letter]
-            whole = np.minimum(ext, np.floor(rest / stride))
-            n = n + whole * below
-            rest = np.where(whole >= ext, 0.0, rest - whole * stride)
-        total = total + n + (rest > 0)  # the request at the prefix reached, if inside
+    for k in range(points):  # summed point after point, as before
+        total = total + n[k] + reached[k]
     return total / points
 
 
@@ -270,6 +311,9 @@ class L2Residency(Mapping[str, float]):
 
     def __getitem__(self, tensor: str) -> float:
         return self._lru[tensor]
+
+    def get(self, tensor: str, default: Any = None) -> Any:  # Mapping.get, minus a try/except
+        return self._lru.get(tensor, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._lru)

@@ -49,7 +49,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import Kernel, KernelBatch, handoffs
 from costmodel.spec import Target
 
-__all__ = ["AnalyticModel"]
+__all__ = ["AnalyticModel", "L2Touches", "l2_touches"]
 
 STATE_SCHEMA = 1
 
@@ -197,27 +197,25 @@ class AnalyticModel(CostModel):
             out.append((rows, batch, score(self.target.spec, self.constants, batch, res)))
         return out
 
-    def residency(self, kernels: Sequence[Kernel]) -> list[list[float]]:
+    def residency(
+        self, kernels: Sequence[Kernel], touches: Sequence[L2Touches] | None = None
+    ) -> list[list[float]]:
         """Per kernel of a plan, the fraction of each load stream's tensor that the earlier
-        kernels left in L2 (what a measured row records as its context)."""
+        kernels left in L2 (what a measured row records as its context). ``touches``: each
+        kernel's :func:`l2_touches`, when the caller keeps them (a search scores thousands
+        of plans of the same kernels)."""
         l2 = L2Residency(self._capacity)
         out = []
-        for kernel in kernels:
-            out.append(
-                [
-                    min(1.0, l2.get(s.tensor, 0.0) / tensor_bytes(s, kernel))
-                    for s in kernel.streams
-                    if s.pipe == "MTE2"
-                ]
-            )
-            _touch(l2, kernel)
+        for t in touches if touches is not None else [l2_touches(k) for k in kernels]:
+            out.append([min(1.0, l2.get(name, 0.0) / size) for name, size in t.loads])
+            _touch(l2, t)
         return out
 
     def residency_after(self, kernels: Sequence[Kernel]) -> L2Residency:
         """What the plan ``kernels`` leaves in L2 (to score the next group's configs)."""
         l2 = L2Residency(self._capacity)
         for kernel in kernels:
-            _touch(l2, kernel)
+            _touch(l2, l2_touches(kernel))
         return l2
 
     @property
@@ -236,16 +234,34 @@ class AnalyticModel(CostModel):
         )
 
 
-def _touch(l2: L2Residency, kernel: Kernel) -> None:
-    """Record a kernel's tensors in the plan's L2, but not its hand-offs (a workspace). A
-    kernel whose tensors together overflow L2 leaves nothing a later kernel can use: its
-    streams interleave, so every tensor's head is evicted and only tails remain, and a reader
-    that starts at the head evicts those tails (the oldest lines) before it reaches them."""
+class L2Touches(NamedTuple):
+    """What one kernel does to a plan's L2 (:func:`l2_touches`)."""
+
+    loads: tuple[tuple[str, float], ...]  # per load stream: its tensor and the tensor's bytes
+    touches: tuple[tuple[str, float], ...]  # per stream but hand-offs, in stream order
+    total: float  # bytes of the distinct tensors touched
+
+
+def l2_touches(kernel: Kernel) -> L2Touches:
+    """A kernel's tensors as the plan's L2 sees them: those it loads (whose residency is its
+    context) and those it leaves there, but not its hand-offs (a workspace)."""
     skip = handoffs(kernel.streams)
     streams = [s for s in kernel.streams if s.tensor not in skip]
     sizes = {s.tensor: tensor_bytes(s, kernel) for s in streams}
-    if sum(sizes.values()) > l2.capacity:
+    return L2Touches(
+        tuple((s.tensor, tensor_bytes(s, kernel)) for s in kernel.streams if s.pipe == "MTE2"),
+        tuple((s.tensor, sizes[s.tensor]) for s in streams),
+        sum(sizes.values()),
+    )
+
+
+def _touch(l2: L2Residency, t: L2Touches) -> None:
+    """Record a kernel's tensors in the plan's L2. A kernel whose tensors together overflow L2
+    leaves nothing a later kernel can use: its streams interleave, so every tensor's head is
+    evicted and only tails remain, and a reader that starts at the head evicts those tails
+    (the oldest lines) before it reaches them."""
+    if t.total > l2.capacity:
         l2.flush()
         return
-    for s in streams:  # in stream order: a tensor read again becomes the most recent
-        l2.touch(s.tensor, sizes[s.tensor])
+    for name, size in t.touches:  # in stream order: a tensor read again becomes the most recent
+        l2.touch(name, size)

@@ -21,7 +21,7 @@ from costmodel.learned.fit import (
     select_params,
     table_arrays,
 )
-from costmodel.learned.model import LearnedModel, shipped_model_path
+from costmodel.learned.model import BatchTerms, LearnedModel, shipped_model_path
 
 __all__ = [
     "CANDIDATE_PARAMS",
@@ -29,6 +29,7 @@ __all__ = [
     "FEATURES",
     "KINDS",
     "METRICS",
+    "BatchTerms",
     "LatencyCorrector",
     "LearnedModel",
     "accuracy",

@@ -16,11 +16,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from costmodel.analytic import AnalyticModel, load_size, tensor_bytes
+from costmodel.analytic import AnalyticModel, Breakdown, load_size, tensor_bytes
 from costmodel.base import CostModel, KernelCost, read_model_doc
 from costmodel.calibration import kernel_from_json
 from costmodel.exceptions import CostModelError
@@ -29,7 +29,7 @@ from costmodel.learned.corrector import LatencyCorrector
 from costmodel.learned.features import FEATURES, kernel_features, per_row, row_features
 from costmodel.spec import Target, fitted_lineage
 
-__all__ = ["LearnedModel", "shipped_model_path"]
+__all__ = ["BatchTerms", "LearnedModel", "shipped_model_path"]
 
 log = logging.getLogger(__name__)
 
@@ -148,23 +148,88 @@ class LearnedModel(CostModel):
         return corr
 
     def predict_batch(
-        self, batch: KernelBatch, resident: Mapping[str, float] | None = None
+        self,
+        batch: KernelBatch,
+        resident: Mapping[str, float] | None = None,
+        *,
+        breakdown: Breakdown | None = None,
     ) -> np.ndarray:
-        """Latency (us) of every config of ``batch``; ``+inf`` where a buffer overflows."""
+        """Latency (us) of every config of ``batch``; ``+inf`` where a buffer overflows.
+        ``breakdown``: ``self.analytic.breakdown_batch(batch, resident)`` when the caller has
+        it already (e.g. from ranking the same rows under an equal analytic model)."""
         spec = self.target.spec
-        b = self.analytic.breakdown_batch(batch, resident)
+        b = self.analytic.breakdown_batch(batch, resident) if breakdown is None else breakdown
         out = b.latency_us * np.exp(self._correction(kernel_features(spec, batch, b)))
+        out = np.maximum(out, self._batch_floor(batch, resident))
+        return np.where(batch.feasible_mask(spec), out, np.inf)
+
+    def batch_terms(
+        self,
+        batch: KernelBatch,
+        resident: Mapping[str, float] | None = None,
+        *,
+        breakdown: Breakdown | None = None,
+        sizes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> BatchTerms:
+        """What :meth:`predict_batch` computes that a refit of the local correction does not
+        change (:meth:`from_terms` finishes it): a caller that keeps them re-costs a batch
+        after a refit with the local trees alone. ``sizes``: each row's FLOPs, cube FLOPs and
+        compulsory bytes, for rows of several groups (``costmodel.analytic.concat``; with no
+        ``resident``, as a concatenation's tensor sizes are its first group's)."""
+        spec = self.target.spec
+        b = self.analytic.breakdown_batch(batch, resident) if breakdown is None else breakdown
+        X = kernel_features(spec, batch, b, *(sizes or ()))
+        return BatchTerms(
+            b.latency_us,
+            X,
+            self.base.predict(X) if self.base is not None else None,
+            self._batch_floor(batch, resident, sizes),
+            batch.feasible_mask(spec),
+            self._made_by(),
+        )
+
+    def _batch_floor(
+        self,
+        batch: KernelBatch,
+        resident: Mapping[str, float] | None,
+        sizes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Each config's roofline floor (:meth:`_floor_us`), its inputs in L2 ``resident``."""
         warm = np.zeros(len(batch))  # input bytes earlier kernels left in L2
         skip = handoffs(batch.streams)
-        sizes = {
+        loads = {
             s.tensor: load_size(s, batch)
             for s in batch.streams
             if s.pipe == "MTE2" and s.tensor not in skip
         }
-        for tensor, size in sizes.items():
+        for tensor, size in loads.items():
             warm = warm + np.minimum((resident or {}).get(tensor, 0.0), size)
-        out = np.maximum(out, self._floor_us(batch.cube_flops, batch.compulsory_bytes - warm))
-        return np.where(batch.feasible_mask(spec), out, np.inf)
+        cube, compulsory = (
+            (batch.cube_flops, batch.compulsory_bytes) if sizes is None else sizes[1:]
+        )
+        return np.asarray(self._floor_us(cube, compulsory - warm))
+
+    def from_terms(self, terms: BatchTerms) -> np.ndarray:
+        """:meth:`predict_batch` of the batch the terms were made of, under the model now.
+
+        Raises:
+            CostModelError: terms made before the model's state was loaded anew.
+        """
+        if any(a is not b for a, b in zip(terms.made_by, self._made_by(), strict=True)):
+            raise CostModelError("batch terms of an earlier state of the learned model")
+        corr = np.zeros(len(terms.X))  # as _correction adds them: base (kept), then local
+        if terms.base is not None:
+            corr += terms.base
+        if self.local is not None:
+            corr += self.local.predict(terms.X)
+        out = np.maximum(terms.analytic_us * np.exp(corr), terms.floor_us)
+        return np.where(terms.feasible, out, np.inf)
+
+    def _made_by(self) -> tuple[Any, Any]:
+        """What batch terms depend on beyond the batch: the analytic constants and the base
+        correction, as objects (both are replaced, never changed in place, by
+        :meth:`load_state` and by ``fit_learned``, which assigns them directly)."""
+        return self.analytic.constants, self.base
 
     def _floor_us(self, cube_flops: Any, cold: Any) -> Any:
         """No correction may take a kernel below its roofline: the cube peak, and the HBM
@@ -239,6 +304,23 @@ class LearnedModel(CostModel):
         self.local = LatencyCorrector(**LOCAL_PARAMS).fit(X, y)
         self.refits += 1
         self.generation += 1
+
+
+class BatchTerms(NamedTuple):
+    """A batch's latency terms that a refit of the local correction leaves as they are
+    (:meth:`LearnedModel.batch_terms`)."""
+
+    analytic_us: np.ndarray
+    X: np.ndarray  # the features
+    base: np.ndarray | None  # the base correction of every row
+    floor_us: np.ndarray
+    feasible: np.ndarray
+    made_by: tuple[Any, Any]  # the constants and base correction they were made under
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.analytic_us, self.X, self.base, self.floor_us, self.feasible)
+        return sum(a.nbytes for a in arrays if a is not None)
 
 
 def _warm_bytes(kernel: Kernel, resident: Sequence[float]) -> float:

@@ -13,6 +13,7 @@ chip).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,10 +21,10 @@ import numpy as np
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from costmodel.lower.common import ceil_div, ceil_to, pow2_choices, vector_cost
 from costmodel.lower.cube_gemv import spread_n
-from costmodel.lower.cube_work import CubeWork, analyse_cube
+from costmodel.lower.cube_work import CubeWork, analyse_cube, ub_need
 from costmodel.spec import Target
 
-__all__ = ["CubeWork", "analyse_cube", "cube_grid", "lower_cube"]
+__all__ = ["CubeWork", "analyse_cube", "cube_fits", "cube_grid", "lower_cube"]
 
 
 def _l0_tile(bm: int, bn: int, bk: int, item: int, db: bool, target: Target) -> tuple[int, ...]:
@@ -44,13 +45,23 @@ def _l0_tile(bm: int, bn: int, bk: int, item: int, db: bool, target: Target) -> 
 def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
     """Feasible two-level tilings (L1 block, L0 tile), both buffering modes, all/half cores;
     a GEMV-shaped one also splits N evenly over the cores (:mod:`.cube_gemv`)."""
+    return list(_cube_configs(work, target))
+
+
+def cube_fits(work: CubeWork, target: Target) -> bool:
+    """Whether :func:`cube_grid` has a config, found at its first one (a repair asks this of
+    thousands of merges whose grids are never needed)."""
+    return next(_cube_configs(work, target), None) is not None
+
+
+def _cube_configs(work: CubeWork, target: Target) -> Iterator[KernelConfig]:
+    """The configs of :func:`cube_grid`, in its order, made one at a time."""
     spec = target.spec
     ci = work.cube_item
     bms = pow2_choices(work.M)
     bns = pow2_choices(work.N)
     bks = pow2_choices(work.K, lo=32)
     cores = sorted({spec.cube_cores, max(1, spec.cube_cores // 2)}, reverse=True)
-    configs = []
     for db in (True, False):
         f = 2 if db else 1
         for bm in bms:
@@ -61,13 +72,10 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
                 for bk in bks:
                     if (bm * bk + bk * bn) * ci * f + bn * 4 > spec.l1_bytes:
                         continue
-                    if (
-                        work.mixed
-                        and _ub_need(work, bm, bn, bk, db, spec.ub_bytes) > spec.ub_bytes
-                    ):
+                    if work.mixed and ub_need(work, bm, bn, bk, db, spec.ub_bytes) > spec.ub_bytes:
                         continue
                     m, n, k = _l0_tile(bm, bn, bk, ci, db, target)
-                    configs += [
+                    yield from (
                         KernelConfig(
                             block_dim=c,
                             base_m=bm,
@@ -80,41 +88,7 @@ def cube_grid(work: CubeWork, target: Target) -> list[KernelConfig]:
                         )
                         for c in cores
                         if bn in bns or spread.get(c) == bn  # a spread for its core count
-                    ]
-    return configs
-
-
-def _ub_need(work: CubeWork, bm: int, bn: int, bk: int, db: bool, ub_bytes: int) -> int:
-    """UB bytes on each of the two vector cores sharing a mixed tile.
-
-    The vector side works through its half of the tile in row chunks, so only one chunk must
-    fit; a row reduction (LayerNorm) needs whole rows, which it assembles from the L2 hand-off
-    of every tile of the row block. A prologue works through its half of an operand block
-    (its sources in, the operand out) the same way, before the epilogue.
-    """
-    f = 2 if db else 1
-    pro = 0
-    for of in dict.fromkeys(of for _, _, _, of in work.sources):
-        item = work.a_item if of == work.a else work.b_item
-        io = item + sum(it * min(1.0, r) for _, it, r, o in work.sources if o == of)
-        width = bk if of == work.a else bn
-        pro = max(
-            pro,
-            int(
-                min(
-                    (bm if of == work.a else bk) / 2 * width * io * f,
-                    max(width * io * f, ub_bytes),
-                )
-            ),
-        )
-    if not work.vec_ops:
-        return pro
-    io = 4 + sum(it * min(1.0, r) for _, it, r, _ in work.vec_inputs)
-    io += sum(it * min(1.0, r) for _, it, r, side in work.outputs if side == "vector")
-    width = work.N if work.full_row else bn
-    row = width * io * f + width * 4
-    rows = bm / 2 if not work.full_row else max(1.0, bm * bn / (2 * work.N))
-    return max(pro, int(min(rows * row, max(row, ub_bytes))))
+                    )
 
 
 @dataclass(frozen=True)
@@ -390,7 +364,7 @@ def _footprint(work: CubeWork, t: _Tiling, ub_bytes: int) -> dict[str, np.ndarra
     if work.mixed:
         foot["ub"] = np.array(
             [
-                _ub_need(work, int(a), int(b), int(k), bool(d), ub_bytes)
+                ub_need(work, int(a), int(b), int(k), bool(d), ub_bytes)
                 for a, b, k, d in zip(
                     arr["base_m"], arr["base_n"], arr["base_k"], t.db, strict=True
                 )

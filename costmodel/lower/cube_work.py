@@ -14,7 +14,16 @@ from costmodel.lower.common import inplace_writes, mem_itemsize
 from costmodel.spec import Target
 from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root, is_compile_time
 
-__all__ = ["C0", "FIXPIPE_OPS", "FRACTAL", "GEMV_ROWS", "SCALAR_MAX", "CubeWork", "analyse_cube"]
+__all__ = [
+    "C0",
+    "FIXPIPE_OPS",
+    "FRACTAL",
+    "GEMV_ROWS",
+    "SCALAR_MAX",
+    "CubeWork",
+    "analyse_cube",
+    "ub_need",
+]
 
 FIXPIPE_OPS = frozenset(
     {
@@ -303,3 +312,36 @@ def _after_activation(fix: list[Op], op: Op) -> bool:
     return any(f.op_type in ("Relu", "LeakyRelu", "Clip", "PRelu") for f in fix) and (
         op.op_type in ("Add", "Sub", "Mul", "BatchNormalization")
     )
+
+
+def ub_need(work: CubeWork, bm: int, bn: int, bk: int, db: bool, ub_bytes: int) -> int:
+    """UB bytes on each of the two vector cores sharing a mixed tile.
+
+    The vector side works through its half of the tile in row chunks, so only one chunk must
+    fit; a row reduction (LayerNorm) needs whole rows, which it assembles from the L2 hand-off
+    of every tile of the row block. A prologue works through its half of an operand block
+    (its sources in, the operand out) the same way, before the epilogue.
+    """
+    f = 2 if db else 1
+    pro = 0
+    for of in dict.fromkeys(of for _, _, _, of in work.sources):
+        item = work.a_item if of == work.a else work.b_item
+        io = item + sum(it * min(1.0, r) for _, it, r, o in work.sources if o == of)
+        width = bk if of == work.a else bn
+        pro = max(
+            pro,
+            int(
+                min(
+                    (bm if of == work.a else bk) / 2 * width * io * f,
+                    max(width * io * f, ub_bytes),
+                )
+            ),
+        )
+    if not work.vec_ops:
+        return pro
+    io = 4 + sum(it * min(1.0, r) for _, it, r, _ in work.vec_inputs)
+    io += sum(it * min(1.0, r) for _, it, r, side in work.outputs if side == "vector")
+    width = work.N if work.full_row else bn
+    row = width * io * f + width * 4
+    rows = bm / 2 if not work.full_row else max(1.0, bm * bn / (2 * work.N))
+    return max(pro, int(min(rows * row, max(row, ub_bytes))))

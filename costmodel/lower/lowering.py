@@ -17,7 +17,7 @@ from typing import Any
 from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import Kernel, KernelBatch, KernelConfig
 from costmodel.lower.attention import analyse_attention, attention_grid, lower_attention
-from costmodel.lower.cube import analyse_cube, cube_grid, lower_cube
+from costmodel.lower.cube import analyse_cube, cube_fits, cube_grid, lower_cube
 from costmodel.lower.cube_gemv import cube_tiles, gemv_default, is_gemv
 from costmodel.lower.vector import analyse_vector, lower_vector, vector_grid
 from costmodel.spec import Target
@@ -103,6 +103,24 @@ class Lowering:
                 )
             self._grid[sig] = configs
         return self._grid[sig]
+
+    def fits(self, group: FusionGroup) -> bool:
+        """Whether :meth:`grid` has a config for the group (does not raise), without making
+        the whole grid of a cube group that has none made yet.
+
+        Raises:
+            InfeasibleConfig: as :meth:`grid` raises it before it makes the grid.
+        """
+        kind, work, sig = self._analysed(group)
+        if sig in self._grid:
+            return True
+        if kind == "cube":
+            return cube_fits(work, self.target)
+        try:
+            self.grid(group)
+        except InfeasibleConfig:
+            return False
+        return True
 
     def batch(self, group: FusionGroup, configs: Sequence[KernelConfig]) -> KernelBatch:
         """Lower ``configs`` of one group at once."""

@@ -16,6 +16,7 @@ from itertools import combinations
 
 from search_space.fusion import legality
 from search_space.fusion import repair as _repair
+from search_space.fusion.incremental import Repairer
 from search_space.fusion.kernel_graph import Edge, KernelGraph, Verdict, is_cube, is_vectorish
 from search_space.ir import FusionGroup, OpClass, alias_root
 
@@ -94,8 +95,22 @@ class FusionContext(KernelGraph):
         feasible: Callable[[frozenset[str]], bool] | None = None,
     ) -> list[frozenset[str]]:
         """Union the chosen edges into a legal partition (:func:`~search_space.fusion.repair.
-        repair`), taking them in :attr:`edges` order."""
-        return _repair.repair(self, self.edges, chosen, feasible)
+        repair`), taking them in :attr:`edges` order. ``feasible`` must be a pure function of
+        a group's ops: with the same one, a repair resumes from the prefix of chosen edges an
+        earlier one took (:class:`~search_space.fusion.incremental.Repairer`)."""
+        chosen = list(chosen)
+        repairer = self._repairers.get(feasible)
+        if repairer is None:
+            if len(self._repairers) >= 4:  # callbacks made afresh each call: keep a few
+                self._repairers.clear()
+            repairer = self._repairers[feasible] = Repairer(self, self.edges, feasible)
+        if not repairer.covers(chosen):  # an edge that is not fusible: the plain repair
+            return _repair.repair(self, self.edges, chosen, feasible)
+        return repairer.repair(chosen)
+
+    @cached_property
+    def _repairers(self) -> dict[Callable[[frozenset[str]], bool] | None, Repairer]:
+        return {}
 
     def to_groups(self, partition: Iterable[frozenset[str]]) -> list[FusionGroup]:
         """FusionGroups (views between members included) in kernel-graph order."""

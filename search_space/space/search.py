@@ -149,6 +149,8 @@ class SearchSpace:
         self._feasible = oracle.feasible
         self.forbidden: dict[str, str] = {}  # group signature -> why (see :meth:`forbid`)
         self._repaired: dict[tuple[frozenset[Edge], frozenset[str]], tuple[FusionGroup, ...]] = {}
+        self._by_names: dict[tuple[frozenset[str], frozenset[str]], tuple[FusionGroup, ...]] = {}
+        self._fuse_keys = [(f"fuse/{name}", name) for name in self.classes]
         # block (its open classes) -> (one occurrence's ops, occurrences); a block with one
         # class is a single flip already
         self._blocks: dict[tuple[str, ...], tuple[frozenset[str], int]] = {}
@@ -235,13 +237,34 @@ class SearchSpace:
 
     def plan(self, chosen: Iterable[Edge]) -> SpacePlan:
         """Repair ``chosen`` edges into groups, each at its best (bilevel) or default config."""
-        groups = self._groups(chosen)
-        pick = (
-            (lambda g: self.oracle.best(g)[0])
-            if self.strategy == "bilevel"
-            else (self.oracle.default)
-        )
-        return SpacePlan(groups, tuple(pick(g) for g in groups))
+        return self._configured(self._groups(chosen))
+
+    def _configured(self, groups: tuple[FusionGroup, ...]) -> SpacePlan:
+        if self.strategy == "bilevel":
+            best = self.oracle.best
+            return SpacePlan(groups, tuple(best(g)[0] for g in groups))
+        return SpacePlan(groups, tuple(self.oracle.default(g) for g in groups))
+
+    def plan_for(self, params: Mapping[str, Any]) -> SpacePlan:
+        """:meth:`plan` of :meth:`chosen`, its groups remembered by the fusion classes the
+        parameters switch on (what a local search asks of thousands of moves)."""
+        return self._configured(self.groups_for(params))
+
+    def groups_for(self, params: Mapping[str, Any]) -> tuple[FusionGroup, ...]:
+        """The groups of :meth:`plan_for` (repaired, before their configs are picked)."""
+        names = frozenset(n for key, n in self._fuse_keys if params[key])
+        key = (names, frozenset(self.forbidden))
+        if key not in self._by_names:
+            if len(self._by_names) >= REPAIRED:
+                self._by_names.clear()
+            edges = [e for n in self.classes if n in names for e in self.classes[n]]
+            self._by_names[key] = self._groups(edges)
+        return self._by_names[key]
+
+    def prefetch(self, groups: Iterable[FusionGroup]) -> None:
+        """Let an oracle that can (``CostOracle.prefetch``) cost the groups' grids at once."""
+        if hasattr(self.oracle, "prefetch"):
+            self.oracle.prefetch(groups)
 
     def chosen(self, params: Mapping[str, Any]) -> list[Edge]:
         """The open edges a trial's fusion parameters (``fuse/<class>``) switch on."""
@@ -263,11 +286,11 @@ class SearchSpace:
             e for name, edges in self.classes.items() if self._fuse(trial, name) for e in edges
         ]
         groups = self._groups(chosen)
+        if self.strategy == "bilevel":  # each group at its best config
+            self.prefetch(groups)
+            return self._configured(groups)
         configs = []
         for g in groups:
-            if self.strategy == "bilevel":
-                configs.append(self.oracle.best(g)[0])
-                continue
             grid = self.oracle.grid(g)
             configs.append(grid[self._index(trial, g.signature(self.ctx.graph), len(grid))])
         return SpacePlan(groups, tuple(configs))

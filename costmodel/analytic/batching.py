@@ -161,6 +161,9 @@ def concat(batches: Sequence[KernelBatch]) -> KernelBatch:
             s,
             bytes=np.concatenate([b.streams[i].bytes for b in batches]),
             row_bytes=np.concatenate([b.streams[i].row_bytes for b in batches]),
+            reread=None
+            if all(b.streams[i].reread is None for b in batches)
+            else np.concatenate([b.streams[i].reread_share() for b in batches]),
         )
         for i, s in enumerate(b0.streams)
     )

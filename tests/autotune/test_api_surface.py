@@ -70,5 +70,6 @@ def test_version_is_the_installed_packages() -> None:
 
 
 def test_shell_completion_is_offered() -> None:
-    res = CliRunner().invoke(app, ["--show-completion", "bash"])
-    assert res.exit_code == 0 and "_AUTOTUNE_COMPLETE" in res.stdout
+    # the program name given, not taken from the test runner's argv
+    res = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="autotune")
+    assert res.exit_code == 0 and "_AUTOTUNE_COMPLETE" in res.stdout, (res.output, res.exception)

@@ -377,3 +377,29 @@ def test_batches_of_one_layout_concatenate_and_of_two_do_not(ctx: FusionContext)
     assert np.array_equal(cat.streams[0].bytes, np.concatenate([b.streams[0].bytes for b in same]))
     with pytest.raises(CostModelError):
         concat([same[0], next(v for v in layouts.values() if v is not same)[0]])
+
+
+def test_concatenated_batches_keep_each_rows_reread_share() -> None:
+    """Two norms of one layout whose rows split differently: the concatenated batch scores
+    every row as its own batch does, re-read shares included."""
+    from test_vector_mechanisms import _rmsnorm
+
+    from costmodel.analytic import AnalyticModel, concat
+    from costmodel.lower import Lowering
+    from search_space import load_graph
+
+    batches = []
+    for cols in (1 << 12, 1 << 17):  # a row that fits UB, and one that splits
+        graph = load_graph(_rmsnorm(64, cols))
+        ctx = FusionContext(graph)
+        (group,) = ctx.to_groups([frozenset(ctx.nodes)])
+        low = Lowering(graph, TARGET)
+        batches.append(low.batch(group, low.grid(group)))
+    shares = [s.reread_share() for b in batches for s in b.streams if s.pipe == "MTE2"]
+    assert any(x.any() for x in shares)  # the long rows re-read
+    cat = concat(batches)
+    want = np.concatenate([b.streams[0].reread_share() for b in batches])
+    assert np.array_equal(cat.streams[0].reread_share(), want)
+    model = AnalyticModel(TARGET)
+    apart = np.concatenate([model.predict_batch(b) for b in batches])
+    np.testing.assert_allclose(model.predict_batch(cat), apart, rtol=1e-12)

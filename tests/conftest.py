@@ -218,3 +218,32 @@ def bert_ffn_block(tokens: int = 4096, hidden: int = 768, ffn: int = 3072) -> on
     ]
     out = [vi("y", T.FLOAT, [tokens, hidden])]
     return weight_inputs(make(nodes, ins, out, name="ffn"), ["w1", "b1", "w2", "g", "beta"])
+
+
+def weight_matmul(m: int, k: int, n: int, batch: int = 0) -> onnx.ModelProto:
+    """``y = x @ W`` in fp16, W a weight [K, N]; x [M, K], or [batch, M, K] when given."""
+    rows = [batch, m] if batch else [m]
+    ins = [
+        helper.make_tensor_value_info("x", T.FLOAT16, [*rows, k]),
+        helper.make_tensor_value_info("w", T.FLOAT16, [k, n]),
+    ]
+    out = [helper.make_tensor_value_info("y", T.FLOAT16, [*rows, n])]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    return weight_inputs(make(nodes, ins, out), ["w"])
+
+
+def rmsnorm_model(rows: int, cols: int) -> onnx.ModelProto:
+    """y = x / sqrt(mean(x^2) + eps) * gamma in fp16, as exporters write it."""
+    x = helper.make_tensor_value_info("x", T.FLOAT16, [rows, cols])
+    y = helper.make_tensor_value_info("y", T.FLOAT16, [rows, cols])
+    gamma = helper.make_tensor("gamma", T.FLOAT16, [cols], [1.0] * cols)
+    eps = helper.make_tensor("eps", T.FLOAT16, [], [1e-5])
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"], name="sq"),
+        helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean", keepdims=1),
+        helper.make_node("Add", ["ms", "eps"], ["mse"], name="add"),
+        helper.make_node("Sqrt", ["mse"], ["rms"], name="sqrt"),
+        helper.make_node("Div", ["x", "rms"], ["xn"], name="div"),
+        helper.make_node("Mul", ["xn", "gamma"], ["y"], name="scale"),
+    ]
+    return make(nodes, [x], [y], [gamma, eps, i64("axes", [1])], opset=18, name="rms")

@@ -155,9 +155,9 @@ def load_hit_fractions(
         # L2 yet has concurrent sharers waiting on another core's fetch
         hit = np.clip((hits + first) / reqs, 0.0, 1.0)
         shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
-        # a re-read share finds the lines the block's first read just brought
-        again = s.reread_share() * (capacity > 0)
-        hit, shared = again + (1.0 - again) * hit, (1.0 - again) * shared
+        if s.reread is not None:  # a re-read share finds the lines the first read brought
+            again = s.reread_share() * (capacity > 0)
+            hit, shared = again + (1.0 - again) * hit, (1.0 - again) * shared
         out.append((hit, np.minimum(shared, hit)))
     return out
 

@@ -66,18 +66,9 @@ REQUIRED_COLUMNS = (
     *PIPE_COLUMNS,
 )
 
-_STREAM_FIELDS = (
-    "tensor",
-    "pipe",
-    "bytes",
-    "key",
-    "per",
-    "side",
-    "nd2nz",
-    "tensor_bytes",
-    "row_bytes",
-    "reread",
-)  # fmt: skip  (rows before reread have 9 fields)
+# a stream as one row of a kernel record; rows written before ``reread`` have the first 9
+_STREAM_FIELDS = ("tensor", "pipe", "bytes", "key", "per", "side", "nd2nz", "tensor_bytes",
+                  "row_bytes", "reread")  # fmt: skip
 _KERNEL_SCALARS = (
     "name", "kind", "unit", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads",
     "cube_cycles", "vector_cycles_step", "vector_cycles_tile", "vector_instrs",

@@ -113,7 +113,8 @@ def kernel_features(
         blocks = one.copy()  # distinct blocks of the tensor: its size, per row of the batch
         for letter in s.key:
             blocks = blocks * extents[letter]
-        unique += s.bytes * (1.0 - s.reread_share()) * blocks
+        first = s.bytes if s.reread is None else s.bytes * (1.0 - s.reread)  # re-reads hit L2
+        unique += first * blocks
         wave_set += s.bytes * cores
         biggest = np.maximum(biggest, s.bytes * reps * tiles)
     l2 = float(spec.l2_bytes)

@@ -54,7 +54,8 @@ def spread_n(work: CubeWork, base_m: int, cores: Sequence[int]) -> dict[int, int
 
 
 def gemv_default(work: CubeWork, pool: Sequence[KernelConfig], cores: int) -> KernelConfig:
-    """The config a hand-written GEMV would run: the fewest bytes through its busiest core's
+    """The config a hand-written GEMV, or a matmul whose largest tiles are fewer than the
+    cores, would run: the fewest bytes through its busiest core's
     GM path (waves x the A and B panels of a tile, ``(rows + columns) x K``), then the largest
     tiles, the deepest ``base_k``."""
 
@@ -62,6 +63,6 @@ def gemv_default(work: CubeWork, pool: Sequence[KernelConfig], cores: int) -> Ke
         gi, gj = _ceil(work.M, c.base_m), _ceil(work.N, c.base_n)
         me = min(c.base_m, _ceil(_ceil(work.M, gi), FRACTAL) * FRACTAL)
         ne = min(c.base_n, _ceil(_ceil(work.N, gj), FRACTAL) * FRACTAL)
-        return _ceil(work.batch * gi * gj, min(cores, c.block_dim)) * (me + ne)
+        return _ceil(cube_tiles(work, c), min(cores, c.block_dim)) * (me + ne)
 
     return min(pool, key=lambda c: (load(c), -c.base_m * c.base_n, -c.base_k, -c.base_n))

@@ -294,8 +294,8 @@ def lower_vector(
             nbytes = np.maximum(it, avg * ratio * it) * passes
             key = "ijk" if work.reduce else "ij"
             run = _runs(work, R, C, it)
-            # the normalising pass reads the chunk the statistics pass read moments ago
-            reread = (passes - 1.0) / passes
+            if (passes > 1).any():  # the normalising pass reads the chunk again, moments later
+                reread = (passes - 1.0) / passes
         streams.append(
             StreamBatch(
                 tensor=t,

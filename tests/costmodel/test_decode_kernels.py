@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make, weight_inputs
+from conftest import make, weight_matmul
 from onnx import TensorProto, helper, numpy_helper
 
 from autotune.zoo import build
@@ -137,13 +137,7 @@ def test_llama_decode_updates_its_static_cache_in_place() -> None:
 
 # -- GEMV-shaped matmuls -----------------------------------------------------------------------
 def _gemv(m: int, k: int, n: int, batch: int = 0) -> Graph:
-    """``y = x @ W`` in fp16, W a weight [K, N]; x [M, K], or [batch, M, K] when given."""
-    vi = helper.make_tensor_value_info
-    rows = [batch, m] if batch else [m]
-    ins = [vi("x", TensorProto.FLOAT16, [*rows, k]), vi("w", TensorProto.FLOAT16, [k, n])]
-    out = [vi("y", TensorProto.FLOAT16, [*rows, n])]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
-    return load_graph(weight_inputs(make(nodes, ins, out), ["w"]))
+    return load_graph(weight_matmul(m, k, n, batch))
 
 
 def _best(graph: Graph) -> dict[str, float]:

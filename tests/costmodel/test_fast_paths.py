@@ -382,7 +382,7 @@ def test_batches_of_one_layout_concatenate_and_of_two_do_not(ctx: FusionContext)
 def test_concatenated_batches_keep_each_rows_reread_share() -> None:
     """Two norms of one layout whose rows split differently: the concatenated batch scores
     every row as its own batch does, re-read shares included."""
-    from test_vector_mechanisms import _rmsnorm
+    from conftest import rmsnorm_model
 
     from costmodel.analytic import AnalyticModel, concat
     from costmodel.lower import Lowering
@@ -390,7 +390,7 @@ def test_concatenated_batches_keep_each_rows_reread_share() -> None:
 
     batches = []
     for cols in (1 << 12, 1 << 17):  # a row that fits UB, and one that splits
-        graph = load_graph(_rmsnorm(64, cols))
+        graph = load_graph(rmsnorm_model(64, cols))
         ctx = FusionContext(graph)
         (group,) = ctx.to_groups([frozenset(ctx.nodes)])
         low = Lowering(graph, TARGET)

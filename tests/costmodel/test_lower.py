@@ -7,7 +7,7 @@ import math
 import numpy as np
 import onnx
 import pytest
-from conftest import bert_ffn_block, conv_bn_relu, exporter_attention, make, weight_inputs
+from conftest import bert_ffn_block, conv_bn_relu, exporter_attention, weight_matmul
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -183,12 +183,7 @@ def test_a_constant_of_a_zero_dim_is_no_empty_model() -> None:
 
 
 def _matmul(m: int, k: int, n: int) -> Graph:
-    """``y = x @ W`` in fp16 with W [K, N] a weight."""
-    vi = helper.make_tensor_value_info
-    ins = [vi("x", TensorProto.FLOAT16, [m, k]), vi("w", TensorProto.FLOAT16, [k, n])]
-    out = [vi("y", TensorProto.FLOAT16, [m, n])]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
-    return load_graph(weight_inputs(make(nodes, ins, out), ["w"]))
+    return load_graph(weight_matmul(m, k, n))
 
 
 def _tiles(m: int, n: int, c: KernelConfig) -> int:

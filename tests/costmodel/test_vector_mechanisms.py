@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import onnx
 import pytest
+from conftest import rmsnorm_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
@@ -127,26 +128,6 @@ def test_elementwise_work_never_waits_for_other_cores(shape: list[int]) -> None:
     assert [k.vector_cycles_tile for k in kernels[0]] == [k.vector_cycles_tile for k in kernels[1]]
 
 
-def _rmsnorm(rows: int, cols: int) -> onnx.ModelProto:
-    """y = x / sqrt(mean(x^2) + eps) * gamma in fp16, as exporters write it."""
-    f16 = TensorProto.FLOAT16
-    x = helper.make_tensor_value_info("x", f16, [rows, cols])
-    y = helper.make_tensor_value_info("y", f16, [rows, cols])
-    gamma = helper.make_tensor("gamma", f16, [cols], [1.0] * cols)
-    eps = helper.make_tensor("eps", f16, [], [1e-5])
-    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
-    nodes = [
-        helper.make_node("Mul", ["x", "x"], ["sq"], name="sq"),
-        helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean", keepdims=1),
-        helper.make_node("Add", ["ms", "eps"], ["mse"], name="add"),
-        helper.make_node("Sqrt", ["mse"], ["rms"], name="sqrt"),
-        helper.make_node("Div", ["x", "rms"], ["xn"], name="div"),
-        helper.make_node("Mul", ["xn", "gamma"], ["y"], name="scale"),
-    ]
-    graph = helper.make_graph(nodes, "rms", [x], [y], initializer=[gamma, eps, axes])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_split_row_reads_its_chunks_again_from_l2(kind: str) -> None:
     """A norm whose row does not fit in UB reads each chunk twice (statistics, then the
@@ -154,7 +135,7 @@ def test_a_split_row_reads_its_chunks_again_from_l2(kind: str) -> None:
     far less than L2 holds, so it is an L2 hit: HBM moves x and y once. With no L2 it moves x
     twice, and gamma once per row (L2 no longer keeps it between rows)."""
     rows, cols = 192, 1 << 17  # 256 KB rows of fp16: more than a 192 KB UB
-    graph = load_graph(_rmsnorm(rows, cols))
+    graph = load_graph(rmsnorm_model(rows, cols))
     ctx = FusionContext(graph)
     assert ctx.check(ctx.nodes).ok  # the whole norm is one kernel
     (group,) = ctx.to_groups([frozenset(ctx.nodes)])

@@ -20,13 +20,14 @@ from costmodel.kernel import BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
 __all__ = ["batch_layout", "batch_of", "concat", "layout", "load_size", "stack", "tensor_bytes"]
 
 
-def layout(kernel: Kernel) -> Hashable:
+def layout(kernel: Kernel | KernelBatch) -> Hashable:
     """What kernels must share to be rows of one batch (the kind too: it is a feature of the
     learned model, and a batch has one)."""
     first: dict[str, int] = {}
+    rows: Sequence[Stream | StreamBatch] = kernel.streams
     streams = tuple(
         (first.setdefault(s.tensor, i), s.pipe, s.key, s.per, s.side, s.nd2nz)
-        for i, s in enumerate(kernel.streams)
+        for i, s in enumerate(rows)
     )
     return kernel.unit, kernel.kind, streams
 
@@ -132,15 +133,10 @@ _ROWS = (
 def batch_layout(batch: KernelBatch) -> Hashable:
     """:func:`layout` of a batch, and the types of its arrays: what batches must share for
     :func:`concat` to make rows each of which the model scores as in its own batch."""
-    first: dict[str, int] = {}
-    streams = tuple(
-        (first.setdefault(s.tensor, i), s.pipe, s.key, s.per, s.side, s.nd2nz,
-         s.bytes.dtype.str, s.row_bytes.dtype.str)
-        for i, s in enumerate(batch.streams)
-    )  # fmt: skip
+    dtypes = tuple((s.bytes.dtype.str, s.row_bytes.dtype.str) for s in batch.streams)
     arrays = tuple(getattr(batch, name).dtype.str for name in _ROWS)
     footprint = tuple(sorted((b, a.dtype.str) for b, a in batch.footprint.items()))
-    return batch.unit, batch.kind, streams, arrays, footprint
+    return layout(batch), dtypes, arrays, footprint
 
 
 def concat(batches: Sequence[KernelBatch]) -> KernelBatch:

@@ -108,8 +108,6 @@ def load_hit_fractions(
     window_steps: float,
     resident: Sequence[np.ndarray | float],
     handed: set[str] | None = None,
-    *,
-    share: bool = True,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Fraction of each load stream's requested bytes served by L2.
 
@@ -122,9 +120,6 @@ def load_hit_fractions(
         resident: per load stream (in order), the fraction of its tensor already in L2.
         handed: the kernel's hand-offs (:func:`~costmodel.kernel.handoffs`), when the caller
             has them already.
-        share: work out what streams of one key share (and the window bytes of one gap)
-            once; ``False`` works it out afresh for every stream (the plain path, what the
-            tests hold the shared one to).
 
     Returns:
         Per load stream, in stream order: the hit fraction, and the part of it that is a
@@ -139,11 +134,9 @@ def load_hit_fractions(
     # what depends on a stream's key alone, and the window bytes per gap, once per call:
     # streams of one tiling (an elementwise chain's inputs) repeat them
     reuse: dict[tuple[bool, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    windows: dict[bytes, np.ndarray] | None = {} if share else None
+    windows: dict[bytes, np.ndarray] = {}
     out = []
     for s, res in zip(loads, resident, strict=True):
-        if not share:
-            reuse.clear()
         key = (s.per == "step" and "k" not in s.key, s.key)
         if key not in reuse:
             hits, reqs = _reuse_hits(key[0], s.key, gv, capacity, streams, fits_wave, windows)
@@ -169,11 +162,11 @@ def _reuse_hits(
     capacity: float,
     streams: Sequence[StreamBatch],
     fits_wave: np.ndarray,
-    windows: dict[bytes, np.ndarray] | None,
+    windows: dict[bytes, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """A block's requests after its first that hit L2, and its requests, per config: over
     the letters it does not depend on (``steps_free``: the step too), innermost first.
-    ``windows``: whether a gap's window fits, by the gap (None: worked out every time)."""
+    ``windows``: whether a gap's window fits, by the gap, filled as gaps come up."""
     free = []  # (extent, tile stride) of the letters the block does not depend on
     if steps_free:
         free.append((gv.steps, np.zeros_like(gv.steps)))
@@ -187,13 +180,10 @@ def _reuse_hits(
             outer = outer * ext_o
         gap = np.maximum(stride - inner_span, 0.0)
         same_wave = np.clip(1.0 - gap / gv.cores, 0.0, 1.0) * (stride > 0)
-        if windows is None:
-            far_ok = _window_bytes(streams, gv, gap) <= capacity
-        else:
-            seen = gap.tobytes()
-            if seen not in windows:
-                windows[seen] = _window_bytes(streams, gv, gap) <= capacity
-            far_ok = windows[seen]
+        seen = gap.tobytes()
+        if seen not in windows:
+            windows[seen] = _window_bytes(streams, gv, gap) <= capacity
+        far_ok = windows[seen]
         near = same_wave * fits_wave
         hits = hits + (ext - 1.0) * outer * (near + (1.0 - same_wave) * far_ok)
         reqs = reqs * ext

@@ -151,14 +151,10 @@ class LearnedModel(CostModel):
         self,
         batch: KernelBatch,
         resident: Mapping[str, float] | None = None,
-        *,
-        breakdown: Breakdown | None = None,
     ) -> np.ndarray:
-        """Latency (us) of every config of ``batch``; ``+inf`` where a buffer overflows.
-        ``breakdown``: ``self.analytic.breakdown_batch(batch, resident)`` when the caller has
-        it already (e.g. from ranking the same rows under an equal analytic model)."""
+        """Latency (us) of every config of ``batch``; ``+inf`` where a buffer overflows."""
         spec = self.target.spec
-        b = self.analytic.breakdown_batch(batch, resident) if breakdown is None else breakdown
+        b = self.analytic.breakdown_batch(batch, resident)
         out = b.latency_us * np.exp(self._correction(kernel_features(spec, batch, b)))
         out = np.maximum(out, self._batch_floor(batch, resident))
         return np.where(batch.feasible_mask(spec), out, np.inf)

@@ -52,15 +52,7 @@ def plain_score(s: Session, plan: SpacePlan, prior: bool = False) -> float:
     model = ev.residency_model if prior else ev.model
     kernels = [ev.lowering.kernel(g, c) for g, c in zip(plan.groups, plan.configs, strict=True)]
     resident = ev.residency_model.residency(kernels)
-    memo: dict = {}
-    keys = [
-        (ev.lowering.signature(g), c, tuple(r))
-        for g, c, r in zip(plan.groups, plan.configs, resident, strict=True)
-    ]
-    new = [i for i, k in enumerate(keys) if k not in memo]
-    got = model.latencies([kernels[i] for i in new], [resident[i] for i in new])
-    memo.update((keys[i], float(v)) for i, v in zip(new, got, strict=True))
-    return float(np.array([memo[k] for k in keys], dtype=np.float64).sum())
+    return float(np.asarray(model.latencies(kernels, resident), dtype=np.float64).sum())
 
 
 def _params(s: Session, seed: int, density: float) -> dict:

@@ -32,7 +32,9 @@ from costmodel.analytic.l2 import (
     GridView,
     L2Residency,
     _first_wave_requests,
+    _window_bytes,
     load_hit_fractions,
+    wave_working_set,
 )
 from costmodel.kernel import handoffs
 from costmodel.learned import LearnedModel
@@ -318,6 +320,44 @@ def plain_first_wave(key: str, gv: GridView, points: int = 8) -> np.ndarray:
     return total / points
 
 
+def plain_hit_fractions(
+    streams, gv: GridView, capacity: float, window_steps: float, resident, handed
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """l2.load_hit_fractions as it was written before per-key work was shared: every load
+    stream's reuse worked out afresh, its first-wave requests by plain_first_wave."""
+    loads = [s for s in streams if s.pipe == "MTE2"]
+    streams = [s for s in streams if s.tensor not in handed]
+    fits_wave = wave_working_set(streams, gv) * window_steps <= capacity
+    out = []
+    for s, res in zip(loads, resident, strict=True):
+        free = []
+        if s.per == "step" and "k" not in s.key:
+            free.append((gv.steps, np.zeros_like(gv.steps)))
+        free += [(gv.extent[x], gv.stride[x]) for x in "jib" if x not in s.key]
+        hits, reqs, inner_span = (np.zeros_like(gv.steps), np.ones_like(gv.steps),
+                                  np.zeros_like(gv.steps))  # fmt: skip
+        for n, (ext, stride) in enumerate(free):
+            outer = np.ones_like(gv.steps)
+            for ext_o, _ in free[n + 1 :]:
+                outer = outer * ext_o
+            gap = np.maximum(stride - inner_span, 0.0)
+            same_wave = np.clip(1.0 - gap / gv.cores, 0.0, 1.0) * (stride > 0)
+            far_ok = _window_bytes(streams, gv, gap) <= capacity
+            hits = hits + (ext - 1.0) * outer * (
+                same_wave * fits_wave + (1.0 - same_wave) * far_ok
+            )
+            reqs = reqs * ext
+            inner_span = inner_span + (ext - 1.0) * stride
+        first = np.asarray(res, dtype=np.float64) * (capacity > 0)
+        hit = np.clip((hits + first) / reqs, 0.0, 1.0)
+        concurrent = (plain_first_wave(s.key, gv) - 1.0) * fits_wave
+        shared = np.clip(concurrent * (1.0 - first) / reqs, 0.0, 1.0)
+        again = s.reread_share() * (capacity > 0)
+        hit, shared = again + (1.0 - again) * hit, (1.0 - again) * shared
+        out.append((hit, np.minimum(shared, hit)))
+    return out
+
+
 @slow(15)
 @given(
     seed=st.integers(0, 2**16),
@@ -353,7 +393,7 @@ def test_l2_hits_are_the_plain_ones(
             res = [np.full(len(batch), fracs[i % len(fracs)]) for i in range(len(loads))]
             args = (streams, gv, cap, c.l2_window, res, handoffs(streams))
             got = load_hit_fractions(*args)
-            want = load_hit_fractions(*args, share=False)
+            want = plain_hit_fractions(*args)
             for (hit, shared), (hit0, shared0) in zip(got, want, strict=True):
                 assert np.array_equal(hit, hit0) and np.array_equal(shared, shared0)
             for s in loads:

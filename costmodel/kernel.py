@@ -288,7 +288,9 @@ class KernelBatch:
             config=self.configs[i],
             grid=tuple(int(g) for g in self.grid[i]),  # type: ignore[arg-type]
             steps=int(self.steps[i]),
-            streams=tuple(s.at(i) for s in self.streams),
+            # a stream with no bytes under this config (a flash-decoding hand-off of an
+            # unsplit attention) moves nothing, so the kernel has no such stream
+            streams=tuple(s.at(i) for s in self.streams if s.bytes[i] > 0),
             mte1_l0a_bytes=int(self.mte1_l0a_bytes[i]),
             mte1_l0b_bytes=int(self.mte1_l0b_bytes[i]),
             mmads=int(self.mmads[i]),

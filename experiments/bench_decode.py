@@ -32,6 +32,7 @@ from _table import RESULTS, emit
 
 from autotune.zoo import ZooOptions, resolve_model
 from autotune.zoo.builder import WEIGHT_INPUTS_KEY, ZOO_KEY
+from costmodel.lower.common import mem_itemsize
 from search_space import load_graph
 from search_space.space import SpacePlan
 
@@ -39,19 +40,20 @@ MODEL = "llama3-8b-decode"
 
 
 def _floor_us(graph: Any, weights: list[str], target: Any) -> tuple[float, float]:
-    """(floor us, bytes): the weights and the past cache read once from HBM, at the itemsize
-    the cube reads them in (both are matmul operands: fp16 under ``auto``)."""
-    elem = target.cube_itemsize(4)
+    """(floor us, bytes): the weights and the past cache read once from HBM, each at its
+    itemsize in device memory: weights converted offline to the cube's dtype (fp16 under
+    ``auto``), the cache in the activations' dtype (the model's own under ``auto``)."""
     names = set(weights) | {t for t in graph.inputs if t.startswith("past_key_values.")}
     total = 0
     for t in names:
         readers = graph.consumers(t)
+        elem = mem_itemsize(graph, t, target, cube_operand=t in weights)
         if readers and all(o.op_type == "Gather" and o.inputs[0] == t for o in readers):
             # an embedding table: a step reads the rows of its tokens, not the table
-            total += sum(int(np.prod(graph.tensors[o.outputs[0]].shape)) for o in readers)
+            n = sum(int(np.prod(graph.tensors[o.outputs[0]].shape)) for o in readers)
         else:
-            total += int(np.prod(graph.tensors[t].shape))
-    total *= elem
+            n = int(np.prod(graph.tensors[t].shape))
+        total += n * elem
     return total / target.spec.hbm_bytes_per_s * 1e6, float(total)
 
 

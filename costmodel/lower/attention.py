@@ -6,118 +6,33 @@ head, so they come from L2 after the first), computes the scores on the cube, ru
 softmax (running max and sum, rescaling the accumulator) on the vector cores, and the PV
 product on the cube. On the split 910B the scores and probabilities cross between cube and
 vector cores through GM/L2 each step; on a coupled chip scores go L0C -> UB directly.
+
+Grouped-query attention with its K/V broadcast inside the group reads each KV head once, its
+query heads folded into M (:mod:`.attention_work`). With ``kv_split`` > 1 (flash-decoding)
+the keys are cut into that many contiguous parts, one tile each (grid axis J); each part
+stores its output and log-sum-exp to an L2 workspace and, after an all-core sync, the tiles
+combine them, each 1/J of its rows from all J parts.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
-from costmodel.lower.common import (
-    ceil_div,
-    ceil_to,
-    inplace_writes,
-    mem_itemsize,
-    pow2_choices,
-    vector_cost,
-)
+from costmodel.lower.attention_work import AttentionWork, analyse_attention
+from costmodel.lower.common import ceil_div, ceil_to, pow2_choices, vector_cost
 from costmodel.spec import Target
-from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root
 
-__all__ = ["AttentionWork", "analyse_attention", "attention_grid", "lower_attention"]
-
-
-@dataclass(frozen=True)
-class AttentionWork:
-    bh: int
-    S: int
-    T: int
-    D: int
-    Dv: int
-    q: str
-    k: str
-    v: str
-    item: int  # activations in memory
-    cube_item: int
-    rate: float
-    mask: tuple[tuple[str, int, int], ...]  # (tensor, item, numel)
-    vec_ops: tuple[Op, ...]
-    output: tuple[str, int]
-    extra_outputs: tuple[tuple[str, int, int], ...]
-    flops: int
-    cube_flops: int
-    compulsory: int
-    kv_bytes: tuple[int, int]
-
-
-def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> AttentionWork:
-    """Find Q, K, V, masks and the softmax chain of an attention group."""
-    members = [graph.op(n) for n in group.ops]
-    cubes = [op for op in members if op.op_class is OpClass.CUBE and op.unit == "cube"]
-    qk, pv = cubes[0], cubes[-1]
-    scores = graph.tensors[qk.outputs[0]].static_shape
-    out = graph.tensors[pv.outputs[0]].static_shape
-    S, T = scores[-2], scores[-1]
-    bh = max(1, math.prod(scores[:-2]))
-    D = graph.tensors[qk.inputs[0]].static_shape[-1]
-    Dv = out[-1]
-    q, k, v = (alias_root(graph, t) for t in (qk.inputs[0], qk.inputs[1], pv.inputs[1]))
-    item = mem_itemsize(graph, qk.inputs[0], target)
-    produced = {t for op in members for t in op.outputs if t}
-    qkv = {qk.inputs[0], qk.inputs[1], pv.inputs[1]}
-    # a KV cache updated in place inside the group: its buffer is the K or V read, not an
-    # extra input, and only the new rows are written back (common.InPlace)
-    inplace = inplace_writes(graph, members)
-    buffers = {w.buffer for w in inplace.values()}
-    mask = tuple(
-        (t, mem_itemsize(graph, t, target), graph.tensors[t].numel)
-        for t in group.inputs
-        if t not in produced
-        and t not in qkv
-        and t not in buffers
-        and graph.tensors[t].numel > 16
-        and alias_root(graph, t) not in (q, k, v)
-    )
-    vec_ops = tuple(op for op in members if op not in (qk, pv) and not op.is_view)
-    main = pv.outputs[0] if pv.outputs[0] in group.outputs else group.outputs[-1]
-    extra = tuple(
-        (
-            t,
-            mem_itemsize(graph, t, target),
-            graph.tensors[inplace[t].updates if t in inplace else t].numel,
-        )
-        for t in group.outputs
-        if t != main
-    )
-    kv_bytes = (graph.tensors[k].numel * item, graph.tensors[v].numel * item)
-    compulsory = graph.tensors[q].numel * item + sum(kv_bytes)
-    compulsory += sum(n * it for _, it, n in mask) + graph.tensors[main].numel * item
-    compulsory += sum(n * it for _, it, n in extra)
-    return AttentionWork(
-        bh=bh,
-        S=S,
-        T=T,
-        D=D,
-        Dv=Dv,
-        q=q,
-        k=k,
-        v=v,
-        item=item,
-        cube_item=target.cube_itemsize(graph.tensors[q].itemsize),
-        rate=target.cube_rate(graph.tensors[q].itemsize),
-        mask=mask,
-        vec_ops=vec_ops,
-        output=(main, mem_itemsize(graph, main, target)),
-        extra_outputs=extra,
-        flops=sum(op.flops for op in members),
-        cube_flops=sum(op.cube_flops for op in members),
-        compulsory=int(compulsory),
-        kv_bytes=kv_bytes,
-    )
+__all__ = [
+    "AttentionWork",
+    "analyse_attention",
+    "attention_default",
+    "attention_grid",
+    "kv_parts",
+    "lower_attention",
+]
 
 
 def _foot(w: AttentionWork, bm: np.ndarray, kv: np.ndarray, db: np.ndarray) -> dict[str, Any]:
@@ -132,30 +47,69 @@ def _foot(w: AttentionWork, bm: np.ndarray, kv: np.ndarray, db: np.ndarray) -> d
     }
 
 
+def kv_parts(t: int, split: int, kv_tile: int) -> int:
+    """How many key parts a ``split``-way flash-decoding pass makes: each a whole number of
+    ``kv_tile`` blocks (as :func:`autotune.verify.cube.flash_attention` cuts them)."""
+    if split <= 1:
+        return 1
+    step = ceil_div(ceil_div(t, split), kv_tile) * kv_tile
+    return int(ceil_div(t, step))
+
+
+def _splits(work: AttentionWork, bm: int, kv: int, cores: tuple[int, ...]) -> list[int]:
+    """``kv_split`` choices: none, and, while the tiles leave cores idle, the powers of two
+    and the splits that fill each block dim, up to two tiles per core; each a real split."""
+    tiles = work.bh * int(ceil_div(work.S, bm))
+    top = 2 * max(cores)
+    wanted = {1 << i for i in range(1, 6)} | {int(ceil_div(c, tiles)) for c in cores}
+    real = (s for s in wanted if 1 < s and tiles * s <= top and kv_parts(work.T, s, kv) == s)
+    return [1, *sorted(real)]
+
+
 def attention_grid(work: AttentionWork, target: Target) -> list[KernelConfig]:
     spec = target.spec
     configs = []
+    dims = tuple(sorted({spec.cube_cores, max(1, spec.cube_cores // 2)}, reverse=True))
     for db in (True, False):
         for bm in pow2_choices(work.S):
             for kv in pow2_choices(work.T, lo=64, hi=1024):
                 foot = _foot(work, np.array([bm]), np.array([kv]), np.array([db]))
                 if any(int(v[0]) > int(getattr(spec, f"{b}_bytes")) for b, v in foot.items()):
                     continue
-                for bd in sorted({spec.cube_cores, max(1, spec.cube_cores // 2)}, reverse=True):
-                    configs.append(
-                        KernelConfig(
-                            block_dim=bd,
-                            base_m=bm,
-                            base_n=work.Dv,
-                            base_k=work.D,
-                            m=min(bm, 128),
-                            n=128,
-                            k=128,
-                            double_buffer=db,
-                            knobs=(("kv_tile", kv),),
+                for split in _splits(work, bm, kv, dims):
+                    knobs = (("kv_split", split),) if split > 1 else ()
+                    for bd in dims:
+                        configs.append(
+                            KernelConfig(
+                                block_dim=bd,
+                                base_m=bm,
+                                base_n=work.Dv,
+                                base_k=work.D,
+                                m=min(bm, 128),
+                                n=128,
+                                k=128,
+                                double_buffer=db,
+                                knobs=(*knobs, ("kv_tile", kv)),
+                            )
                         )
-                    )
     return configs
+
+
+def attention_default(work: AttentionWork, pool: list[KernelConfig], cores: int) -> KernelConfig:
+    """The largest tiles, split over the keys (flash-decoding) just enough to give every core
+    a tile when the (batch, head) blocks alone leave cores idle, as CANN's incremental flash
+    attention does for decoding."""
+    top = max(c.base_m * c.knob("kv_tile") for c in pool)
+    largest = [c for c in pool if c.base_m * c.knob("kv_tile") == top]
+    largest = [c for c in largest if c.knob("kv_tile") == max(x.knob("kv_tile") for x in largest)]
+
+    def tiles(c: KernelConfig) -> int:
+        return work.bh * int(ceil_div(work.S, c.base_m)) * c.knob("kv_split", 1)
+
+    filling = [c for c in largest if tiles(c) >= cores]
+    if filling:
+        return min(filling, key=tiles)
+    return max(largest, key=tiles)
 
 
 def lower_attention(
@@ -176,10 +130,15 @@ def lower_attention(
     bm = np.array([c.base_m for c in configs], dtype=np.int64)
     kv = np.array([c.knob("kv_tile", 128) for c in configs], dtype=np.int64)
     db = np.array([c.double_buffer for c in configs], dtype=bool)
+    gj = np.array(
+        [kv_parts(work.T, c.knob("kv_split", 1), c.knob("kv_tile", 128)) for c in configs]
+    )
     gi = ceil_div(work.S, bm)
-    steps = ceil_div(work.T, kv)
+    part = ceil_div(work.T, gj)  # keys per tile
+    steps = ceil_div(part, kv)
     me = np.minimum(bm, ceil_to(ceil_div(work.S, gi), 16))
-    ke = np.minimum(kv, ceil_to(ceil_div(work.T, steps), 16))
+    ke = np.minimum(kv, ceil_to(ceil_div(part, steps), 16))
+    split = gj > 1
     D16, Dv16 = int(ceil_to(work.D, 16)), int(ceil_to(work.Dv, 16))
     it, ci = work.item, work.cube_item
     i64 = np.int64
@@ -197,25 +156,25 @@ def lower_attention(
         StreamBatch(
             work.k,
             "MTE2",
-            np.ceil(work.kv_bytes[0] / (work.bh * steps)).astype(i64),
+            np.ceil(work.kv_bytes[0] / (work.bh * gj * steps)).astype(i64),
             np.full(n, work.D * it),
-            "bk",
+            "bjk",
             nd2nz=True,
             tensor_bytes=work.kv_bytes[0],
         ),
         StreamBatch(
             work.v,
             "MTE2",
-            np.ceil(work.kv_bytes[1] / (work.bh * steps)).astype(i64),
+            np.ceil(work.kv_bytes[1] / (work.bh * gj * steps)).astype(i64),
             np.full(n, work.Dv * it),
-            "bk",
+            "bjk",
             nd2nz=True,
             tensor_bytes=work.kv_bytes[1],
         ),
     ]
     full = work.bh * work.S * work.T
     for t, mit, numel in work.mask:
-        key = "bik" if numel >= full else "ik"
+        key = "bijk" if numel >= full else "ijk"
         per_head = numel if numel < full else numel / work.bh
         nbytes = np.maximum(mit, me * ke * mit * min(1.0, per_head / (work.S * work.T)))
         streams.append(
@@ -250,34 +209,51 @@ def lower_attention(
                     pipe,
                     nbytes,
                     (ke * 4).astype(i64),
-                    "bik",
+                    "bijk",
                     side=side,
                     tensor_bytes=int(nbytes.max()) * spec.cube_cores,
                 )
             )
         syncs = 2 * steps
+    if split.any():  # flash-decoding: each part's output and log-sum-exp (fp32) through L2,
+        # read back by the combining pass (a tile combines 1/J of its rows from all J parts)
+        partial = workspace(name, "parts")
+        p_bytes = np.where(split, me * (Dv16 + 8) * 4, 0).astype(i64)
+        for pipe in ("MTE3", "MTE2"):
+            streams.append(
+                StreamBatch(
+                    partial,
+                    pipe,
+                    p_bytes,
+                    np.full(n, (Dv16 + 8) * 4),
+                    "bij",
+                    per="tile",
+                    side="vector",
+                    tensor_bytes=int(p_bytes.max()) * work.bh * int(gi.max() * gj.max()),
+                )
+            )
     main, oit = work.output
     streams.append(
         StreamBatch(
             main,
             "MTE3",
-            (me * work.Dv * oit).astype(i64),
+            np.ceil(me * work.Dv * oit / gj).astype(i64),
             np.full(n, work.Dv * oit),
-            "bi",
+            "bij",
             per="tile",
             side="vector",
             tensor_bytes=work.bh * work.S * work.Dv * oit,
         )
     )
     for t, xit, numel in work.extra_outputs:  # an intermediate also needed outside the group
-        nbytes = np.ceil(numel * xit / (work.bh * gi * steps)).astype(i64)
+        nbytes = np.ceil(numel * xit / (work.bh * gi * gj * steps)).astype(i64)
         streams.append(
             StreamBatch(
                 t,
                 "MTE3",
                 nbytes,
                 (ke * xit).astype(i64),
-                "bik",
+                "bijk",
                 side="vector",
                 tensor_bytes=numel * xit,
             )
@@ -301,7 +277,7 @@ def lower_attention(
         kind=kind,
         unit="mixed",
         configs=tuple(configs),
-        grid=np.stack([np.full(n, work.bh, dtype=i64), gi, np.ones(n, dtype=i64)], axis=1),
+        grid=np.stack([np.full(n, work.bh, dtype=i64), gi, gj.astype(i64)], axis=1),
         steps=steps.astype(i64),
         streams=tuple(streams),
         mte1_l0a_bytes=(me * (D16 + ke) * ci).astype(i64),
@@ -309,9 +285,10 @@ def lower_attention(
         mmads=mmads.astype(i64),
         cube_cycles=cube.astype(np.float64),
         vector_cycles_step=(vc / 2) + np.zeros(n),
-        vector_cycles_tile=(me * Dv16 * 4.0 / spec.vector_bytes_per_cycle) + np.zeros(n),
+        # normalise the output; a split's combining pass also weighs and sums J parts' rows
+        vector_cycles_tile=me * Dv16 * 4.0 * np.where(split, 3, 1) / spec.vector_bytes_per_cycle,
         vector_instrs=np.zeros(n, dtype=i64),
-        cross_core_syncs=syncs.astype(i64),
+        cross_core_syncs=(syncs + split).astype(i64),  # a split waits for all parts
         footprint={k: np.asarray(v, dtype=i64) for k, v in foot.items()},
         flops=work.flops,
         cube_flops=work.cube_flops,

@@ -16,7 +16,12 @@ from typing import Any
 
 from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import Kernel, KernelBatch, KernelConfig
-from costmodel.lower.attention import analyse_attention, attention_grid, lower_attention
+from costmodel.lower.attention import (
+    analyse_attention,
+    attention_default,
+    attention_grid,
+    lower_attention,
+)
 from costmodel.lower.cube import analyse_cube, cube_fits, cube_grid, lower_cube
 from costmodel.lower.cube_gemv import cube_tiles, gemv_default, is_gemv
 from costmodel.lower.vector import analyse_vector, lower_vector, vector_grid
@@ -140,7 +145,7 @@ class Lowering:
         buffering, on all cores (vector kernels: no larger than needed to feed every core; a
         matmul whose largest tiles are fewer than the cores, and a GEMV: the tiling that loads
         the fewest bytes on its busiest core, as CANN's matmul tiling splits a small matmul
-        over every core)."""
+        over every core; attention: split over the keys when its blocks leave cores idle)."""
         configs = self.grid(group)
         kind, work, _ = self._analysed(group)
         top = max(c.block_dim for c in configs)
@@ -152,7 +157,7 @@ class Lowering:
                 return gemv_default(work, pool, top)
             return largest
         if kind == "attention":
-            return max(pool, key=lambda c: (c.base_m * c.knob("kv_tile"), c.knob("kv_tile")))
+            return attention_default(work, pool, top)
         per_core = max(1, -(-work.rows // top))
         fitting = [c for c in pool if c.ub_rows <= per_core] or pool
         return max(fitting, key=lambda c: (c.ub_rows * c.ub_cols, c.ub_cols))

@@ -151,8 +151,22 @@ class PatternMatcher:
     ) -> list[str] | None:
         """The greedy match of ``pat`` whose first op is ``start``, or None.
 
-        With ``diagnose``, :attr:`failure` holds the deepest dead end of a failed search.
+        With ``diagnose``, :attr:`failure` holds the deepest dead end of a failed search. A
+        step with several sides is tried with its sides in every order (``side_orders``) and
+        the largest match is kept.
         """
+        best, failure = None, None
+        for variant in pat.side_orders:
+            found = self._chain_at(variant, start, taken, diagnose)
+            failure = failure or self.failure
+            if found is not None and (best is None or len(found) > len(best)):
+                best = found
+        self.failure = None if best is not None else failure
+        return best
+
+    def _chain_at(
+        self, pat: Pattern, start: str, taken: Iterable[str], diagnose: bool
+    ) -> list[str] | None:
         self._ops, self._used, self._start = [], set(taken), start
         self.failure, self._diagnose = None, diagnose
         steps = pat.steps

@@ -39,8 +39,10 @@ Grammar (whitespace is free)::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -99,6 +101,27 @@ class Step:
 class Pattern:
     steps: tuple[Step, ...]
     count: tuple[int, int] | None  # siblings only: (lo, hi), hi = INF for unbounded
+
+    @functools.cached_property
+    def side_orders(self) -> tuple[Pattern, ...]:
+        """This pattern with the sides of each step in every order, itself first. Sides match
+        greedily in order, so the first may take an op that a later side's longer chain
+        needs (attention: Q's ``Transpose?`` taking K's Transpose, leaving K's Expand out);
+        the matcher keeps the largest match over the orders."""
+        orders = [
+            list(itertools.permutations(st.sides)) if len(st.sides) > 1 else [st.sides]
+            for st in self.steps
+        ]
+        return tuple(
+            Pattern(
+                tuple(
+                    dataclasses.replace(st, sides=s)
+                    for st, s in zip(self.steps, combo, strict=True)
+                ),
+                self.count,
+            )
+            for combo in itertools.product(*orders)
+        )
 
     @functools.cached_property
     def first_types(self) -> frozenset[str]:

@@ -116,6 +116,18 @@ def test_llama_attention_takes_the_grouped_query_expands(name: str) -> None:
     assert all(types(ctx, m.ops) == Counter(MatMul=2, Sigmoid=1, Mul=2) for m in swiglu)
 
 
+@pytest.mark.parametrize("model", ["llama3-8b", "llama3-8b-decode"])
+def test_zoo_llama_attention_takes_both_expands(model: str) -> None:
+    """HF's eager Llama: K is repeated (Expand), then transposed, and only the scores are
+    scaled, so Q's side ``Transpose?`` could take K's Transpose and leave K's Expand out
+    when the sides are matched in one order only."""
+    ctx = zoo_ctx(model, 0.25, 1)
+    att = [m for m in greedy(ctx, ALL)[1] if m.rule == "attention"]
+    assert len(att) == 1
+    got = types(ctx, att[0].ops)
+    assert got["Expand"] == 2 and got["MatMul"] == 2 and got["Softmax"] == 1
+
+
 def test_bert_attention_keeps_the_nan_guard_and_the_additive_mask() -> None:
     ctx = export_ctx("bert_legacy_op14.onnx")
     for m in (m for m in greedy(ctx, ALL)[1] if m.rule == "attention"):

@@ -1,0 +1,154 @@
+"""What a fused attention group computes: Q, K, V, masks, the softmax chain and its sizes.
+
+Grouped-query attention whose K/V broadcast (an Expand of whole (T, D) matrices, as HF's
+``repeat_kv`` exports it) is inside the group is read from the cache itself: the query heads
+sharing a KV head are folded into the rows (M) of one (batch, KV head) block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from costmodel.lower.common import inplace_writes, mem_itemsize
+from costmodel.spec import Target
+from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root
+
+__all__ = ["AttentionWork", "analyse_attention"]
+
+
+@dataclass(frozen=True)
+class AttentionWork:
+    bh: int
+    S: int
+    T: int
+    D: int
+    Dv: int
+    rep: int  # query heads per KV head folded into M (grouped-query attention), else 1
+    q: str
+    k: str
+    v: str
+    item: int  # activations in memory
+    cube_item: int
+    rate: float
+    mask: tuple[tuple[str, int, int], ...]  # (tensor, item, numel)
+    vec_ops: tuple[Op, ...]
+    output: tuple[str, int]
+    extra_outputs: tuple[tuple[str, int, int], ...]
+    flops: int
+    cube_flops: int
+    compulsory: int
+    kv_bytes: tuple[int, int]
+
+
+def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> AttentionWork:
+    """Find Q, K, V, masks and the softmax chain of an attention group."""
+    members = [graph.op(n) for n in group.ops]
+    cubes = [op for op in members if op.op_class is OpClass.CUBE and op.unit == "cube"]
+    qk, pv = cubes[0], cubes[-1]
+    scores = graph.tensors[qk.outputs[0]].static_shape
+    out = graph.tensors[pv.outputs[0]].static_shape
+    S, T = scores[-2], scores[-1]
+    bh = max(1, math.prod(scores[:-2]))
+    D = graph.tensors[qk.inputs[0]].static_shape[-1]
+    Dv = out[-1]
+    q = alias_root(graph, qk.inputs[0])
+    made = {t: op for op in members for t in op.outputs if t}
+    (k, k_rep), (v, v_rep) = (_kv_source(graph, made, t) for t in (qk.inputs[1], pv.inputs[1]))
+    if k_rep > 1 and k_rep == v_rep and bh % k_rep == 0:
+        # the kernel reads the cache and serves `rep` query heads per KV head
+        rep, bh, S = k_rep, bh // k_rep, S * k_rep
+    else:
+        rep = 1
+        k, v = (_kv_source(graph, made, t, expand=False)[0] for t in (qk.inputs[1], pv.inputs[1]))
+    item = mem_itemsize(graph, qk.inputs[0], target)
+    # a KV cache updated in place inside the group: its buffer is the K or V read, not an
+    # extra input, and only the new rows are written back (common.InPlace)
+    inplace = inplace_writes(graph, members)
+    buffers = {w.buffer for w in inplace.values()}
+    # K/V read from a cache this group also updates: the reads are of the buffer, the store
+    # (new rows only) of the update's output; two names, so neither looks like a hand-off
+    k, v = (inplace[t].buffer if t in inplace else t for t in (k, v))
+    # a mask is an input of the score chain; what only feeds Q, K or V (their un-transposed
+    # tensors, a rotary table, a cache's new rows) is not streamed per step
+    operands = set().union(
+        *(_feeders(made, t) for t in (qk.inputs[0], qk.inputs[1], pv.inputs[1]))
+    )
+    mask = tuple(
+        (t, mem_itemsize(graph, t, target), graph.tensors[t].numel)
+        for t in group.inputs
+        if t not in made and t not in operands and t not in buffers and graph.tensors[t].numel > 16
+    )
+    vec_ops = tuple(op for op in members if op not in (qk, pv) and not op.is_view)
+    main = pv.outputs[0] if pv.outputs[0] in group.outputs else group.outputs[-1]
+    extra = tuple(
+        (
+            t,
+            mem_itemsize(graph, t, target),
+            graph.tensors[inplace[t].updates if t in inplace else t].numel,
+        )
+        for t in group.outputs
+        if t != main
+    )
+    kv_bytes = (graph.tensors[k].numel * item, graph.tensors[v].numel * item)
+    compulsory = graph.tensors[q].numel * item + sum(kv_bytes)
+    compulsory += sum(n * it for _, it, n in mask) + graph.tensors[main].numel * item
+    compulsory += sum(n * it for _, it, n in extra)
+    return AttentionWork(
+        bh=bh,
+        S=S,
+        T=T,
+        D=D,
+        Dv=Dv,
+        rep=rep,
+        q=q,
+        k=k,
+        v=v,
+        item=item,
+        cube_item=target.cube_itemsize(graph.tensors[q].itemsize),
+        rate=target.cube_rate(graph.tensors[q].itemsize),
+        mask=mask,
+        vec_ops=vec_ops,
+        output=(main, mem_itemsize(graph, main, target)),
+        extra_outputs=extra,
+        flops=sum(op.flops for op in members),
+        cube_flops=sum(op.cube_flops for op in members),
+        compulsory=int(compulsory),
+        kv_bytes=kv_bytes,
+    )
+
+
+def _kv_source(
+    graph: Graph, made: dict[str, Op], tensor: str, expand: bool = True
+) -> tuple[str, int]:
+    """The tensor a K or V operand is read from, and how many times it is repeated: walks back
+    through the group's views and Transposes (the kernel loads K in whichever layout) and,
+    with ``expand``, one Expand or Tile that repeats whole (T, D) matrices (grouped-query
+    attention's repeat_kv)."""
+    t, seen = tensor, 0
+    while (op := made.get(t)) is not None and op.inputs and seen <= len(made):
+        seen += 1
+        if op.op_type in ("Expand", "Tile"):
+            src, dst = graph.tensors[op.inputs[0]], graph.tensors[t]
+            rep = dst.numel // max(1, src.numel)
+            same_matrix = src.static_shape[-2:] == dst.static_shape[-2:]
+            if expand and rep > 1 and rep * src.numel == dst.numel and same_matrix:
+                return alias_root(graph, op.inputs[0]), rep
+            break
+        if not (op.is_view or op.op_type == "Transpose"):
+            break
+        t = op.inputs[0]
+    return alias_root(graph, t), 1
+
+
+def _feeders(made: dict[str, Op], tensor: str) -> set[str]:
+    """Every tensor ``tensor`` is computed from inside the group, itself included."""
+    out, stack = set(), [tensor]
+    while stack:
+        t = stack.pop()
+        if t in out:
+            continue
+        out.add(t)
+        if (op := made.get(t)) is not None:
+            stack += [i for i in op.inputs if i]
+    return out

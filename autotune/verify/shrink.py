@@ -25,33 +25,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from search_space.exceptions import AutofusionError
-from search_space.ir import REDUCE_OPS, FusionGroup, Graph, Op, OpClass, is_compile_time
+from autotune.verify.shrink_axes import NotShrinkable, Shape, out_axis, scatter_cut
+from search_space.ir import FusionGroup, Graph, Op, OpClass, is_compile_time
 
 __all__ = ["NotShrinkable", "Shrink", "group_rows", "plan_shrinks"]
 
-Shape = tuple[int, ...]
 _TRIES = 8  # row counts tried when the asked one does not scale every tensor whole
-_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
-_BATCH_ONLY = frozenset(
-    {
-        "Conv",
-        "ConvTranspose",
-        "MaxPool",
-        "AveragePool",
-        "LpPool",
-        "GlobalAveragePool",
-        "GlobalMaxPool",
-        "InstanceNormalization",
-        "GroupNormalization",
-    }
-)
-_SPATIAL = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})  # windows slide over H, W
-_REDUCE = frozenset(t for t in REDUCE_OPS if t.startswith("Reduce"))  # axes-driven reductions
-
-
-class NotShrinkable(AutofusionError):
-    """The group cannot be run on fewer rows this way (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -71,131 +50,6 @@ class Shrink:
 
 class _NotWhole(NotShrinkable):
     """A tensor on the way cannot scale to whole rows at this row count (more rows may)."""
-
-
-def _reject(op: Op, why: str) -> NotShrinkable:
-    return NotShrinkable(f"{op.name} ({op.op_type}) {why}")
-
-
-def _view_axis(op: Op, src: Shape, dst: Shape, a: int) -> int:
-    """The output axis whose outer block starts where input axis ``a`` starts."""
-    pre, acc = math.prod(src[:a]), 1
-    for j, d in enumerate(dst):
-        if acc == pre and d > 1:
-            if d % src[a] and src[a] % d:
-                break
-            return j
-        acc *= d
-        if acc > pre:
-            break
-    raise _reject(op, f"splits the shrunk axis ({list(src)} -> {list(dst)})")
-
-
-def _ints(graph: Graph, op: Op, pos: int, attr: str) -> list[int] | None:
-    if len(op.inputs) > pos and op.inputs[pos]:
-        value = graph.constants.get(op.inputs[pos])
-        if value is None:
-            raise _reject(op, f"reads a run-time '{attr}'")
-        return [int(v) for v in np.asarray(value).reshape(-1)]
-    got = op.attr(attr)
-    return None if got is None else [int(v) for v in got]
-
-
-def _out_axis(graph: Graph, op: Op, ax: dict[int, int]) -> int:
-    """Where the tracked axis lands in the op's outputs (raises when the op forbids it)."""
-    # Long by design: one case per op family (views, transpose, shape ops, reductions, ...), a
-    # dispatch table written out.
-    shapes = [graph.tensors[t].static_shape if t else () for t in op.inputs]
-    out = graph.tensors[op.outputs[0]].static_shape
-    t, rank = op.op_type, len(shapes[0]) if shapes else 0
-    a = ax.get(0, -1)
-    if t in _VIEWS:
-        if set(ax) != {0}:
-            raise _reject(op, "has a run-time shape")
-        return _view_axis(op, shapes[0], out, a)
-    if t == "Transpose":
-        perm = list(op.attr("perm") or range(rank)[::-1])
-        return perm.index(a)
-    if t in ("Expand", "Tile", "Pad", "Slice", "Concat", "Split", "Trilu", "CumSum"):
-        if set(ax) - {0} and t != "Concat":
-            raise _reject(op, "has a run-time argument on the shrunk axis")
-        if t == "Concat" and len(set(ax.values())) != 1:
-            raise _reject(op, "concatenates differently shrunk inputs")
-        a = next(iter(ax.values()))
-        if t == "Expand":
-            return len(out) - rank + a
-        if t in ("Concat", "Split", "CumSum") and a == (op.attr("axis", 0) % len(out)):
-            raise _reject(op, "works along the shrunk axis")
-        if t == "Slice" and a in {x % rank for x in (_ints(graph, op, 3, "axes") or range(rank))}:
-            raise _reject(op, "slices the shrunk axis")
-        if t == "Trilu" and a >= rank - 2:
-            raise _reject(op, "works on the shrunk axis")
-        if t == "Tile" and (_ints(graph, op, 1, "repeats") or [1] * rank)[a] != 1:
-            raise _reject(op, "tiles the shrunk axis")
-        if t == "Pad" and any(
-            (_ints(graph, op, 1, "pads") or [0] * 2 * rank)[k] for k in (a, a + rank)
-        ):
-            raise _reject(op, "pads the shrunk axis")
-        return a
-    if t == "MatMul":
-        ra, rb, ro = len(shapes[0]), len(shapes[1]), len(out)
-        lands = set()
-        if 0 in ax:
-            if ra == 1 or ax[0] == ra - 1:
-                raise _reject(op, "would shrink the contraction axis K")
-            lands.add(ro - 2 if ax[0] == ra - 2 else ro - ra + ax[0])
-        if 1 in ax:
-            if rb == 1 or ax[1] == rb - 2:
-                raise _reject(op, "would shrink the contraction axis K")
-            lands.add(ro - 1 if ax[1] == rb - 1 else ro - rb + ax[1])
-        if len(lands) != 1:
-            raise _reject(op, "operands shrink different axes")
-        return lands.pop()
-    if t == "Gemm":
-        if set(ax) != {0} or a != (1 if op.attr("transA", 0) else 0):
-            raise _reject(op, "would shrink K or a weight")
-        return 0
-    if t in _SPATIAL and set(ax) == {0} and a >= 2:
-        return a  # a crop of the image: each output still sums all channels x the window
-    if t in _BATCH_ONLY:
-        if set(ax) != {0} or a != 0:
-            raise _reject(op, "can only lose batch rows or, sliding a window, image rows")
-        return 0
-    if t == "BatchNormalization":
-        if set(ax) != {0} or a == 1:
-            raise _reject(op, "would shrink channels")
-        return a
-    if t in ("Softmax", "LogSoftmax", "Hardmax"):
-        axis = op.attr("axis", -1 if graph.opset >= 13 else 1) % rank
-        if a == axis or (graph.opset < 13 and a >= axis):
-            raise _reject(op, "reduces along the shrunk axis")
-        return a
-    if t == "LayerNormalization":
-        if a >= op.attr("axis", -1) % rank:
-            raise _reject(op, "normalises along the shrunk axis")
-        return a
-    if t in _REDUCE or t in ("ArgMax", "ArgMin"):
-        pos = 1 if t == "ReduceSum" or graph.opset >= 18 else 99
-        axes = _ints(graph, op, pos, "axes") if t in _REDUCE else [op.attr("axis", 0)]
-        norm = sorted({x % rank for x in axes} if axes else range(rank))
-        if a in norm:
-            raise _reject(op, "reduces along the shrunk axis")
-        return a if op.attr("keepdims", 1) else a - sum(1 for x in norm if x < a)
-    if t == "Gather":
-        axis = op.attr("axis", 0) % rank
-        if len(ax) != 1 or (0 in ax and a == axis):
-            raise _reject(op, "gathers along the shrunk axis")
-        if 0 in ax:
-            return a if a < axis else a + len(shapes[1]) - 1
-        return axis + ax[1]
-    if op.op_class is OpClass.ELEMENTWISE:
-        lands = {len(out) - len(shapes[p]) + x for p, x in ax.items()}
-        if len(lands) != 1:
-            raise _reject(op, "broadcasts differently shrunk inputs")
-        return lands.pop()
-    if set(ax) == {0} and a == 0 and out and shapes[0] and out[0] == shapes[0][0]:
-        return 0  # an op we do not know, keeping its batch axis
-    raise _reject(op, "is not known to keep the shrunk axis apart")
 
 
 def _scaled(op: Op, shape: Shape, axis: int, extent: int, new: int) -> Shape:
@@ -235,14 +89,18 @@ def _walk(
         ax = {p: axis[t] for p, t in enumerate(op.inputs) if t in axis}
         if not ax:
             continue
-        land = _out_axis(graph, op, ax)
-        if op.op_class is OpClass.ELEMENTWISE:
-            for p, k in _positional(graph, op, land, axis).items():
-                t = op.inputs[p]
-                cut = _scaled(op, graph.tensors[t].static_shape, k, extent, new)
-                copy = f"{t}__first{cut[k]}"
-                cuts[i, p] = (t, copy, k, cut[k])
-                shapes[copy] = cut
+        land = out_axis(graph, op, ax)
+        found = _positional(graph, op, land, axis) if op.op_class is OpClass.ELEMENTWISE else {}
+        if op.op_type == "ScatterND":
+            rows = shapes[op.inputs[2]][ax[2]]
+            j = scatter_cut(graph, op, ax, rows, shapes[op.inputs[0]][land])
+            found = {} if j is None else {1: j}
+        for p, k in found.items():
+            t = op.inputs[p]
+            cut = _scaled(op, graph.tensors[t].static_shape, k, extent, new)
+            copy = f"{t}__first{cut[k]}"
+            cuts[i, p] = (t, copy, k, cut[k])
+            shapes[copy] = cut
         for t in op.outputs:
             if t:
                 axis[t] = land
@@ -331,7 +189,10 @@ def _track(
             elif shape[0] != 1:
                 raise NotShrinkable(f"input {t} has {shape[0]} rows, not {extent}")
         else:
-            k = next((k for k, d in enumerate(_rows_of(graph, t)) if d == extent), None)
+            rows = _rows_of(graph, t)
+            k = next((k for k, d in enumerate(rows) if d == extent), None)
+            if k is None and a < len(rows) and rows[a] > extent and rows[a] % extent == 0:
+                k = a  # the same axis, a multiple of it (grouped-query: query heads of KV heads)
             if k is not None:
                 tracked[t] = k
     return tracked

@@ -13,11 +13,15 @@ from onnx import TensorProto, helper, numpy_helper
 import search_space
 from autotune.tuner import make_safety
 from autotune.verify import ModelSource, Status, extract_group, safe_groups, verify_kernels
+from autotune.verify.shrink import plan_shrinks
+from autotune.zoo import build
 from costmodel.lower import Lowering
+from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
+from search_space.fusion import FusionContext
 from search_space.ir import make_group
 from search_space.rules import Policy
-from search_space.space import PlanGroup, SpacePlan
+from search_space.space import PlanGroup, SpacePlan, baseline_plan
 
 
 def _too_large_to_check() -> tuple[onnx.ModelProto, search_space.Graph]:
@@ -127,3 +131,78 @@ def test_a_batch_one_convolution_block_is_verified_on_a_crop_of_its_image(stride
     assert sub.shapes["y"][2] * stride == sub.shapes["x"][2]
     [v] = verify_kernels(model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy())
     assert v.status is Status.PASSED and v.rows == sub.rows < v.full_rows
+
+
+# -- a decode step's attention with its in-place cache update ----------------------------------
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_decode_attention_that_updates_its_cache_is_verified_on_a_crop(batch: int) -> None:
+    """The max plan fuses the cache update (ScatterND into the caller's buffer), the
+    grouped-query Expand and the attention: larger than the rows a check runs on, it is
+    cropped (batch 1: to one KV head and its query heads; batch 2: also a batch row), the
+    cache slots' indices cut with it, and passes against the float64 reference."""
+    model = build(
+        "llama3-8b-decode", weights="random", scale=0.25, layers=1, batch=batch, cache_len=1024
+    )
+    graph = search_space.load_graph(model)
+    ctx = FusionContext(graph)
+    plan = baseline_plan("max", ctx, CostOracle(graph, load_target(), ctx=ctx))
+    [(group, config)] = [
+        (g, c)
+        for g, c in zip(plan.groups, plan.configs, strict=True)
+        if {"ScatterND", "Expand", "Softmax"} <= {graph.op(n).op_type for n in g.ops}
+    ]
+    [v] = verify_kernels(
+        model, graph, [PlanGroup(group.ops, group.kind, config)], load_target(), Policy()
+    )
+    assert v.status is Status.PASSED and v.rows < v.full_rows, v
+    sub = extract_group(ModelSource(model, graph), group, rows=64)
+    slots = [x for t, x in sub.consts.items() if t.startswith("cache_slot")]
+    caches = [x for t, x in sub.feeds.items() if t.startswith("past_key_values")]
+    assert slots and caches
+    for index in slots:  # every kept slot lies inside the kept cache
+        assert (index.reshape(-1, 3) < np.array(caches[0].shape[:3])).all()
+
+
+def _scatter(order: str) -> tuple[onnx.ModelProto, search_space.Graph]:
+    """new [4, 8] rows written into cache [4, 64, 8] at slot 63, row b into batch b
+    (``order="same"``) or into batch 3 - b (``"reversed"``), then the cache scaled by 2."""
+    n = helper.make_node
+    b = np.arange(4) if order == "same" else np.arange(4)[::-1]
+    idx = np.stack([b, np.full(4, 63)], axis=-1).astype(np.int64)
+    model = helper.make_model(
+        helper.make_graph(
+            [
+                n("ScatterND", ["cache", "idx", "new"], ["all"], name="update"),
+                n("Mul", ["all", "two"], ["out"], name="mul"),
+            ],
+            "g",
+            [
+                helper.make_tensor_value_info("cache", TensorProto.FLOAT, [4, 64, 8]),
+                helper.make_tensor_value_info("new", TensorProto.FLOAT, [4, 8]),
+            ],
+            [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 64, 8])],
+            [
+                numpy_helper.from_array(idx, "idx"),
+                numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+            ],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    return model, search_space.load_graph(model)
+
+
+def test_a_scatter_is_cropped_only_where_its_indices_stay_inside_the_kept_rows() -> None:
+    """Rows b written into batch b crop to the first batches; rows written into batch 3 - b
+    would write outside a crop, so that axis is refused with the reason."""
+    for order, crops in (("same", True), ("reversed", False)):
+        model, graph = _scatter(order)
+        group = make_group(graph, ["update", "mul"])
+        needed, found, reasons = plan_shrinks(graph, group, 64)
+        batch = [s for s in found if s.note.startswith("batch ")]
+        assert needed and bool(batch) is crops, (order, reasons)
+        if not crops:
+            assert any("indices past the kept rows" in r for r in reasons)
+        [v] = verify_kernels(
+            model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy()
+        )
+        assert v.status is Status.PASSED and (v.rows < v.full_rows) is crops

@@ -17,6 +17,7 @@ import numpy as np
 
 from autotune.verify.numerics import Numerics, f64, rnd, tree_sum
 from autotune.verify.ops import OpCall, kernel
+from costmodel.lower.common import kv_ranges
 
 __all__ = ["conv2d", "flash_attention", "im2col", "online_softmax", "split_k_matmul"]
 
@@ -172,7 +173,7 @@ def flash_attention(
     s = f64(scores)
     t = s.shape[-1]
     tile = num.kv_tile if kv_tile is None else kv_tile
-    parts = _kv_parts(t, num.kv_split, tile)
+    parts = kv_ranges(t, num.kv_split, tile)
     with np.errstate(all="ignore"):
         if len(parts) == 1:
             out, _, l_sum = _flash_pass(s, v, num, tile, guard, 0, t)
@@ -190,17 +191,6 @@ def flash_attention(
         total = f64(rnd(sum(weights), num.stat))
         acc = f64(rnd(sum(w * o for w, o in zip(weights, outs, strict=True)), num.acc))
         return rnd(acc / total, num.acc)
-
-
-def _kv_parts(t: int, split: int, tile: int) -> list[tuple[int, int]]:
-    """The key ranges of a ``split``-way flash-decoding pass: contiguous, each a whole number
-    of ``tile`` blocks (the last takes what is left); one range when ``split`` <= 1."""
-    if split <= 1 or t <= 1:
-        return [(0, t)]
-    step = -(-t // split)
-    if tile > 0:
-        step = -(-step // tile) * tile
-    return [(lo, min(t, lo + step)) for lo in range(0, t, step)]
 
 
 def _flash_pass(

@@ -196,7 +196,9 @@ def scatter_cut(graph: Graph, op: Op, ax: dict[int, int], rows: int, kept: int) 
         return None
     if indices is None:
         raise reject(op, "has run-time indices")
-    first = np.take(np.asarray(indices), np.arange(rows), axis=j)
-    if first.size and int(first[..., a].max()) >= kept:
+    first = np.take(np.asarray(indices), np.arange(rows), axis=j)[..., a]
+    extent = graph.tensors[op.inputs[0]].static_shape[a]
+    first = np.where(first < 0, first + extent, first)  # ONNX counts negative ones from the end
+    if first.size and not ((first >= 0) & (first < kept)).all():
         raise reject(op, "has indices past the kept rows")
     return j

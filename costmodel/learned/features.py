@@ -150,8 +150,9 @@ def kernel_features(
         log(batch.mmads.astype(np.float64)),
         log(batch.vector_instrs.astype(np.float64)),
         batch.cross_core_syncs.astype(np.float64),
-        one * sum(s.pipe == "MTE2" for s in batch.streams),
-        one * sum(s.pipe != "MTE2" for s in batch.streams),
+        # streams a config moves bytes on (``KernelBatch.kernel`` drops the empty ones)
+        sum(((s.pipe == "MTE2") & (s.bytes > 0)).astype(np.float64) for s in batch.streams),
+        sum(((s.pipe != "MTE2") & (s.bytes > 0)).astype(np.float64) for s in batch.streams),
         log(unique / l2),
         log(loaded / np.maximum(unique, 1.0)),
         log(wave_set / l2),

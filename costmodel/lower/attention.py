@@ -22,7 +22,7 @@ import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from costmodel.lower.attention_work import AttentionWork, analyse_attention
-from costmodel.lower.common import ceil_div, ceil_to, pow2_choices, vector_cost
+from costmodel.lower.common import ceil_div, ceil_to, kv_ranges, pow2_choices, vector_cost
 from costmodel.spec import Target
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "analyse_attention",
     "attention_default",
     "attention_grid",
-    "kv_parts",
     "lower_attention",
 ]
 
@@ -47,22 +46,15 @@ def _foot(w: AttentionWork, bm: np.ndarray, kv: np.ndarray, db: np.ndarray) -> d
     }
 
 
-def kv_parts(t: int, split: int, kv_tile: int) -> int:
-    """How many key parts a ``split``-way flash-decoding pass makes: each a whole number of
-    ``kv_tile`` blocks (as :func:`autotune.verify.cube.flash_attention` cuts them)."""
-    if split <= 1:
-        return 1
-    step = ceil_div(ceil_div(t, split), kv_tile) * kv_tile
-    return int(ceil_div(t, step))
-
-
 def _splits(work: AttentionWork, bm: int, kv: int, cores: tuple[int, ...]) -> list[int]:
     """``kv_split`` choices: none, and, while the tiles leave cores idle, the powers of two
     and the splits that fill each block dim, up to two tiles per core; each a real split."""
     tiles = work.bh * int(ceil_div(work.S, bm))
+    if tiles >= max(cores):
+        return [1]
     top = 2 * max(cores)
     wanted = {1 << i for i in range(1, 6)} | {int(ceil_div(c, tiles)) for c in cores}
-    real = (s for s in wanted if 1 < s and tiles * s <= top and kv_parts(work.T, s, kv) == s)
+    real = (s for s in wanted if 1 < s and tiles * s <= top and len(kv_ranges(work.T, s, kv)) == s)
     return [1, *sorted(real)]
 
 
@@ -96,20 +88,23 @@ def attention_grid(work: AttentionWork, target: Target) -> list[KernelConfig]:
 
 
 def attention_default(work: AttentionWork, pool: list[KernelConfig], cores: int) -> KernelConfig:
-    """The largest tiles, split over the keys (flash-decoding) just enough to give every core
-    a tile when the (batch, head) blocks alone leave cores idle, as CANN's incremental flash
-    attention does for decoding."""
-    top = max(c.base_m * c.knob("kv_tile") for c in pool)
-    largest = [c for c in pool if c.base_m * c.knob("kv_tile") == top]
-    largest = [c for c in largest if c.knob("kv_tile") == max(x.knob("kv_tile") for x in largest)]
+    """The largest tiles, unsplit, when their blocks give every core a tile; else the split
+    over the keys (flash-decoding) with the fewest tiles that does, at its largest tiles, as
+    CANN's incremental flash attention splits the keys for decoding; else the most tiles."""
 
     def tiles(c: KernelConfig) -> int:
         return work.bh * int(ceil_div(work.S, c.base_m)) * c.knob("kv_split", 1)
 
-    filling = [c for c in largest if tiles(c) >= cores]
+    def size(c: KernelConfig) -> tuple[int, int]:
+        return (c.base_m * c.knob("kv_tile"), c.knob("kv_tile"))
+
+    largest = max((c for c in pool if c.knob("kv_split", 1) == 1), key=size)
+    if tiles(largest) >= cores:
+        return largest
+    filling = [c for c in pool if tiles(c) >= cores]
     if filling:
-        return min(filling, key=tiles)
-    return max(largest, key=tiles)
+        return min(filling, key=lambda c: (tiles(c), tuple(-x for x in size(c))))
+    return max(pool, key=lambda c: (tiles(c), size(c)))
 
 
 def lower_attention(
@@ -131,7 +126,7 @@ def lower_attention(
     kv = np.array([c.knob("kv_tile", 128) for c in configs], dtype=np.int64)
     db = np.array([c.double_buffer for c in configs], dtype=bool)
     gj = np.array(
-        [kv_parts(work.T, c.knob("kv_split", 1), c.knob("kv_tile", 128)) for c in configs]
+        [len(kv_ranges(work.T, c.knob("kv_split", 1), c.knob("kv_tile", 128))) for c in configs]
     )
     gi = ceil_div(work.S, bm)
     part = ceil_div(work.T, gj)  # keys per tile
@@ -188,6 +183,19 @@ def lower_attention(
                 tensor_bytes=numel * mit,
             )
         )
+    for t, sit, numel in work.side_inputs:  # a rotary table, a cache's new rows: once a tile
+        streams.append(
+            StreamBatch(
+                t,
+                "MTE2",
+                np.ceil(numel * sit / (work.bh * gi * gj)).astype(i64),
+                np.full(n, min(numel, work.D) * sit),
+                "bij",
+                per="tile",
+                side="vector",
+                tensor_bytes=numel * sit,
+            )
+        )
     syncs = np.zeros(n, dtype=i64)
     if spec.is_split:  # scores and probabilities cross cores through GM/L2 every step
         ws_s, ws_p = workspace(name, "scores"), workspace(name, "probs")
@@ -229,7 +237,7 @@ def lower_attention(
                     "bij",
                     per="tile",
                     side="vector",
-                    tensor_bytes=int(p_bytes.max()) * work.bh * int(gi.max() * gj.max()),
+                    tensor_bytes=int((p_bytes * gi * gj).max()) * work.bh,
                 )
             )
     main, oit = work.output

@@ -24,7 +24,6 @@ class AttentionWork:
     T: int
     D: int
     Dv: int
-    rep: int  # query heads per KV head folded into M (grouped-query attention), else 1
     q: str
     k: str
     v: str
@@ -32,6 +31,7 @@ class AttentionWork:
     cube_item: int
     rate: float
     mask: tuple[tuple[str, int, int], ...]  # (tensor, item, numel)
+    side_inputs: tuple[tuple[str, int, int], ...]  # read once per tile
     vec_ops: tuple[Op, ...]
     output: tuple[str, int]
     extra_outputs: tuple[tuple[str, int, int], ...]
@@ -51,34 +51,21 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
     S, T = scores[-2], scores[-1]
     bh = max(1, math.prod(scores[:-2]))
     D = graph.tensors[qk.inputs[0]].static_shape[-1]
-    Dv = out[-1]
-    q = alias_root(graph, qk.inputs[0])
     made = {t: op for op in members for t in op.outputs if t}
     (k, k_rep), (v, v_rep) = (_kv_source(graph, made, t) for t in (qk.inputs[1], pv.inputs[1]))
     if k_rep > 1 and k_rep == v_rep and bh % k_rep == 0:
         # the kernel reads the cache and serves `rep` query heads per KV head
-        rep, bh, S = k_rep, bh // k_rep, S * k_rep
+        bh, S = bh // k_rep, S * k_rep
     else:
-        rep = 1
         k, v = (_kv_source(graph, made, t, expand=False)[0] for t in (qk.inputs[1], pv.inputs[1]))
     item = mem_itemsize(graph, qk.inputs[0], target)
-    # a KV cache updated in place inside the group: its buffer is the K or V read, not an
-    # extra input, and only the new rows are written back (common.InPlace)
+    kv_bytes = (graph.tensors[k].numel * item, graph.tensors[v].numel * item)
+    q = _kv_source(graph, made, qk.inputs[0], expand=False)[0]
+    q_bytes = graph.tensors[q].numel * item
     inplace = inplace_writes(graph, members)
     buffers = {w.buffer for w in inplace.values()}
-    # K/V read from a cache this group also updates: the reads are of the buffer, the store
-    # (new rows only) of the update's output; two names, so neither looks like a hand-off
-    k, v = (inplace[t].buffer if t in inplace else t for t in (k, v))
-    # a mask is an input of the score chain; what only feeds Q, K or V (their un-transposed
-    # tensors, a rotary table, a cache's new rows) is not streamed per step
-    operands = set().union(
-        *(_feeders(made, t) for t in (qk.inputs[0], qk.inputs[1], pv.inputs[1]))
-    )
-    mask = tuple(
-        (t, mem_itemsize(graph, t, target), graph.tensors[t].numel)
-        for t in group.inputs
-        if t not in made and t not in operands and t not in buffers and graph.tensors[t].numel > 16
-    )
+    q, k, v = (_read_from(graph, group, made, t) for t in (q, k, v))
+    mask, side = _inputs(graph, group, made, (qk, pv), (q, k, v, *buffers), target)
     vec_ops = tuple(op for op in members if op not in (qk, pv) and not op.is_view)
     main = pv.outputs[0] if pv.outputs[0] in group.outputs else group.outputs[-1]
     extra = tuple(
@@ -90,17 +77,14 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
         for t in group.outputs
         if t != main
     )
-    kv_bytes = (graph.tensors[k].numel * item, graph.tensors[v].numel * item)
-    compulsory = graph.tensors[q].numel * item + sum(kv_bytes)
-    compulsory += sum(n * it for _, it, n in mask) + graph.tensors[main].numel * item
-    compulsory += sum(n * it for _, it, n in extra)
+    compulsory = q_bytes + sum(kv_bytes) + graph.tensors[main].numel * item
+    compulsory += sum(n * it for _, it, n in (*mask, *side, *extra))
     return AttentionWork(
         bh=bh,
         S=S,
         T=T,
         D=D,
-        Dv=Dv,
-        rep=rep,
+        Dv=out[-1],
         q=q,
         k=k,
         v=v,
@@ -108,6 +92,7 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
         cube_item=target.cube_itemsize(graph.tensors[q].itemsize),
         rate=target.cube_rate(graph.tensors[q].itemsize),
         mask=mask,
+        side_inputs=side,
         vec_ops=vec_ops,
         output=(main, mem_itemsize(graph, main, target)),
         extra_outputs=extra,
@@ -116,6 +101,53 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
         compulsory=int(compulsory),
         kv_bytes=kv_bytes,
     )
+
+
+def _read_from(graph: Graph, group: FusionGroup, made: dict[str, Op], tensor: str) -> str:
+    """The group input an operand computed inside the group carries the data of (one of its
+    size, else its largest: the buffer a cache update writes into, Q before its rotary
+    embedding, the past of a concatenated cache), so that the read has that tensor's name
+    (its L2 identity) and a store of the operand itself (a cache the group also outputs) is
+    not taken for a hand-off."""
+    if tensor not in made:
+        return tensor
+    size = graph.tensors[tensor].numel
+    ins = [t for t in _feeders(made, tensor) if t not in made and t in group.inputs]
+    return max(
+        ins, key=lambda t: (graph.tensors[t].numel == size, graph.tensors[t].numel), default=tensor
+    )
+
+
+Inputs = tuple[tuple[str, int, int], ...]  # (tensor, itemsize, elements)
+
+
+def _inputs(
+    graph: Graph,
+    group: FusionGroup,
+    made: dict[str, Op],
+    cubes: tuple[Op, Op],
+    read: tuple[str, ...],
+    target: Target,
+) -> tuple[Inputs, Inputs]:
+    """The group's masks (inputs of the score chain, streamed with each block of scores) and
+    its side inputs (what else Q, K and V are computed from: a rotary table, a cache's new
+    rows; read once per tile). ``read`` are the inputs Q, K and V are read from."""
+    qk, pv = cubes
+    operand = set().union(*(_feeders(made, t) for t in (qk.inputs[0], qk.inputs[1], pv.inputs[1])))
+    stop = {qk.outputs[0], pv.outputs[0]}
+    chain = [op for t, op in made.items() if t not in operand and op not in cubes]
+    masked = set().union(*(_feeders(made, t, stop) for op in chain for t in op.inputs if t))
+
+    def entry(t: str) -> tuple[str, int, int]:
+        return (t, mem_itemsize(graph, t, target), graph.tensors[t].numel)
+
+    # (a shape or an axes argument, a scalar: not data the kernel streams)
+    outside = [
+        t for t in group.inputs if t not in made and t not in read and graph.tensors[t].numel > 16
+    ]
+    mask = tuple(entry(t) for t in outside if t in masked)
+    side = tuple(entry(t) for t in outside if t in operand and t not in masked)
+    return mask, side
 
 
 def _kv_source(
@@ -141,14 +173,15 @@ def _kv_source(
     return alias_root(graph, t), 1
 
 
-def _feeders(made: dict[str, Op], tensor: str) -> set[str]:
-    """Every tensor ``tensor`` is computed from inside the group, itself included."""
+def _feeders(made: dict[str, Op], tensor: str, stop: set[str] | None = None) -> set[str]:
+    """Every tensor ``tensor`` is computed from inside the group, itself included (not walking
+    past the tensors in ``stop``)."""
     out, stack = set(), [tensor]
     while stack:
         t = stack.pop()
         if t in out:
             continue
         out.add(t)
-        if (op := made.get(t)) is not None:
+        if (op := made.get(t)) is not None and not (stop and t in stop):
             stack += [i for i in op.inputs if i]
     return out

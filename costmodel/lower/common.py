@@ -17,6 +17,7 @@ __all__ = [
     "ceil_div",
     "ceil_to",
     "inplace_writes",
+    "kv_ranges",
     "mem_itemsize",
     "pow2_choices",
     "vector_cost",
@@ -60,6 +61,18 @@ def ceil_div(a: int | np.ndarray, b: int | np.ndarray) -> np.ndarray:
 
 def ceil_to(a: int | np.ndarray, b: int) -> np.ndarray:
     return ceil_div(a, b) * b
+
+
+def kv_ranges(t: int, split: int, tile: int) -> list[tuple[int, int]]:
+    """The key ranges of a ``split``-way flash-decoding pass over ``t`` keys: contiguous, each
+    a whole number of ``tile`` blocks (the last takes what is left); one range when ``split``
+    <= 1. The attention lowering costs them; the kernel emulation computes them."""
+    if split <= 1 or t <= 1:
+        return [(0, t)]
+    step = -(-t // split)
+    if tile > 0:
+        step = -(-step // tile) * tile
+    return [(lo, min(t, lo + step)) for lo in range(0, t, step)]
 
 
 def pow2_choices(limit: int, lo: int = 16, hi: int = 512) -> list[int]:

@@ -13,6 +13,7 @@ chip).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,14 +29,23 @@ __all__ = ["CubeWork", "analyse_cube", "cube_fits", "cube_grid", "lower_cube"]
 
 
 def _l0_tile(bm: int, bn: int, bk: int, item: int, db: bool, target: Target) -> tuple[int, ...]:
-    spec, f = target.spec, (2 if db else 1)
+    spec = target.spec
+    return _l0_tile_of(bm, bn, bk, item, db, spec.l0a_bytes, spec.l0b_bytes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _l0_tile_of(
+    bm: int, bn: int, bk: int, item: int, db: bool, l0a_bytes: int, l0b_bytes: int
+) -> tuple[int, ...]:
+    """The largest L0 tile of an L1 block (a grid asks the same few blocks many times)."""
+    f = 2 if db else 1
     best: tuple[int, ...] = (16, 16, 16)
     for m in pow2_choices(bm, hi=bm if bm & (bm - 1) == 0 else 512):
         for n in pow2_choices(bn, hi=max(16, 1 << (bn.bit_length() - 1))):
             for k in pow2_choices(bk, hi=max(16, 1 << (bk.bit_length() - 1))):
                 if m > bm or n > bn or k > bk:
                     continue
-                if m * k * item * f > spec.l0a_bytes or k * n * item * f > spec.l0b_bytes:
+                if m * k * item * f > l0a_bytes or k * n * item * f > l0b_bytes:
                     continue
                 if (m * n * k, k) > (best[0] * best[1] * best[2], best[2]):
                     best = (m, n, k)

@@ -158,7 +158,10 @@ class PatternMatcher:
         best, failure = None, None
         for variant in pat.side_orders:
             found = self._chain_at(variant, start, taken, diagnose)
-            failure = failure or self.failure
+            if self.failure is not None and (
+                failure is None or self.failure.depth > failure.depth
+            ):
+                failure = self.failure
             if found is not None and (best is None or len(found) > len(best)):
                 best = found
         self.failure = None if best is not None else failure

@@ -43,6 +43,7 @@ import dataclasses
 import difflib
 import functools
 import itertools
+import math
 import re
 from dataclasses import dataclass
 
@@ -60,6 +61,7 @@ PREDICATES = ("bias", "const", "inner", "last_axis", "scalar")
 VIEW_TYPES = VIEW_OPS | {"Dropout"}
 KNOWN_TYPES = CUBE_OPS | ELEMENTWISE_OPS | REDUCE_OPS | LAYOUT_OPS | VIEW_TYPES
 INF = -1  # an unbounded repeat count
+MAX_SIDE_ORDERS = 24  # side orders tried per match at most (else the written order only)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class Pattern:
             list(itertools.permutations(st.sides)) if len(st.sides) > 1 else [st.sides]
             for st in self.steps
         ]
+        if math.prod(len(o) for o in orders) > MAX_SIDE_ORDERS:  # a rule with many sides
+            return (self,)
         return tuple(
             Pattern(
                 tuple(

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune.verify import Numerics, flash_attention, numerics_for
-from autotune.verify.cube import _kv_parts
 from autotune.verify.numerics import numerics_key
+from costmodel.lower.common import kv_ranges
 from costmodel.spec import load_target
 from search_space.ir import KernelConfig
 
@@ -45,14 +45,14 @@ def test_split_attention_equals_softmax_v(
     if masked == "some":
         s[rng.random(s.shape) < 0.3] = FLOAT_MIN
     elif masked == "a whole part" and keys > 1:
-        lo, hi = _kv_parts(keys, split, tile)[-1]
+        lo, hi = kv_ranges(keys, split, tile)[-1]
         s[..., lo:hi] = FLOAT_MIN  # the last part sees masked keys only
     s[..., 0] = np.abs(s[..., 0])  # every row keeps one key
     v = rng.standard_normal((2, 3, keys, 8))
     want = _plain(s, v)
     got = flash_attention(s, v, Numerics(*["fp64"] * 5, kv_tile=tile, kv_split=split))
     assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
-    parts = len(_kv_parts(keys, split, tile))
+    parts = len(kv_ranges(keys, split, tile))
     tiles = -(-keys // tile) if tile else 1
     tol = 4 * float(np.finfo(np.float32).eps) * (tiles + parts) * float(np.abs(v).max())
     got32 = flash_attention(s.astype(np.float32), v, Numerics(*["fp32"] * 5, tile, 0, split))
@@ -61,7 +61,7 @@ def test_split_attention_equals_softmax_v(
 
 @given(keys=st.integers(1, 5000), split=st.integers(0, 64), tile=st.sampled_from([0, 64, 128]))
 def test_parts_cover_the_keys_in_whole_tiles(keys: int, split: int, tile: int) -> None:
-    parts = _kv_parts(keys, split, tile)
+    parts = kv_ranges(keys, split, tile)
     assert parts[0][0] == 0 and parts[-1][1] == keys
     assert all(a[1] == b[0] for a, b in itertools.pairwise(parts))
     assert all(lo < hi for lo, hi in parts) and len(parts) <= max(1, split)

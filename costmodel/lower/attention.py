@@ -46,10 +46,19 @@ def _foot(w: AttentionWork, bm: np.ndarray, kv: np.ndarray, db: np.ndarray) -> d
     }
 
 
+def _tiles(work: AttentionWork, config: KernelConfig) -> int:
+    """Tiles of a config: (batch x head) blocks x query blocks x key parts."""
+    return _blocks(work, config.base_m) * config.knob("kv_split", 1)
+
+
+def _blocks(work: AttentionWork, bm: int) -> int:
+    return work.bh * int(ceil_div(work.S, bm))
+
+
 def _splits(work: AttentionWork, bm: int, kv: int, cores: tuple[int, ...]) -> list[int]:
     """``kv_split`` choices: none, and, while the tiles leave cores idle, the powers of two
     and the splits that fill each block dim, up to two tiles per core; each a real split."""
-    tiles = work.bh * int(ceil_div(work.S, bm))
+    tiles = _blocks(work, bm)
     if tiles >= max(cores):
         return [1]
     top = 2 * max(cores)
@@ -93,7 +102,7 @@ def attention_default(work: AttentionWork, pool: list[KernelConfig], cores: int)
     CANN's incremental flash attention splits the keys for decoding; else the most tiles."""
 
     def tiles(c: KernelConfig) -> int:
-        return work.bh * int(ceil_div(work.S, c.base_m)) * c.knob("kv_split", 1)
+        return _tiles(work, c)
 
     def size(c: KernelConfig) -> tuple[int, int]:
         return (c.base_m * c.knob("kv_tile"), c.knob("kv_tile"))

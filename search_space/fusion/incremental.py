@@ -19,6 +19,7 @@ the plain repair's (tests hold the two equal on random edge sets).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate
 
 from search_space.fusion.kernel_graph import Edge, KernelGraph
 from search_space.fusion.legality import legal
@@ -67,10 +68,11 @@ class Repairer:
             self._reset()
         pending = sorted({self.order[e] for e in chosen})
         gid, skipped, done, level = self._resume(pending)
+        reach = list(accumulate((self.hi[g] for g in gid), max))  # see _path
         for start in range(done, len(pending), CHUNK):
             chunk = tuple(pending[start : start + CHUNK])
             for k in chunk:
-                self._take(k, gid, skipped)
+                self._take(k, gid, reach, skipped)
             if len(chunk) == CHUNK:  # keep the state after it, under the chunks before
                 level = level.setdefault(chunk, ((tuple(gid), tuple(skipped)), {}))[1]
                 self.kept += 1
@@ -79,7 +81,7 @@ class Repairer:
             while pending:
                 skipped = []
                 for k in pending:
-                    self._take(k, gid, skipped)
+                    self._take(k, gid, reach, skipped)
                 if len(skipped) == len(pending):
                     break
                 pending = skipped
@@ -99,18 +101,23 @@ class Repairer:
             return list(range(len(self.kg.nodes))), [], 0, level
         return list(state[0]), list(state[1]), done, level
 
-    def _take(self, k: int, gid: list[int], skipped: list[int]) -> None:
-        """One edge of a pass: merge its two groups, skip it, or drop it (one group already)."""
+    def _take(self, k: int, gid: list[int], reach: list[int], skipped: list[int]) -> None:
+        """One edge of a pass: merge its two groups, skip it, or drop it (one group already).
+        ``reach[i]`` is the last node of any group with a node at or before node ``i``."""
         s, d = self.ends[k]
         a, b = gid[s], gid[d]
         if a == b:
             return
-        if self._path(a, b, gid) or self._path(b, a, gid) or not self._allowed(a, b):
+        if self._path(a, b, gid, reach) or self._path(b, a, gid, reach) or not self._allowed(a, b):
             skipped.append(k)
             return
         g = self.unions[(a, b)]
         for n in self.nodes[g]:
             gid[n] = g
+        hi, i = self.hi[g], self.lo[g]
+        while reach[i] < hi:  # reach is non-decreasing and reach[hi] >= hi: a run from lo
+            reach[i] = hi
+            i += 1
 
     def _allowed(self, a: int, b: int) -> bool:
         """Is the union of groups ``a`` and ``b`` legal and feasible (asked once per union)?"""
@@ -129,14 +136,17 @@ class Repairer:
             self.allowed[g] = ok
         return ok
 
-    def _path(self, a: int, b: int, gid: list[int]) -> bool:
+    def _path(self, a: int, b: int, gid: list[int], reach: list[int]) -> bool:
         """Would merging ``a`` and ``b`` close a cycle through other groups: is there a path
-        from ``a`` to ``b`` through them (groups starting after ``b`` ends cannot reach it)?"""
+        from ``a`` to ``b`` through them? Groups starting after the plain repair's bound
+        (``_reach_bound``: past ``b``'s end and every group spanning it) cannot reach ``b``."""
         limit, lo, succ, nodes = self.hi[b], self.lo, self.succ, self.nodes
+        while reach[limit] > limit:
+            limit = reach[limit]
         start = {gid[m] for n in nodes[a] for m in succ[n]}
         start.discard(a)
         start.discard(b)
-        todo = [g for g in start if lo[g] < limit]
+        todo = [g for g in start if lo[g] <= limit]
         seen = set(todo)
         while todo:
             for n in nodes[todo.pop()]:
@@ -144,7 +154,7 @@ class Repairer:
                     nxt = gid[m]
                     if nxt == b:
                         return True
-                    if nxt == a or nxt in seen or lo[nxt] >= limit:
+                    if nxt == a or nxt in seen or lo[nxt] > limit:
                         continue
                     seen.add(nxt)
                     todo.append(nxt)

@@ -62,9 +62,9 @@ def _cycle_through(
 def _path_via_others(
     kg: KernelGraph, a: frozenset[str], b: frozenset[str], group: dict[str, frozenset[str]]
 ) -> bool:
-    limit = max(kg.index[n] for n in b)
+    limit = _reach_bound(kg, b, group)
     start = {group[m] for n in a for m in kg.succ[n]} - {a, b}
-    todo = [g for g in start if min(kg.index[n] for n in g) < limit]
+    todo = [g for g in start if min(kg.index[n] for n in g) <= limit]
     seen = set(todo)
     while todo:
         cur = todo.pop()
@@ -75,10 +75,28 @@ def _path_via_others(
                 nxt = group[m]
                 if nxt is a or nxt in seen:
                     continue
-                if min(kg.index[x] for x in nxt) < limit:
+                if min(kg.index[x] for x in nxt) <= limit:
                     seen.add(nxt)
                     todo.append(nxt)
     return False
+
+
+def _reach_bound(kg: KernelGraph, b: frozenset[str], group: dict[str, frozenset[str]]) -> int:
+    """An index no group starting after it can reach ``b`` from (docs/fusion.md, "Repair").
+
+    Edges run forward in the index, so a path only goes back inside a group: entered at a late
+    op, left at an early one. From ops after the bound a path must enter a group that starts
+    at or before it and ends after it to come back; the bound is the smallest index past the
+    last op of ``b`` with no such group."""
+    last = {part: max(kg.index[n] for n in part) for part in set(group.values())}
+    bound = max(kg.index[n] for n in b)
+    reach = 0  # the last op of any group with an op at or before the index walked
+    for i, n in enumerate(kg.nodes):
+        if i > bound:
+            break
+        reach = max(reach, last[group[n]])
+        bound = max(bound, reach)
+    return bound
 
 
 def to_groups(kg: KernelGraph, partition: Iterable[frozenset[str]]) -> list[FusionGroup]:

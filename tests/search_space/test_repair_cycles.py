@@ -17,12 +17,12 @@ expected) and among random ops woven in, where an observer in the feasibility ca
 a repair asks only about a merge its cycle check and legality let through) checks every merge
 taken against the contraction at that moment; random DAGs get the same observer.
 
-That observer holds the check to what it claims: no merge it lets through has a path between
-the two groups through groups that start before the far group ends. It does not hold it to
-the full property (no path at all), because the current code fails that: a group that starts
-after the far group ends can still reach it through a group spanning both sides of that end,
-once earlier merges have made one (a merge retried in a later pass). The strict xfail tests
-at the end are the smallest cases found; the repair returns a cyclic contraction there.
+That observer holds the check to the full property: no merge it lets through has any path
+between the two groups through other groups. The search's bound is the corner it must get
+right: a group that starts after the far group ends can still reach it through a group spanning
+that end, once earlier merges have made one (a merge retried in a later pass). The tests at the
+end are the smallest such cases found; both repairs returned a cyclic contraction there before
+the bound took spanning groups into account.
 """
 
 from __future__ import annotations
@@ -228,8 +228,8 @@ class _Observer:
     """A feasibility callback (``inner``'s answer, a pure function of the ops) that follows
     the repair's partition: a repair asks it only about a merge its cycle check and legality
     let through, and merges when it says yes. Each merge taken is checked against the
-    contraction just before it: a path between the two groups through other groups that all
-    start before the far group's last op is one the cycle check claims to find."""
+    contraction just before it: any path between the two groups through other groups closes a
+    cycle, and the cycle check must have found it."""
 
     def __init__(self, ctx: FusionContext, inner: Feasible) -> None:
         self.ctx, self.inner = ctx, inner
@@ -247,19 +247,13 @@ class _Observer:
         return ok
 
     def _path(self, x: frozenset[str], y: frozenset[str]) -> bool:
-        index = self.ctx.index
-        end = max(index[n] for n in y)
-        groups = set(self.part.values())
-        via = {g for g in groups - {x, y} if min(index[n] for n in g) < end}
         contracted = nx.DiGraph()
-        contracted.add_nodes_from([x, y, *via])
+        contracted.add_nodes_from(set(self.part.values()))
         contracted.add_edges_from(
             (self.part[n], self.part[m])
             for n in self.ctx.nodes
             for m in self.ctx.succ[n]
-            if self.part[n] in contracted
-            and self.part[m] in contracted
-            and self.part[n] != self.part[m]
+            if self.part[n] != self.part[m]
         )
         contracted.remove_edges_from([(x, y)])  # through other groups only
         return nx.has_path(contracted, x, y)
@@ -341,16 +335,9 @@ def test_random_dags_take_no_merge_the_check_should_refuse(ctx: FusionContext, s
         _observed(ctx, chosen, inner)
 
 
-# --- known: a path through a group that starts after the far group ends ---------------------
+# --- a path through a group that starts after the far group ends ----------------------------
 
 
-KNOWN = (
-    "the cycle search skips groups that start after the far group's last op, but such a group "
-    "reaches it through a group spanning that op once a later pass retries a merge"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=KNOWN)
 def test_a_path_through_a_group_past_the_end_is_refused_with_feasibility() -> None:
     """{h2, h1} is refused in the first pass; {h1, z} and {a, b} are merged. In the second
     pass h2 -> g -> b ~ a -> h1 is a path from {h2} to {h1, z} through {g} (which starts after
@@ -371,7 +358,6 @@ def test_a_path_through_a_group_past_the_end_is_refused_with_feasibility() -> No
     assert all(_contracted_is_acyclic(ctx, p) for p in got.values()), got
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN)
 def test_a_path_through_a_group_past_the_end_is_refused_without_feasibility() -> None:
     """As above with no feasibility callback: the cycle check itself refuses h2 -> h1 in the
     first pass (h2 -> y -> h1), and the second pass merges h2 into {y, h1, t} although

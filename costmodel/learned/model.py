@@ -139,10 +139,12 @@ class LearnedModel(CostModel):
         return cls(target, state)  # not via the shipped model: the state replaces it
 
     # -- scoring ----------------------------------------------------------------------------
-    def _correction(self, X: np.ndarray) -> np.ndarray:
+    def _correction(self, X: np.ndarray, base: np.ndarray | None = None) -> np.ndarray:
+        """The log-correction of each row of features: the base trees' (``base`` when they
+        were already asked) plus the local ones'."""
         corr = np.zeros(len(X))
         if self.base is not None:
-            corr += self.base.predict(X)
+            corr += self.base.predict(X) if base is None else base
         if self.local is not None:
             corr += self.local.predict(X)
         return corr
@@ -153,11 +155,7 @@ class LearnedModel(CostModel):
         resident: Mapping[str, float] | None = None,
     ) -> np.ndarray:
         """Latency (us) of every config of ``batch``; ``+inf`` where a buffer overflows."""
-        spec = self.target.spec
-        b = self.analytic.breakdown_batch(batch, resident)
-        out = b.latency_us * np.exp(self._correction(kernel_features(spec, batch, b)))
-        out = np.maximum(out, self._batch_floor(batch, resident))
-        return np.where(batch.feasible_mask(spec), out, np.inf)
+        return self.from_terms(self.batch_terms(batch, resident))
 
     def batch_terms(
         self,
@@ -213,11 +211,7 @@ class LearnedModel(CostModel):
         """
         if any(a is not b for a, b in zip(terms.made_by, self._made_by(), strict=True)):
             raise CostModelError("batch terms of an earlier state of the learned model")
-        corr = np.zeros(len(terms.X))  # as _correction adds them: base (kept), then local
-        if terms.base is not None:
-            corr += terms.base
-        if self.local is not None:
-            corr += self.local.predict(terms.X)
+        corr = self._correction(terms.X, terms.base)
         out = np.maximum(terms.analytic_us * np.exp(corr), terms.floor_us)
         return np.where(terms.feasible, out, np.inf)
 

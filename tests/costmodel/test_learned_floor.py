@@ -77,7 +77,7 @@ def test_the_roofline_floor_never_rises_above_a_warm_kernel_the_simulator_runs(
     sim = make_cost_model("simulator", T910B).evaluate([first, second])
     learned = LearnedModel(T910B)
     assert learned.analytic.residency([first, second])[1][0] == 1.0  # z is resident
-    learned._correction = lambda X: np.full(len(X), -50.0)  # type: ignore[method-assign]
+    learned._correction = lambda X, base=None: np.full(len(X), -50.0)  # type: ignore[method-assign]
     floored = learned.predict([first, second])
     assert 0 < floored[0] <= sim[0].latency_us
     assert 0 < floored[1] <= sim[1].latency_us

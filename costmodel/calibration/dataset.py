@@ -38,12 +38,14 @@ __all__ = [
     "write_table",
 ]
 
+# sim-7: a norm's split row re-read from L2, grouped-query attention reading each KV head once,
+# flash-decoding splits, in-place cache updates costed as the rows written, GEMV row folding;
 # sim-6: a kernel's device-side set-up (tiling read, scalar prologue) and per-iteration scalar
 # work, few-long-row reductions split over cores, bf16 computed in fp32 with casts;
 # sim-5: a coupled core's cube and vector halves share its DMA queues, L2 validity per line;
 # sim-4: a hand-off also read outside the kernel keeps a real store; sim-3: hand-offs go
 # through a workspace (hit L2, take no lines)
-SIMULATOR_VERSION = "sim-6"
+SIMULATOR_VERSION = "sim-7"
 TABLE_SCHEMA = 1
 PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
 REQUIRED_COLUMNS = (

@@ -1,0 +1,104 @@
+"""Which fusions the cost model's choices gained or lost between two versions of the code.
+
+For every zoo model, the exact minimum-cost plan under the additive analytic model (``estimate
+--plan optimal --cost analytic``: the plan a tuner converges to under that model, without a
+sampler's noise) is reduced to its kernels' op-type chains (``MatMul+Add+Gelu``). Run it once
+per version, the older one from a worktree, then compare:
+
+    git worktree add /tmp/old <commit> && cd experiments
+    PYTHONPATH=/tmp/old ../.venv/bin/python fusion_shift.py --run results/fusion_old.json
+    ../.venv/bin/python fusion_shift.py --run results/fusion_new.json
+    ../.venv/bin/python fusion_shift.py --compare results/fusion_old.json \
+        results/fusion_new.json                    # -> results/fusion_shift.csv
+
+``--run`` asks the ``autotune`` command of whatever code ``PYTHONPATH`` names (it uses the CLI
+only, which both versions share); the op types come from the same code's zoo build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from _table import RESULTS, emit
+
+MODELS = {  # zoo model -> extra arguments (llama3-8b: two layers, the rest is repetition)
+    "bert-base": [],
+    "gpt2": [],
+    "llama3-8b": ["--layers", "2"],
+    "mobilenetv3": [],
+    "resnet50": [],
+    "transformer-base": [],
+    "vit-b16": [],
+}
+CLI = "from autotune.cli import app; app()"
+
+
+def _op_types(name: str, extra: list[str]) -> dict[str, str]:
+    from autotune.zoo import build
+    from search_space import load_graph
+
+    layers = int(extra[1]) if extra else None
+    graph = load_graph(build(name, weights="inputs", layers=layers))
+    return {op.name: op.op_type for op in graph.ops}
+
+
+def run(out: Path) -> None:
+    plans: dict[str, Any] = {}
+    for name, extra in MODELS.items():
+        cmd = [sys.executable, "-c", CLI, "estimate", f"zoo:{name}", *extra]
+        cmd += ["--plan", "optimal", "--cost", "analytic", "--json"]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        report = json.loads(res.stdout.strip().splitlines()[-1])
+        types = _op_types(name, extra)
+        chains = ["+".join(types.get(n, "?") for n in k["ops"]) for k in report["per_kernel"]]
+        plans[name] = {"latency_us": report["latency_us"], "chains": chains}
+        print(f"{name}: {len(chains)} kernels, {report['latency_us']:.1f} us", flush=True)
+    out.write_text(json.dumps(plans, indent=1))
+
+
+def compare(old: Path, new: Path) -> None:
+    before, after = json.loads(old.read_text()), json.loads(new.read_text())
+    rows = []
+    for name in MODELS:
+        a, b = Counter(before[name]["chains"]), Counter(after[name]["chains"])
+        for chain in sorted(set(a) | set(b)):
+            if a[chain] != b[chain] and "+" in chain:  # fused kernels whose count moved
+                rows.append(
+                    {
+                        "model": name,
+                        "fused kernel": chain,
+                        "before": a[chain],
+                        "after": b[chain],
+                    }
+                )
+        rows.append(
+            {
+                "model": name,
+                "fused kernel": "(kernels in all)",
+                "before": len(before[name]["chains"]),
+                "after": len(after[name]["chains"]),
+            }
+        )
+    emit(rows, RESULTS / "fusion_shift.csv")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--run", type=Path, help="write this version's plans to a JSON file")
+    mode.add_argument("--compare", type=Path, nargs=2, metavar=("OLD", "NEW"))
+    args = parser.parse_args()
+    if args.run:
+        run(args.run)
+    else:
+        compare(*args.compare)
+
+
+if __name__ == "__main__":
+    main()

@@ -149,9 +149,9 @@ class CostOracle:
             prior = self._shared_prior()
             if prior is None:
                 costs = self.rank_model.predict_batch(batch)
-            else:  # what AnalyticModel.predict_batch returns, its breakdown kept for costs()
+            else:  # AnalyticModel.predict_batch, its breakdown kept for costs()
                 b = prior.breakdown_batch(batch)
-                costs = np.where(batch.feasible_mask(self.target.spec), b.latency_us, np.inf)
+                costs = prior.scored(batch, b)
             order = np.argsort(costs, kind="stable")
             self._sorted[sig] = [raw[i] for i in order]
             if self._same_model():
@@ -221,7 +221,7 @@ class CostOracle:
             for k in ("flops", "cube_flops", "compulsory_bytes")
         )
         b = prior.breakdown_batch(cat)
-        ranks = np.where(cat.feasible_mask(self.target.spec), b.latency_us, np.inf)
+        ranks = prior.scored(cat, b)
         terms = model.batch_terms(cat, breakdown=b, sizes=(flops, cube, compulsory))
         costs = model.from_terms(terms)
         start = 0

@@ -128,8 +128,11 @@ class AnalyticModel(CostModel):
             resident: bytes of each tensor already in L2 (e.g. :meth:`residency_after` the
                 plan's earlier kernels); ``None`` is a cold L2.
         """
-        out = self.breakdown_batch(batch, resident).latency_us
-        return np.where(batch.feasible_mask(self.target.spec), out, np.inf)
+        return self.scored(batch, self.breakdown_batch(batch, resident))
+
+    def scored(self, batch: KernelBatch, breakdown: Breakdown) -> np.ndarray:
+        """:meth:`predict_batch` from the batch's breakdown (for callers that keep it)."""
+        return np.where(batch.feasible_mask(self.target.spec), breakdown.latency_us, np.inf)
 
     def breakdown_batch(
         self, batch: KernelBatch, resident: Mapping[str, float] | None = None

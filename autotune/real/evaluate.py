@@ -55,7 +55,6 @@ MODELS = ("simulator", "analytic", "learned")
 NAIVE_FLOOR_US = 2.0  # the naive baseline's fixed cost per kernel on the device
 SIMULATED_CONFIGS = 6  # the simulator's own favourite: among the analytic model's best few
 WITHIN = math.log(1.25)
-CUBE_FAMILIES = frozenset({"matmul", "gemv"})  # CANN's cube kernels: no library prologue
 PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -94,24 +93,28 @@ def _target(row: RealRow) -> Target:
     return load_target(row.target, (), PRECISION.get(row.dtype, "auto"))
 
 
-def has_library_prologue(row: RealRow) -> bool:
-    """Whether the row's kernel pays CANN's library prologue (docs/cost-model.md): a library
-    row's vector or mixed kernel does; its matmul kernels do not. Beside kernels written for
-    the same shapes on the same 910B4 (PyAsc's Linear), torch_npu's Linear is a median 0.1 us
-    slower (-0.6 to +0.3 us at 128 rows, where a prologue would show whole), while its RMSNorm
-    is 2.2 us slower."""
-    return row.impl == "library" and row.family not in CUBE_FAMILIES
+def has_library_prologue(row: RealRow, kernels: Sequence[Kernel]) -> bool:
+    """Whether the row's kernels pay CANN's library prologue (docs/cost-model.md): a library
+    row's vector or mixed kernel does, a cube-only one (a plain matmul) does not. Beside
+    kernels written for the same shapes on the same 910B4 (PyAsc's Linear), torch_npu's
+    Linear is a median 0.1 us slower (-0.6 to +0.3 us at 128 rows, where a prologue would
+    show whole), while its RMSNorm is 2.2 us slower."""
+    return row.impl == "library" and any(k.unit != "cube" for k in kernels)
 
 
-def as_run(row: RealRow, target: Target) -> Target:
-    """The target the row's kernel ran on: with the library prologue where it pays one."""
-    return Target(target.spec.library(), target.precision) if has_library_prologue(row) else target
+def as_run(row: RealRow, target: Target, kernels: Sequence[Kernel]) -> Target:
+    """The target the row's kernels ran on: with the library prologue where they pay one."""
+    if has_library_prologue(row, kernels):
+        return Target(target.spec.library(), target.precision)
+    return target
 
 
-def library_prologue_us(row: RealRow, target: Target) -> float:
+def library_prologue_us(row: RealRow, target: Target, kernels: Sequence[Kernel]) -> float:
     """What the row's time holds beyond a generated kernel's: the library prologue, or 0."""
     spec = target.spec
-    return spec.library_setup_cycles / spec.clock_hz * 1e6 if has_library_prologue(row) else 0.0
+    if has_library_prologue(row, kernels):
+        return spec.library_setup_cycles / spec.clock_hz * 1e6
+    return 0.0
 
 
 def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:
@@ -160,11 +163,11 @@ def predict_row(
     """Every model's prediction for one row (an error, not an exception, when it fails)."""
     try:
         chip, lowering, groups = lowered(row)
-        target = as_run(row, chip)
         defaults = [measured_config(lowering, g, row) for g in groups]
         grids = [lowering.grid(g) for g in groups]
         out: dict[str, float] = {}
         default_kernels = [lowering.kernel(g, c) for g, c in zip(groups, defaults, strict=True)]
+        target = as_run(row, chip, default_kernels)
         for name, make in models.items():
             model = make(target)
             out[f"{name}/default"] = _model_times(model, default_kernels, row.timing)

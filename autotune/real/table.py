@@ -51,7 +51,7 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
             problems.append(f"{where}: cannot be lowered ({type(err).__name__}: {err}); skipped")
             continue
         gap = target.spec.kernel_gap_s * 1e6 if row.timing == "device" else 0.0
-        generated_us = row.time_us - library_prologue_us(row, target)
+        generated_us = row.time_us - library_prologue_us(row, target, [kernel])
         if generated_us <= 0:
             problems.append(f"{where}: {row.time_us} us is less than a library prologue; skipped")
             continue

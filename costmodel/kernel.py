@@ -202,6 +202,12 @@ class StreamBatch:
     tensor_bytes: int = 0
     reread: np.ndarray | None = None
 
+    @property
+    def moves(self) -> np.ndarray:
+        """Which configs move bytes on this stream (a flash-decoding hand-off of an unsplit
+        config moves none: no kernel of that config has the stream)."""
+        return np.asarray(self.bytes) > 0
+
     def reread_share(self) -> np.ndarray:
         """The re-read share of each config's block (zeros when the stream has none)."""
         if self.reread is None:
@@ -290,7 +296,7 @@ class KernelBatch:
             steps=int(self.steps[i]),
             # a stream with no bytes under this config (a flash-decoding hand-off of an
             # unsplit attention) moves nothing, so the kernel has no such stream
-            streams=tuple(s.at(i) for s in self.streams if s.bytes[i] > 0),
+            streams=tuple(s.at(i) for s in self.streams if s.bytes[i] > 0),  # as s.moves[i]
             mte1_l0a_bytes=int(self.mte1_l0a_bytes[i]),
             mte1_l0b_bytes=int(self.mte1_l0b_bytes[i]),
             mmads=int(self.mmads[i]),

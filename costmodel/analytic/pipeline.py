@@ -274,7 +274,7 @@ def _transfers(
         opens = line_openers(s, gv, float(spec.l2_line_bytes), slots)
         hl, hcl = 1 - (1 - h) * opens, hc * opens
         lat = (1 - hl) * gm_lat + hcl * (share_lat + c.l2_fill_wait * wait) + (hl - hcl) * l2_lat
-        lat = np.where(s.bytes > 0, lat, 0.0)  # a config that moves nothing on this stream
+        lat = np.where(s.moves, lat, 0.0)  # a config that moves nothing on this stream
         reps = steps if s.per == "step" else 1.0
         pipe = "MTE2v" if sides and s.side == "vector" else "MTE2c"
         (t.step if s.per == "step" else t.tile)[pipe] += tm + th

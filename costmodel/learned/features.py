@@ -151,8 +151,8 @@ def kernel_features(
         log(batch.vector_instrs.astype(np.float64)),
         batch.cross_core_syncs.astype(np.float64),
         # streams a config moves bytes on (``KernelBatch.kernel`` drops the empty ones)
-        sum(((s.pipe == "MTE2") & (s.bytes > 0)).astype(np.float64) for s in batch.streams),
-        sum(((s.pipe != "MTE2") & (s.bytes > 0)).astype(np.float64) for s in batch.streams),
+        sum(((s.pipe == "MTE2") & s.moves).astype(np.float64) for s in batch.streams),
+        sum(((s.pipe != "MTE2") & s.moves).astype(np.float64) for s in batch.streams),
         log(unique / l2),
         log(loaded / np.maximum(unique, 1.0)),
         log(wave_set / l2),

@@ -16,6 +16,7 @@ combine them, each 1/J of its rows from all J parts.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -101,8 +102,7 @@ def attention_default(work: AttentionWork, pool: list[KernelConfig], cores: int)
     over the keys (flash-decoding) with the fewest tiles that does, at its largest tiles, as
     CANN's incremental flash attention splits the keys for decoding; else the most tiles."""
 
-    def tiles(c: KernelConfig) -> int:
-        return _tiles(work, c)
+    tiles = functools.partial(_tiles, work)
 
     def size(c: KernelConfig) -> tuple[int, int]:
         return (c.base_m * c.knob("kv_tile"), c.knob("kv_tile"))

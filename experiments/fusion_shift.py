@@ -27,35 +27,35 @@ from typing import Any
 
 from _table import RESULTS, emit
 
-MODELS = {  # zoo model -> extra arguments (llama3-8b: two layers, the rest is repetition)
-    "bert-base": [],
-    "gpt2": [],
-    "llama3-8b": ["--layers", "2"],
-    "mobilenetv3": [],
-    "resnet50": [],
-    "transformer-base": [],
-    "vit-b16": [],
+MODELS: dict[str, int | None] = {  # zoo model -> layers (llama3-8b: two, the rest repeats)
+    "bert-base": None,
+    "gpt2": None,
+    "llama3-8b": 2,
+    "mobilenetv3": None,
+    "resnet50": None,
+    "transformer-base": None,
+    "vit-b16": None,
 }
 CLI = "from autotune.cli import app; app()"
 
 
-def _op_types(name: str, extra: list[str]) -> dict[str, str]:
+def _op_types(name: str, layers: int | None) -> dict[str, str]:
     from autotune.zoo import build
     from search_space import load_graph
 
-    layers = int(extra[1]) if extra else None
     graph = load_graph(build(name, weights="inputs", layers=layers))
     return {op.name: op.op_type for op in graph.ops}
 
 
 def run(out: Path) -> None:
     plans: dict[str, Any] = {}
-    for name, extra in MODELS.items():
+    for name, layers in MODELS.items():
+        extra = ["--layers", str(layers)] if layers else []
         cmd = [sys.executable, "-c", CLI, "estimate", f"zoo:{name}", *extra]
         cmd += ["--plan", "optimal", "--cost", "analytic", "--json"]
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         report = json.loads(res.stdout.strip().splitlines()[-1])
-        types = _op_types(name, extra)
+        types = _op_types(name, layers)
         chains = ["+".join(types.get(n, "?") for n in k["ops"]) for k in report["per_kernel"]]
         plans[name] = {"latency_us": report["latency_us"], "chains": chains}
         print(f"{name}: {len(chains)} kernels, {report['latency_us']:.1f} us", flush=True)

@@ -22,6 +22,7 @@ import numpy as np
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from costmodel.lower.common import ceil_div, ceil_to, pow2_choices, vector_cost
 from costmodel.lower.cube_gemv import spread_n
+from costmodel.lower.cube_l2 import l2_group_choices, lower_in_groups, with_groups
 from costmodel.lower.cube_work import CubeWork, analyse_cube, ub_need
 from costmodel.spec import Target
 
@@ -72,6 +73,7 @@ def _cube_configs(work: CubeWork, target: Target) -> Iterator[KernelConfig]:
     bns = pow2_choices(work.N)
     bks = pow2_choices(work.K, lo=32)
     cores = sorted({spec.cube_cores, max(1, spec.cube_cores // 2)}, reverse=True)
+    groups = l2_group_choices(work, target)
     for db in (True, False):
         f = 2 if db else 1
         for bm in bms:
@@ -85,20 +87,14 @@ def _cube_configs(work: CubeWork, target: Target) -> Iterator[KernelConfig]:
                     if work.mixed and ub_need(work, bm, bn, bk, db, spec.ub_bytes) > spec.ub_bytes:
                         continue
                     m, n, k = _l0_tile(bm, bn, bk, ci, db, target)
-                    yield from (
-                        KernelConfig(
-                            block_dim=c,
-                            base_m=bm,
-                            base_n=bn,
-                            base_k=bk,
-                            m=m,
-                            n=n,
-                            k=k,
-                            double_buffer=db,
-                        )
-                        for c in cores
-                        if bn in bns or spread.get(c) == bn  # a spread for its core count
-                    )
+                    for c in cores:
+                        if bn not in bns and spread.get(c) != bn:  # a spread for its cores
+                            continue
+                        config = KernelConfig(c, bm, bn, bk, m, n, k, double_buffer=db)
+                        yield config
+                        if bm < work.M:  # rows of tiles re-read B: L2 column groups (cube_l2)
+                            fit = (g for g in groups if bn <= work.N // g)
+                            yield from (with_groups(config, g) for g in fit)
 
 
 @dataclass(frozen=True)
@@ -139,7 +135,21 @@ def lower_cube(
     signature: str,
 ) -> KernelBatch:
     """Lower a cube group under many tilings at once: the operand streams (with a
-    prologue's), the bias and output streams, the vector epilogue and the buffers."""
+    prologue's), the bias and output streams, the vector epilogue and the buffers; configs
+    run in L2 column groups on their groups' work (:mod:`.cube_l2`)."""
+    args = (target, name, ops, kind, signature)
+    return lower_in_groups(work, configs, lambda w, cs: _lower(w, cs, *args))
+
+
+def _lower(
+    work: CubeWork,
+    configs: list[KernelConfig],
+    target: Target,
+    name: str,
+    ops: tuple[str, ...],
+    kind: str,
+    signature: str,
+) -> KernelBatch:
     spec = target.spec
     n = len(configs)
     t = _Tiling.of(work, configs)

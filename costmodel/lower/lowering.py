@@ -24,6 +24,8 @@ from costmodel.lower.attention import (
 )
 from costmodel.lower.cube import analyse_cube, cube_fits, cube_grid, lower_cube
 from costmodel.lower.cube_gemv import cube_tiles, gemv_default, is_gemv
+from costmodel.lower.cube_l2 import KNOB as L2_KNOB
+from costmodel.lower.cube_l2 import default_groups
 from costmodel.lower.vector import analyse_vector, lower_vector, vector_grid
 from costmodel.spec import Target
 from search_space.ir import FusionGroup, Graph, OpClass, empty_tensors
@@ -151,7 +153,13 @@ class Lowering:
         top = max(c.block_dim for c in configs)
         pool = [c for c in configs if c.double_buffer and c.block_dim == top] or configs
         if kind == "cube":
-            largest = max(pool, key=lambda c: (c.base_m * c.base_n, c.base_k, c.base_n))
+            groups = default_groups(work, self.target)  # CANN's L2 tiling where B overflows
+            largest = max(
+                pool,
+                key=lambda c: (
+                    c.base_m * c.base_n, c.base_k, c.base_n, c.knob(L2_KNOB, 1) == groups
+                ),
+            )  # fmt: skip
             if is_gemv(work, top) or cube_tiles(work, largest) < top:
                 # the largest tiles leave cores idle: split finer (cube_gemv)
                 return gemv_default(work, pool, top)

@@ -78,12 +78,16 @@ def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWo
     def sized(t: str) -> str:
         return inplace[t].updates if t in inplace else t
 
+    # a gather touches only the rows it gathers, so its table (a weight or a runtime tensor:
+    # a paged KV cache, an activation) never sizes the work; its output does
+    gathered = {op.inputs[0] for op in ops if op.op_type in GATHER_OPS and op.inputs}
     acts = [
         sized(t)
         for op in ops
         for t in (*op.inputs, *op.outputs)
         if t
         and t not in buffers
+        and t not in gathered
         and not is_compile_time(graph, t)
         and graph.tensors[sized(t)].numel > SCALAR_MAX
     ]
@@ -94,7 +98,6 @@ def analyse_vector(graph: Graph, group: FusionGroup, target: Target) -> VectorWo
     red, elems, cols, item, run = _view(graph, ops, big, target)
     rows = max(1, elems // cols)
     streamed = [t for t in (*group.inputs, *group.outputs) if t not in buffers]
-    gathered = {op.inputs[0] for op in ops if op.op_type in GATHER_OPS and op.inputs}
     inputs = tuple(
         (
             t,

@@ -1,9 +1,12 @@
 """Shrinking a group's row axis so its numerics run on a few rows, never on all of them.
 
 One axis of the activations is scaled from E to e: every row axis of the group's main
-activation is tried (batch, sequence, heads), under three tracking modes: every activation
-that has the axis, the activations shaped like the main one (Q and rotate_half(Q)), or the main
-one alone (attention queries: keys and values keep all their rows, being contracted). The
+activation is tried (batch, sequence, heads), under four tracking modes: every activation
+that has the axis; the same plus inputs whose features hold the axis as their outer factor (a
+projection's output, ``heads x head_dim``, that a view in the group splits into heads: a KV
+cache's new row before its Concat with the past); the activations shaped like the main one (Q
+and rotate_half(Q)); or the main one alone (attention queries: keys and values keep all their
+rows, being contracted). The
 choice is followed op by op: elementwise ops align it to the right, Transpose permutes it,
 views (Reshape, Flatten, Squeeze, Unsqueeze) carry it to the output axis that starts with the
 same outer block (so [B, S, H] -> [B*S, H] scales B*S), Gather, Split, Concat, Slice keep it
@@ -75,9 +78,26 @@ def _positional(graph: Graph, op: Op, land: int, axis: dict[str, int]) -> dict[i
     return found
 
 
+def _projects_heads(graph: Graph, op: Op, extent: int) -> bool:
+    """A MatMul against a weight whose output features hold ``extent`` heads (outer)."""
+    if op.op_type != "MatMul" or len(op.inputs) < 2 or not is_compile_time(graph, op.inputs[1]):
+        return False
+    weight = graph.tensors[op.inputs[1]].static_shape
+    n = graph.tensors[op.outputs[0]].static_shape[-1:] or (0,)
+    return n[0] > extent and n[0] % extent == 0 and len(weight) == 2
+
+
 def _walk(
-    graph: Graph, group: FusionGroup, tracked: dict[str, int], extent: int, new: int
+    graph: Graph,
+    group: FusionGroup,
+    tracked: dict[str, int],
+    extent: int,
+    new: int,
+    born: bool = False,
 ) -> Shrink:
+    """Follow the shrunk axis op by op from ``tracked``; ``born``: a projection in the group
+    whose input lacks the axis starts it in its output features, its weight's columns cut
+    (the first output features need only the first columns)."""
     shapes = {t: graph.tensors[t].static_shape for t in _tensors(graph, group)}
     axis = dict(tracked)
     for t, a in tracked.items():
@@ -87,10 +107,16 @@ def _walk(
     for i, name in enumerate(group.ops):
         op = graph.op(name)
         ax = {p: axis[t] for p, t in enumerate(op.inputs) if t in axis}
-        if not ax:
+        if not ax and not (born and _projects_heads(graph, op, extent)):
             continue
-        land = out_axis(graph, op, ax)
-        found = _positional(graph, op, land, axis) if op.op_class is OpClass.ELEMENTWISE else {}
+        if ax:
+            land = out_axis(graph, op, ax)
+            found = (
+                _positional(graph, op, land, axis) if op.op_class is OpClass.ELEMENTWISE else {}
+            )
+        else:  # the projection: its output features and its weight's columns
+            land = len(graph.tensors[op.outputs[0]].static_shape) - 1
+            found = {1: 1}
         if op.op_type == "ScatterND":
             rows = shapes[op.inputs[2]][ax[2]]
             j = scatter_cut(graph, op, ax, rows, shapes[op.inputs[0]][land])
@@ -111,7 +137,12 @@ def _walk(
 
 
 def _walk_divisible(
-    graph: Graph, group: FusionGroup, tracked: dict[str, int], extent: int, new: int
+    graph: Graph,
+    group: FusionGroup,
+    tracked: dict[str, int],
+    extent: int,
+    new: int,
+    born: bool = False,
 ) -> Shrink:
     """:func:`_walk` at ``new`` rows, or at the fewest rows above it that every tensor on the
     way scales to whole (a stride-2 convolution halves the rows: a crop of 56 image rows to 1
@@ -120,7 +151,7 @@ def _walk_divisible(
     first: NotShrinkable | None = None
     for more in [new, *(m for m in _divisor_rows(extent) if new < m < extent)][:_TRIES]:
         try:
-            return _walk(graph, group, tracked, extent, more)
+            return _walk(graph, group, tracked, extent, more, born)
         except _NotWhole as err:
             first = first or err
         except NotShrinkable as err:
@@ -170,8 +201,22 @@ def group_rows(graph: Graph, group: FusionGroup) -> int:
     return max(1, math.prod(max(outs, key=math.prod, default=())[:-1]))
 
 
+def _contracted(graph: Graph, group: FusionGroup, tensor: str) -> bool:
+    """Whether a matmul of the group contracts ``tensor``'s last axis (its A operand)."""
+    return any(
+        graph.op(n).op_type in ("MatMul", "Gemm") and graph.op(n).inputs[:1] == (tensor,)
+        for n in group.ops
+    )
+
+
 def _track(
-    graph: Graph, acts: list[str], main: str, a: int, extent: int, mode: str
+    graph: Graph,
+    group: FusionGroup,
+    acts: list[str],
+    main: str,
+    a: int,
+    extent: int,
+    mode: str,
 ) -> dict[str, int]:
     """Which axis of which activation input shrinks, under one tracking ``mode``."""
     if mode == "main":
@@ -193,6 +238,11 @@ def _track(
             k = next((k for k, d in enumerate(rows) if d == extent), None)
             if k is None and a < len(rows) and rows[a] > extent and rows[a] % extent == 0:
                 k = a  # the same axis, a multiple of it (grouped-query: query heads of KV heads)
+            last = shape[-1] if shape else 0
+            # a projection's output: heads x head_dim, heads outer (never a matmul's K)
+            heads = mode == "heads" and _has_features(graph, t) and last > extent
+            if k is None and heads and last % extent == 0 and not _contracted(graph, group, t):
+                k = len(shape) - 1
             if k is not None:
                 tracked[t] = k
     return tracked
@@ -218,24 +268,27 @@ def plan_shrinks(
     axes = [a for a, d in enumerate(_rows_of(graph, big)) if d > 1]
     found: list[Shrink] = []
     reasons: list[str] = []
-    tried: list[dict[str, int]] = []
-    # every activation with the axis; those shaped like the main one (Q and rotate_half(Q));
-    # the main one alone (attention queries: keys and values keep all their rows)
-    for mode in ("all", "alike", "main"):
+    tried: list[tuple[dict[str, int], bool]] = []
+    # every activation with the axis; the same with the features of an input that has not (a
+    # projection's heads x head_dim, split into heads by a view in the group); those shaped
+    # like the main one (Q and rotate_half(Q)); the main one alone (attention queries: keys
+    # and values keep all their rows)
+    for mode in ("all", "heads", "alike", "main"):
         for a in axes:
             extent = main[a]
             new = max(1, min(extent - 1, round(rows * extent / full)))
             what = ("batch" if a == 0 else f"axis {a}") + {
                 "all": "",
+                "heads": " (heads in the features)",
                 "alike": " (alike inputs)",
                 "main": f" of {big} only",
             }[mode]
             try:
-                tracked = _track(graph, acts, big, a, extent, mode)
-                if tracked in tried:
+                tracked = _track(graph, group, acts, big, a, extent, mode)
+                if (tracked, mode == "heads") in tried:
                     continue
-                tried.append(tracked)
-                shrink = _walk_divisible(graph, group, tracked, extent, new)
+                tried.append((tracked, mode == "heads"))
+                shrink = _walk_divisible(graph, group, tracked, extent, new, mode == "heads")
             except NotShrinkable as err:
                 reasons.append(f"{what}: {err}")
                 continue

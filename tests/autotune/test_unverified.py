@@ -206,3 +206,69 @@ def test_a_scatter_is_cropped_only_where_its_indices_stay_inside_the_kept_rows()
             model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy()
         )
         assert v.status is Status.PASSED and (v.rows < v.full_rows) is crops
+
+
+# -- a KV cache's new row projected, split into heads and appended ------------------------------
+def _project_and_append() -> tuple[onnx.ModelProto, search_space.Graph]:
+    """k = x @ Wk (4 heads x 8 in its features), split into heads, appended to the past
+    [1, 4, 16, 8] along the sequence (HF's concat cache); the whole chain one group."""
+    n, vi = helper.make_node, helper.make_tensor_value_info
+    rng = np.random.default_rng(0)
+    model = helper.make_model(
+        helper.make_graph(
+            [
+                n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+                n("Reshape", ["k", "heads"], ["k4"], name="split"),
+                n("Transpose", ["k4"], ["kt"], name="t", perm=[0, 2, 1, 3]),
+                n("Concat", ["past", "kt"], ["present"], name="append", axis=2),
+            ],
+            "g",
+            [vi("x", TensorProto.FLOAT, [1, 1, 64]), vi("past", TensorProto.FLOAT, [1, 4, 16, 8])],
+            [vi("present", TensorProto.FLOAT, [1, 4, 17, 8])],
+            [
+                numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "wk"),
+                numpy_helper.from_array(np.array([1, 1, 4, 8], np.int64), "heads"),
+            ],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    return model, search_space.load_graph(model)
+
+
+def test_a_projection_appended_to_its_cache_is_cropped_to_one_head_exactly() -> None:
+    """The head axis of the cache is born in the projection's output features: the crop
+    keeps one head by cutting the weight's columns, and its output is the full chain's first
+    head, computed by onnxruntime on the whole model (the other heads' past drawn apart); the
+    crop runs on onnx.reference, as safe mode runs it."""
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    model, graph = _project_and_append()
+    group = make_group(graph, [op.name for op in graph.ops])
+    source = ModelSource(model, graph)
+    sub = extract_group(source, group, rows=16)
+    assert "heads in the features" in sub.note and sub.rows < sub.full_rows
+    assert sub.shapes["present"] == (1, 1, 17, 8)
+    (cropped,) = ReferenceEvaluator(sub.model()).run(None, sub.run_feeds())
+    past = np.random.default_rng(1).standard_normal((1, 4, 16, 8)).astype(np.float32)
+    past[:, :1] = sub.feeds["past"]
+    (full,) = ort.InferenceSession(model.SerializeToString()).run(
+        None, {"x": sub.feeds["x"], "past": past}
+    )
+    np.testing.assert_allclose(cropped, full[:, :1], rtol=1e-6, atol=1e-6)
+
+
+def test_the_concat_caches_projection_kernel_is_verified_on_a_crop() -> None:
+    """HF's concat cache: K's projection, rotary and Concat with the past as one kernel (what
+    a study proposes) crops to one KV head and passes. At full size it had no crop and was
+    unverified, too large to run whole; at this quarter scale it ran whole."""
+    model = build(
+        "llama3-8b-decode", weights="random", scale=0.25, layers=1, cache_len=1024,
+        cache_form="concat",
+    )  # fmt: skip
+    graph = search_space.load_graph(model)
+    k_path = ("k_proj/MatMul", "Reshape_1", "Transpose_1", "Slice_2", "Slice_3", "Neg_1",
+              "Concat_1", "Mul_2", "Mul_3", "Add_1", "Concat_2")  # fmt: skip
+    group = make_group(graph, [f"/layers.0/self_attn/{op}" for op in k_path])
+    [v] = verify_kernels(model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy())
+    assert v.status is Status.PASSED and v.rows < v.full_rows, v

@@ -71,6 +71,7 @@ from costmodel.spec import HardwareSpec
 from search_space.ir import KernelConfig
 
 __all__ = [
+    "BATCH_ROWS",
     "BUFFERS",
     "PIPES",
     "Kernel",
@@ -311,6 +312,14 @@ class KernelBatch:
             compulsory_bytes=self.compulsory_bytes,
             signature=self.signature,
         )
+
+
+BATCH_ROWS = (
+    "grid", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads", "cube_cycles",
+    "vector_cycles_step", "vector_cycles_tile", "vector_instrs", "cross_core_syncs",
+)  # fmt: skip
+"""The :class:`KernelBatch` fields that hold one array entry per config (besides its streams'
+arrays and the footprint): what joining or reordering the rows of batches must carry."""
 
 
 def workspace(owner: str, role: str) -> str:

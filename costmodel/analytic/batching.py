@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.exceptions import CostModelError
-from costmodel.kernel import BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
+from costmodel.kernel import BATCH_ROWS, BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
 
 __all__ = ["batch_layout", "batch_of", "concat", "layout", "load_size", "stack", "tensor_bytes"]
 
@@ -124,17 +124,11 @@ def stack(kernels: Sequence[Kernel]) -> KernelBatch:
     )
 
 
-_ROWS = (
-    "grid", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads", "cube_cycles",
-    "vector_cycles_step", "vector_cycles_tile", "vector_instrs", "cross_core_syncs",
-)  # fmt: skip
-
-
 def batch_layout(batch: KernelBatch) -> Hashable:
     """:func:`layout` of a batch, and the types of its arrays: what batches must share for
     :func:`concat` to make rows each of which the model scores as in its own batch."""
     dtypes = tuple((s.bytes.dtype.str, s.row_bytes.dtype.str) for s in batch.streams)
-    arrays = tuple(getattr(batch, name).dtype.str for name in _ROWS)
+    arrays = tuple(getattr(batch, name).dtype.str for name in BATCH_ROWS)
     footprint = tuple(sorted((b, a.dtype.str) for b, a in batch.footprint.items()))
     return layout(batch), dtypes, arrays, footprint
 
@@ -164,7 +158,7 @@ def concat(batches: Sequence[KernelBatch]) -> KernelBatch:
         for i, s in enumerate(b0.streams)
     )
     rows: dict[str, Any] = {
-        name: np.concatenate([getattr(b, name) for b in batches]) for name in _ROWS
+        name: np.concatenate([getattr(b, name) for b in batches]) for name in BATCH_ROWS
     }
     return dataclasses.replace(
         b0,

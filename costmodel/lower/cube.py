@@ -22,7 +22,7 @@ import numpy as np
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
 from costmodel.lower.common import ceil_div, ceil_to, pow2_choices, vector_cost
 from costmodel.lower.cube_gemv import spread_n
-from costmodel.lower.cube_l2 import l2_group_choices, lower_in_groups, with_groups
+from costmodel.lower.cube_l2 import in_l2_groups, l2_group_choices, with_groups
 from costmodel.lower.cube_work import CubeWork, analyse_cube, ub_need
 from costmodel.spec import Target
 
@@ -125,6 +125,7 @@ class _Tiling:
         return cls(arr, db, gi, gj, steps, me, ne, ke)
 
 
+@in_l2_groups
 def lower_cube(
     work: CubeWork,
     configs: list[KernelConfig],
@@ -136,20 +137,7 @@ def lower_cube(
 ) -> KernelBatch:
     """Lower a cube group under many tilings at once: the operand streams (with a
     prologue's), the bias and output streams, the vector epilogue and the buffers; configs
-    run in L2 column groups on their groups' work (:mod:`.cube_l2`)."""
-    args = (target, name, ops, kind, signature)
-    return lower_in_groups(work, configs, lambda w, cs: _lower(w, cs, *args))
-
-
-def _lower(
-    work: CubeWork,
-    configs: list[KernelConfig],
-    target: Target,
-    name: str,
-    ops: tuple[str, ...],
-    kind: str,
-    signature: str,
-) -> KernelBatch:
+    run in L2 column groups on their groups' work (:func:`.cube_l2.in_l2_groups`)."""
     spec = target.spec
     n = len(configs)
     t = _Tiling.of(work, configs)

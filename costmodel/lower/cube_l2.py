@@ -26,12 +26,13 @@ epilogue that reduces whole output rows, N not a multiple of 16 per group).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
-from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch
+from costmodel.kernel import BATCH_ROWS, KernelBatch, KernelConfig, StreamBatch
 from costmodel.lower.cube_work import FRACTAL, CubeWork
 from costmodel.spec import Target
 
@@ -40,12 +41,13 @@ __all__ = [
     "L2_SHARE",
     "default_groups",
     "grouped_work",
+    "in_l2_groups",
     "l2_group_choices",
-    "lower_in_groups",
     "merge_rows",
     "with_groups",
 ]
 
+P = ParamSpec("P")
 KNOB = "l2_groups"
 L2_SHARE = 2  # a group's B slice takes at most 1 / L2_SHARE of the L2
 _CHOICES = 2  # group counts offered: the fewest that fit, and the next
@@ -131,12 +133,8 @@ def merge_rows(
         )
     b0 = parts[0][1]
     rows_of: dict[str, Any] = {
-        name: _scatter(n, [(r, getattr(b, name)) for r, b in parts], None)
-        for name in (
-            "grid", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads", "cube_cycles",
-            "vector_cycles_step", "vector_cycles_tile", "vector_instrs", "cross_core_syncs",
-        )
-    }  # fmt: skip
+        name: _scatter(n, [(r, getattr(b, name)) for r, b in parts], None) for name in BATCH_ROWS
+    }
     buffers = sorted({k for _, b in parts for k in b.footprint})
     footprint = {}
     for k in buffers:
@@ -154,19 +152,25 @@ def _keyed_by_group(batch: KernelBatch) -> KernelBatch:
     return dataclasses.replace(batch, streams=streams)
 
 
-def lower_in_groups(
-    work: CubeWork,
-    configs: Sequence[KernelConfig],
-    lower: Callable[[CubeWork, list[KernelConfig]], KernelBatch],
-) -> KernelBatch:
-    """``lower(work, configs)`` for configs of several group counts: each count's configs
-    lowered on its :func:`grouped_work`, the rows merged back in ``configs``' order."""
-    counts = np.array([c.knob(KNOB, 1) for c in configs], dtype=np.int64)
-    if (counts == 1).all():
-        return lower(work, list(configs))
-    parts = []
-    for g in sorted({int(c) for c in counts}):
-        rows = np.flatnonzero(counts == g)
-        part = lower(work if g == 1 else grouped_work(work, g), [configs[int(r)] for r in rows])
-        parts.append((rows, part if g == 1 else _keyed_by_group(part)))
-    return merge_rows(parts, configs)
+def in_l2_groups(
+    lower: Callable[Concatenate[CubeWork, list[KernelConfig], P], KernelBatch],
+) -> Callable[Concatenate[CubeWork, list[KernelConfig], P], KernelBatch]:
+    """``lower(work, configs, ...)`` made to take configs of several group counts: each
+    count's configs lowered on its :func:`grouped_work`, the rows merged back in order."""
+
+    @functools.wraps(lower)
+    def in_groups(
+        work: CubeWork, configs: list[KernelConfig], *args: P.args, **kwargs: P.kwargs
+    ) -> KernelBatch:
+        counts = np.array([c.knob(KNOB, 1) for c in configs], dtype=np.int64)
+        if (counts == 1).all():
+            return lower(work, configs, *args, **kwargs)
+        parts = []
+        for g in sorted({int(c) for c in counts}):
+            rows = np.flatnonzero(counts == g)
+            subset = [configs[int(r)] for r in rows]
+            part = lower(work if g == 1 else grouped_work(work, g), subset, *args, **kwargs)
+            parts.append((rows, part if g == 1 else _keyed_by_group(part)))
+        return merge_rows(parts, configs)
+
+    return in_groups

@@ -23,7 +23,9 @@ extraction keeps the valid one closest to the rows asked for.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -136,22 +138,16 @@ def _walk(
     return Shrink(axis, extent, new, shapes, targets, "", cuts)
 
 
-def _walk_divisible(
-    graph: Graph,
-    group: FusionGroup,
-    tracked: dict[str, int],
-    extent: int,
-    new: int,
-    born: bool = False,
-) -> Shrink:
-    """:func:`_walk` at ``new`` rows, or at the fewest rows above it that every tensor on the
-    way scales to whole (a stride-2 convolution halves the rows: a crop of 56 image rows to 1
-    cannot halve, to 2 can). A row count of the whole ``extent`` is no shrink and never tried:
-    that is the caller's full-size case, with its size limit."""
+def _walk_divisible(walk: Callable[[int], Shrink], extent: int, new: int) -> Shrink:
+    """``walk`` (a :func:`_walk` given a row count) at ``new`` rows, or at the fewest rows
+    above it that every tensor on the way scales to whole (a stride-2 convolution halves the
+    rows: a crop of 56 image rows to 1 cannot halve, to 2 can). A row count of the whole
+    ``extent`` is no shrink and never tried: that is the caller's full-size case, with its
+    size limit."""
     first: NotShrinkable | None = None
     for more in [new, *(m for m in _divisor_rows(extent) if new < m < extent)][:_TRIES]:
         try:
-            return _walk(graph, group, tracked, extent, more, born)
+            return walk(more)
         except _NotWhole as err:
             first = first or err
         except NotShrinkable as err:
@@ -288,7 +284,9 @@ def plan_shrinks(
                 if (tracked, mode == "heads") in tried:
                     continue
                 tried.append((tracked, mode == "heads"))
-                shrink = _walk_divisible(graph, group, tracked, extent, new, mode == "heads")
+                born = mode == "heads"
+                walk = functools.partial(_walk, graph, group, tracked, extent, born=born)
+                shrink = _walk_divisible(walk, extent, new)
             except NotShrinkable as err:
                 reasons.append(f"{what}: {err}")
                 continue

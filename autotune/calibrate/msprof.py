@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
 import logging
 import math
 from collections.abc import Iterator
@@ -204,12 +203,11 @@ def msprof_table(
         used.add(name)
         group = ctx.group([name])
         try:
-            config = lowering.default(group)
+            # on the cores the profile names (never more than the chip has), tiled for them
+            config = lowering.default(group, block_dim=r["block_dim"] or None)
         except InfeasibleConfig:
             skipped += 1
             continue
-        if r["block_dim"] > 0:  # never more cores than the default (all of them) uses
-            config = dataclasses.replace(config, block_dim=min(r["block_dim"], config.block_dim))
         kernels.append(lowering.kernel(group, config))
         gap_us = target.spec.kernel_gap_s * 1e6  # a task duration excludes the gap before it
         costs.append(KernelCost(r["duration_us"] + gap_us, r["pipes"]))

@@ -16,7 +16,6 @@ Spearman rank correlation.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -131,11 +130,9 @@ def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:
 
 def measured_config(lowering: Lowering, group: FusionGroup, row: RealRow) -> KernelConfig:
     """The config the real kernel ran at, as far as the row tells: the group's default config
-    on as many cores as the row's ``block_dim`` names (never more than the chip has)."""
-    config = lowering.default(group)
-    if row.block_dim:
-        config = dataclasses.replace(config, block_dim=min(row.block_dim, config.block_dim))
-    return config
+    on as many cores as the row's ``block_dim`` names (never more than the chip has), with
+    the tiles a kernel on that many cores takes."""
+    return lowering.default(group, block_dim=row.block_dim)
 
 
 def _time(cost: Any, timing: str) -> float:

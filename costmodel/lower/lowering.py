@@ -12,6 +12,7 @@ signature's grid, so the twelve identical layers of a BERT share one grid.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from costmodel.exceptions import CostModelError, InfeasibleConfig
@@ -142,16 +143,22 @@ class Lowering:
     def kernel(self, group: FusionGroup, config: KernelConfig) -> Kernel:
         return self.batch(group, [config]).kernel(0)
 
-    def default(self, group: FusionGroup) -> KernelConfig:
+    def default(self, group: FusionGroup, block_dim: int | None = None) -> KernelConfig:
         """What a hand-written kernel would use: the largest tiles that fit with double
         buffering, on all cores (vector kernels: no larger than needed to feed every core; a
         matmul whose largest tiles are fewer than the cores, and a GEMV: the tiling that loads
         the fewest bytes on its busiest core, as CANN's matmul tiling splits a small matmul
-        over every core; attention: split over the keys when its blocks leave cores idle)."""
+        over every core; attention: split over the keys when its blocks leave cores idle).
+
+        ``block_dim`` (a kernel seen running on that many cores, as msprof reports it): the
+        tiles chosen for those cores, never more cores than the chip has. A vector kernel's
+        rows are dealt over the cores it runs on, so fewer cores take larger tiles.
+        """
         configs = self.grid(group)
         kind, work, _ = self._analysed(group)
         top = max(c.block_dim for c in configs)
         pool = [c for c in configs if c.double_buffer and c.block_dim == top] or configs
+        cores = min(block_dim, top) if block_dim else top
         if kind == "cube":
             groups = default_groups(work, self.target)  # CANN's L2 tiling where B overflows
             largest = max(
@@ -162,13 +169,14 @@ class Lowering:
             )  # fmt: skip
             if is_gemv(work, top) or cube_tiles(work, largest) < top:
                 # the largest tiles leave cores idle: split finer (cube_gemv)
-                return gemv_default(work, pool, top)
-            return largest
-        if kind == "attention":
-            return attention_default(work, pool, top)
-        per_core = max(1, -(-work.rows // top))
-        fitting = [c for c in pool if c.ub_rows <= per_core] or pool
-        return max(fitting, key=lambda c: (c.ub_rows * c.ub_cols, c.ub_cols))
+                largest = gemv_default(work, pool, top)
+        elif kind == "attention":
+            largest = attention_default(work, pool, top)
+        else:
+            per_core = max(1, -(-work.rows // cores))
+            fitting = [c for c in pool if c.ub_rows <= per_core] or pool
+            largest = max(fitting, key=lambda c: (c.ub_rows * c.ub_cols, c.ub_cols))
+        return largest if cores == largest.block_dim else replace(largest, block_dim=cores)
 
     def kernels(
         self, groups: Sequence[FusionGroup], configs: Sequence[KernelConfig | None] | None = None

@@ -294,6 +294,31 @@ def test_the_evaluator_and_the_fit_cost_a_row_on_the_cores_it_ran_on(given_cores
         assert sim.predicted == full.predicted
 
 
+@given(st.integers(1, 48), st.sampled_from([(2, 64, 256), (2, 128, 512), (4, 512, 1024)]))
+def test_a_kernel_seen_on_fewer_cores_is_tiled_for_them(cores: int, shape: tuple) -> None:
+    """The tiles a vector kernel takes deal its rows over the cores it ran on: on fewer cores,
+    no smaller tiles than on all of them, and never more tile rows than a core's share of the
+    rows (or the smallest tile), and the largest such -- so a kernel on 6 cores is not run in
+    11 waves of tiles cut for 40."""
+    row = _row("SwiGlu", "gate=[%d,%d,%d], up=[%d,%d,%d]" % (shape * 2), block_dim=str(cores))
+    _, lowering, groups = lowered(row)
+    full = lowering.default(groups[0])
+    seen = measured_config(lowering, groups[0], row)
+    assert seen.block_dim == min(cores, full.block_dim)
+    assert seen.ub_rows * seen.ub_cols >= full.ub_rows * full.ub_cols
+    rows = shape[0] * shape[1]
+    share = -(-rows // seen.block_dim)
+    smallest = min(c.ub_rows for c in lowering.grid(groups[0]))
+    assert seen.ub_rows <= max(share, smallest)
+    area = seen.ub_rows * seen.ub_cols
+    larger = [
+        c
+        for c in lowering.grid(groups[0])
+        if c.double_buffer and c.ub_rows <= share and c.ub_rows * c.ub_cols > area
+    ]
+    assert larger == []  # the largest double-buffered tile within a core's share
+
+
 def test_impl_comes_from_its_column_and_defaults_to_a_library_kernel(tmp_path: Path) -> None:
     assert _row("RmsNorm", "x=[2,8]").impl == "library"
     assert _row("RmsNorm", "x=[2,8]", impl="Custom").impl == "custom"

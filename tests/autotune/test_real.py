@@ -300,7 +300,8 @@ def test_a_kernel_seen_on_fewer_cores_is_tiled_for_them(cores: int, shape: tuple
     no smaller tiles than on all of them, and never more tile rows than a core's share of the
     rows (or the smallest tile), and the largest such -- so a kernel on 6 cores is not run in
     11 waves of tiles cut for 40."""
-    row = _row("SwiGlu", "gate=[%d,%d,%d], up=[%d,%d,%d]" % (shape * 2), block_dim=str(cores))
+    dims = ",".join(map(str, shape))
+    row = _row("SwiGlu", f"gate=[{dims}], up=[{dims}]", block_dim=str(cores))
     _, lowering, groups = lowered(row)
     full = lowering.default(groups[0])
     seen = measured_config(lowering, groups[0], row)

@@ -1,24 +1,25 @@
 """Shrinking a group's row axis so its numerics run on a few rows, never on all of them.
 
 One axis of the activations is scaled from E to e: every row axis of the group's main
-activation is tried (batch, sequence, heads), under four tracking modes: every activation
-that has the axis; the same plus inputs whose features hold the axis as their outer factor (a
-projection's output, ``heads x head_dim``, that a view in the group splits into heads: a KV
-cache's new row before its Concat with the past); the activations shaped like the main one (Q
-and rotate_half(Q)); or the main one alone (attention queries: keys and values keep all their
-rows, being contracted). The
-choice is followed op by op: elementwise ops align it to the right, Transpose permutes it,
-views (Reshape, Flatten, Squeeze, Unsqueeze) carry it to the output axis that starts with the
-same outer block (so [B, S, H] -> [B*S, H] scales B*S), Gather, Split, Concat, Slice keep it
-when they work on another axis. It is never a reduced axis (Softmax, LayerNorm, Reduce*), the
-contraction axis K of a matmul, or a Conv's channel axis; a Conv's or pool's image rows may
-shrink (a crop: every output still sums all input channels over its whole window), to the
-fewest rows that every strided tensor on the way scales to whole. Reshape and Expand targets
-that hard-code the axis are recomputed. Weights keep their shapes; a compile-time tensor that
-meets the shrunk axis in an elementwise op (rotary tables, position embeddings, a causal mask
-over query rows) is replaced, for that op only, by a copy cut to its first positions.
-Every candidate is then checked by strict shape inference (``extract.validate_shapes``); the
-extraction keeps the valid one closest to the rows asked for.
+activation is tried (batch, sequence, heads), under four tracking modes: every activation that
+has the axis (or, for heads, a multiple or divisor of it: a grouped-query attention's query and
+KV heads shrink together, whole KV groups kept); the same plus inputs whose features hold the
+axis as their outer factor (a projection's output, ``heads x head_dim``, that a view in the
+group splits into heads: a KV cache's new row before its Concat with the past); the activations
+shaped like the main one (Q and rotate_half(Q)); or the main one alone (attention queries: keys
+and values keep all their rows, being contracted). The choice is followed op by op: elementwise
+ops align it to the right, Transpose permutes it, views (Reshape, Flatten, Squeeze, Unsqueeze)
+carry it to the output axis that starts with the same outer block (so [B, S, H] -> [B*S, H]
+scales B*S), Gather, Split, Concat, Slice keep it when they work on another axis. It is never a
+reduced axis (Softmax, LayerNorm, Reduce*), the contraction axis K of a matmul, or a Conv's
+channel axis; a Conv's or pool's image rows may shrink (a crop: every output still sums all
+input channels over its whole window), to the fewest rows that every strided tensor on the way
+scales to whole. Reshape and Expand targets that hard-code the axis are recomputed. Weights
+keep their shapes; a compile-time tensor that meets the shrunk axis in an elementwise op
+(rotary tables, position embeddings, a causal mask over query rows) is replaced, for that op
+only, by a copy cut to its first positions. Every candidate is then checked by strict shape
+inference (``extract.validate_shapes``); the extraction keeps the valid one closest to the rows
+asked for.
 """
 
 from __future__ import annotations
@@ -205,6 +206,12 @@ def _contracted(graph: Graph, group: FusionGroup, tensor: str) -> bool:
     )
 
 
+def _grouped(d: int, extent: int) -> bool:
+    """Whether an axis of ``d`` and one of ``extent`` are heads of one grouped-query
+    attention (one divides the other)."""
+    return d != extent and (d % extent == 0 or extent % d == 0)
+
+
 def _track(
     graph: Graph,
     group: FusionGroup,
@@ -232,8 +239,10 @@ def _track(
         else:
             rows = _rows_of(graph, t)
             k = next((k for k, d in enumerate(rows) if d == extent), None)
-            if k is None and a < len(rows) and rows[a] > extent and rows[a] % extent == 0:
-                k = a  # the same axis, a multiple of it (grouped-query: query heads of KV heads)
+            if k is None and a < len(rows) and rows[a] > 1 and _grouped(rows[a], extent):
+                # the same axis, a multiple or a divisor of it (grouped-query attention: query
+                # heads of KV heads, KV heads of query heads; a crop keeps whole KV groups)
+                k = a
             last = shape[-1] if shape else 0
             # a projection's output: heads x head_dim, heads outer (never a matmul's K)
             heads = mode == "heads" and _has_features(graph, t) and last > extent

@@ -272,3 +272,53 @@ def test_the_concat_caches_projection_kernel_is_verified_on_a_crop() -> None:
     group = make_group(graph, [f"/layers.0/self_attn/{op}" for op in k_path])
     [v] = verify_kernels(model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy())
     assert v.status is Status.PASSED and v.rows < v.full_rows, v
+
+
+# -- grouped-query attention fused with V's append to the concat cache --------------------------
+def test_a_grouped_query_attention_with_its_v_append_crops_whole_kv_groups() -> None:
+    """HF's concat cache: V's Concat with the past, the grouped-query Expand and the attention
+    as one kernel (a study proposes it). The crop keeps whole KV groups: the KV heads and
+    the query heads that read them shrink together (2 -> 1 and 8 -> 4 here), and the cropped
+    kernel's output is the whole attention's first four query heads, computed in float64
+    numpy (softmax(Q K^T s) repeat_kv(concat(past, v))) with the other heads drawn apart.
+    Before, the KV heads kept all their rows against one query head and the full-size kernel
+    was unverified, too large to run whole."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = build(
+        "llama3-8b-decode", weights="random", scale=0.25, layers=1, cache_len=1024,
+        cache_form="concat",
+    )  # fmt: skip
+    graph = search_space.load_graph(model)
+    path = ("Concat_3", "Unsqueeze_1", "Expand_1", "Reshape_4", "MatMul", "Mul_4", "Softmax",
+            "MatMul_1")  # fmt: skip
+    group = make_group(graph, [f"/layers.0/self_attn/{op}" for op in path])
+    sub = extract_group(ModelSource(model, graph), group, rows=64)
+    assert sub.rows < sub.full_rows, sub.note
+    q, kt = "/layers.0/self_attn/Add_output_0", "/layers.0/self_attn/Transpose_3_output_0"
+    past, new = "past_key_values.0.value", "/layers.0/self_attn/Transpose_2_output_0"
+    full_shapes = {t: graph.tensors[t].static_shape for t in (q, kt, past, new)}
+    kv, heads = full_shapes[past][1], full_shapes[q][1]
+    assert sub.shapes[past][1] * heads == sub.shapes[q][1] * kv  # whole KV groups kept
+    assert sub.shapes[past][1] < kv
+    rng = np.random.default_rng(2)
+    x = {}
+    for t, shape in full_shapes.items():
+        x[t] = rng.standard_normal(shape)
+        x[t][:, : sub.shapes[t][1]] = sub.feeds[t]
+    [scale] = [
+        numpy_helper.to_array(i) for i in model.graph.initializer if i.name == "const.0.0883883"
+    ]
+    v = np.repeat(np.concatenate([x[past], x[new]], axis=2), heads // kv, axis=1)
+    s = x[q] @ x[kt] * float(scale)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v
+    names = [o.name for o in sub.model().graph.output]
+    got = dict(zip(names, ReferenceEvaluator(sub.model()).run(None, sub.run_feeds()), strict=True))
+    kept = sub.shapes[q][1]
+    out = got["/layers.0/self_attn/MatMul_1_output_0"]
+    np.testing.assert_allclose(out, want[:, :kept], rtol=1e-4, atol=1e-5)
+    [verdict] = verify_kernels(
+        model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy()
+    )
+    assert verdict.status is Status.PASSED and verdict.rows < verdict.full_rows, verdict

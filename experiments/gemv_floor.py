@@ -51,8 +51,10 @@ def _rows(model: str, cache_len: int, batch: int, target_name: str) -> list[dict
     )
     lowering = Lowering(graph, target)
     fixed = (
-        spec.kernel_head_cycles + spec.scalar_setup_cycles + 2 * spec.gm_latency_cycles
-    ) / spec.clock_hz * 1e6  # head, set-up after the tiling read, first load's latency
+        (spec.kernel_head_cycles + spec.scalar_setup_cycles + 2 * spec.gm_latency_cycles)
+        / spec.clock_hz
+        * 1e6
+    )  # head, set-up after the tiling read, first load's latency
     rows = []
     for op in graph.ops:
         if op.op_type not in ("MatMul", "Gemm") or not is_compile_time(graph, op.inputs[1]):

@@ -38,7 +38,7 @@ from typing import Any
 from autotune.exceptions import AutotuneError
 from autotune.zoo import load_model_spec
 from costmodel.base import KernelCost
-from costmodel.calibration import measurement_rows, update_manifest, write_table
+from costmodel.calibration import measured_pipes, measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.lower import Lowering
 from costmodel.spec import Target
@@ -210,7 +210,7 @@ def msprof_table(
             continue
         kernels.append(lowering.kernel(group, config))
         gap_us = target.spec.kernel_gap_s * 1e6  # a task duration excludes the gap before it
-        costs.append(KernelCost(r["duration_us"] + gap_us, r["pipes"]))
+        costs.append(KernelCost(r["duration_us"] + gap_us, measured_pipes(r["pipes"])))
     if not kernels:
         raise AutotuneError(
             f"no row of '{csv_path}' matches an op of {model} (by Op Name, or by OP Type and "

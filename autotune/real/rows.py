@@ -16,6 +16,12 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
 * ``impl`` (optional) is ``library`` (CANN's own op kernel, what ``torch_npu`` and ``aclnn``
   call: the default, as public timings mostly are) or ``custom`` (a kernel written or
   compiled for the shape: Ascend C, PyAsc, TileLang; what this tool generates).
+* ``vec_us``, ``mte2_us``, ``mte3_us``, ``mte1_us``, ``mac_us``, ``fixpipe_us`` (optional) are
+  the kernel's per-pipe busy times as msprof reports them (a pipeline detail, or a
+  ``PipeUtilization`` share times the task duration): the mean over the cores that ran, in
+  us, never longer than the kernel. They are the pipes' measured busy times in a fit, as an
+  msprof op summary's ``aiv_vec_time(us)``... columns are (``scalar_us`` is kept as read: the
+  models have no scalar pipe).
 
 A row that cannot be read (an unknown op, a shape that does not parse, a missing time) is
 reported by its row number and skipped; it never stops the others.
@@ -34,6 +40,7 @@ from autotune.exceptions import AutotuneError
 
 __all__ = [
     "FAMILIES",
+    "PIPE_COLUMNS",
     "RealRow",
     "RowProblem",
     "family_of",
@@ -107,6 +114,15 @@ DTYPES = {
     "hf32": "float32",
 }
 IMPLS = ("library", "custom")
+# optional per-pipe busy columns -> the cost models' pipe names
+PIPE_COLUMNS = {
+    "vec_us": "V",
+    "mte2_us": "MTE2",
+    "mte3_us": "MTE3",
+    "mte1_us": "MTE1",
+    "mac_us": "M",
+    "fixpipe_us": "FIX",
+}
 DEVICE_WORDS = ("msprof", "task duration", "kernel_details", "kernel-only", "device time")
 HOST_WORDS = ("do_bench", "wall", "time.time", "perf_counter", "host", "synchronize", "e2e")
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -128,6 +144,7 @@ class RealRow:
         timing: ``device`` or ``host``.
         source, quote, notes: provenance, as written.
         impl: ``library`` (a CANN op kernel) or ``custom`` (a kernel written for the shape).
+        pipes: measured busy time (us) per pipe (``V``, ``MTE2``...), where the row has them.
     """
 
     row: int
@@ -146,6 +163,7 @@ class RealRow:
     block_dim: int | None = None
     impl: str = "library"
     extra: Mapping[str, str] = field(default_factory=dict)
+    pipes: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def source_name(self) -> str:
@@ -283,6 +301,24 @@ def _block_dim(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _pipes(row: Mapping[str, str], time_us: float) -> dict[str, float]:
+    pipes: dict[str, float] = {}
+    for column, pipe in PIPE_COLUMNS.items():
+        text = (row.get(column) or "").strip()
+        if not text:
+            continue
+        try:
+            busy = float(text)
+        except ValueError:
+            raise AutotuneError(f"{column} {text!r} is not a number") from None
+        if not (math.isfinite(busy) and 0 < busy <= time_us * 1.001):
+            raise AutotuneError(
+                f"{column} must be a busy time in (0, time_us = {time_us}], but got {text!r}"
+            )
+        pipes[pipe] = busy
+    return pipes
+
+
 def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
     """One CSV row as a :class:`RealRow`.
 
@@ -305,6 +341,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         raise AutotuneError(f"time_us must be a positive number, but got {row.get('time_us')!r}")
     chip = (row.get("chip") or "").strip()
     known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source", "impl"}
+    known |= set(PIPE_COLUMNS)
     return RealRow(
         row=number,
         path=path,
@@ -322,6 +359,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         block_dim=_block_dim(row.get("block_dim") or ""),
         impl=_impl(row.get("impl") or ""),
         extra={k: v for k, v in row.items() if k and k not in known and v},
+        pipes=_pipes(row, time_us),
     )
 
 

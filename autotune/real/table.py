@@ -7,7 +7,10 @@ latency includes; a ``host`` row as timed. A ``library`` row's time loses the li
 (:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the
 tool would generate, on the chip's own spec, which is what the models are fitted to. The rows
 carry ``simulator_version = "real"``, the row's chip as ``target`` and its source and op
-family, so that a fit can weigh them up and an evaluation can hold out whole sources.
+family, so that a fit can weigh them up and an evaluation can hold out whole sources. A row's
+measured busy times of the on-chip pipes (``vec_us``, ``mac_us``, ``mte1_us``) are those
+pipes' busy times in the fit; its DMA pipes' are not
+(:data:`~costmodel.calibration.MEASURED_PIPES` says why).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from autotune.real.evaluate import library_prologue_us, lowered, measured_config
 from autotune.real.rows import RealRow
 from costmodel.base import KernelCost
-from costmodel.calibration import measurement_rows
+from costmodel.calibration import measured_pipes, measurement_rows
 from costmodel.spec import fitted_lineage
 
 __all__ = ["HARDWARE_VERSION", "table_rows"]
@@ -57,7 +60,7 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
             continue
         out += measurement_rows(
             [kernel],
-            [KernelCost(generated_us + gap)],
+            [KernelCost(generated_us + gap, measured_pipes(row.pipes))],
             [[0.0] * sum(s.is_load for s in kernel.streams)],
             target=target.spec.name,
             spec_digest=target.spec.digest(),

@@ -4,11 +4,13 @@ and the least-squares fit of the analytic constants to them."""
 from __future__ import annotations
 
 from costmodel.calibration.dataset import (
+    MEASURED_PIPES,
     PIPE_COLUMNS,
     REQUIRED_COLUMNS,
     SIMULATOR_VERSION,
     kernel_from_json,
     kernel_to_json,
+    measured_pipes,
     measurement_rows,
     read_table,
     target_tables,
@@ -18,6 +20,7 @@ from costmodel.calibration.dataset import (
 from costmodel.calibration.fit import RowBatches, fit_constants
 
 __all__ = [
+    "MEASURED_PIPES",
     "PIPE_COLUMNS",
     "REQUIRED_COLUMNS",
     "SIMULATOR_VERSION",
@@ -25,6 +28,7 @@ __all__ = [
     "fit_constants",
     "kernel_from_json",
     "kernel_to_json",
+    "measured_pipes",
     "measurement_rows",
     "read_table",
     "target_tables",

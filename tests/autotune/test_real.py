@@ -119,6 +119,47 @@ def test_bad_rows_are_reported_by_number_and_skipped(tmp_path: Path) -> None:
     assert "unknown op 'FFT'" in str(problems[1]) and str(problems[0]).startswith(str(csv))
 
 
+@given(
+    st.floats(0.01, 50.0),
+    st.dictionaries(st.sampled_from(["vec_us", "mte2_us", "mte3_us", "mac_us"]),
+                    st.floats(0.001, 1.0), max_size=4),
+)  # fmt: skip
+def test_pipe_columns_are_the_pipes_busy_times_in_a_fit_row(
+    time_us: float, shares: dict[str, float]
+) -> None:
+    """A row's measured busy times (us, at most the kernel's time) are read per pipe; in the
+    fit's table the on-chip pipes' (the vector unit, the cube) are those pipes' busy times,
+    while the DMA pipes' (msprof counts each transfer's latency, the models do not) stay
+    unmeasured (0, which the fit leaves out), as do the pipes the row does not name."""
+    busy = {c: round(time_us * f, 6) for c, f in shares.items()}
+    row = _row("RmsNorm", "x=[2,64,256], gamma=[256]", time_us=repr(time_us), impl="custom",
+               **{c: repr(v) for c, v in busy.items()})  # fmt: skip
+    pipes = {"vec_us": "V", "mte2_us": "MTE2", "mte3_us": "MTE3", "mac_us": "M"}
+    assert dict(row.pipes) == {pipes[c]: v for c, v in busy.items()}
+    [fit_row], problems = table_rows([row], "ascend910b")
+    assert problems == []
+    for column, pipe in pipes.items():
+        fitted = busy.get(column, 0.0) if pipe in ("V", "M") else 0.0
+        assert fit_row[f"pipe_{pipe}_us"] == fitted
+
+
+def test_a_bad_pipe_column_skips_its_row_with_one_line(tmp_path: Path) -> None:
+    csv = tmp_path / "real.csv"
+    csv.write_text(
+        HEADER.strip()
+        + ",vec_us,mte2_us\n"
+        + '910B4,RmsNorm,"x=[2,64]",fp32,5,device,s,q,n,fast,\n'  # not a number
+        + '910B4,RmsNorm,"x=[2,64]",fp32,5,device,s,q,n,1.5,7\n'  # busier than the kernel
+        + '910B4,RmsNorm,"x=[2,64]",fp32,5,device,s,q,n,1.5,2.5\n'  # fine
+    )
+    rows, problems = read_real([csv])
+    assert [r.row for r in rows] == [3] and dict(rows[0].pipes) == {"V": 1.5, "MTE2": 2.5}
+    assert [p.row for p in problems] == [1, 2]
+    assert "vec_us 'fast' is not a number" in str(problems[0])
+    assert "mte2_us must be a busy time in (0, time_us = 5.0]" in str(problems[1])
+    assert all("\n" not in str(p) for p in problems)
+
+
 def test_a_file_without_the_needed_columns_is_one_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.csv"
     bad.write_text("a,b\n1,2\n")

@@ -18,10 +18,11 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
   compiled for the shape: Ascend C, PyAsc, TileLang; what this tool generates).
 * ``vec_us``, ``mte2_us``, ``mte3_us``, ``mte1_us``, ``mac_us``, ``fixpipe_us`` (optional) are
   the kernel's per-pipe busy times as msprof reports them (a pipeline detail, or a
-  ``PipeUtilization`` share times the task duration): the mean over the cores that ran, in
-  us, never longer than the kernel. They are the pipes' measured busy times in a fit, as an
-  msprof op summary's ``aiv_vec_time(us)``... columns are (``scalar_us`` is kept as read: the
-  models have no scalar pipe).
+  ``PipeUtilization`` share times each core's own run time): the mean over the cores that
+  ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the on-chip
+  pipes' as their measured busy times, as it takes an msprof op summary's
+  (:data:`~costmodel.calibration.MEASURED_PIPES`); ``scalar_us`` is kept as read (the models
+  have no scalar pipe).
 
 A row that cannot be read (an unknown op, a shape that does not parse, a missing time) is
 reported by its row number and skipped; it never stops the others.
@@ -39,8 +40,8 @@ from pathlib import Path
 from autotune.exceptions import AutotuneError
 
 __all__ = [
+    "BUSY_COLUMNS",
     "FAMILIES",
-    "PIPE_COLUMNS",
     "RealRow",
     "RowProblem",
     "family_of",
@@ -115,7 +116,7 @@ DTYPES = {
 }
 IMPLS = ("library", "custom")
 # optional per-pipe busy columns -> the cost models' pipe names
-PIPE_COLUMNS = {
+BUSY_COLUMNS = {
     "vec_us": "V",
     "mte2_us": "MTE2",
     "mte3_us": "MTE3",
@@ -303,19 +304,24 @@ def _block_dim(text: str) -> int | None:
 
 def _pipes(row: Mapping[str, str], time_us: float) -> dict[str, float]:
     pipes: dict[str, float] = {}
-    for column, pipe in PIPE_COLUMNS.items():
+    for column, pipe in BUSY_COLUMNS.items():
         text = (row.get(column) or "").strip()
         if not text:
             continue
         try:
             busy = float(text)
         except ValueError:
-            raise AutotuneError(f"{column} {text!r} is not a number") from None
-        if not (math.isfinite(busy) and 0 < busy <= time_us * 1.001):
             raise AutotuneError(
-                f"{column} must be a busy time in (0, time_us = {time_us}], but got {text!r}"
+                f"{column} {text!r} is not a number (give the pipe's busy time in us, or leave "
+                "it empty)"
+            ) from None
+        if not (math.isfinite(busy) and 0 <= busy <= time_us * 1.001):  # rounding: 0.1%
+            raise AutotuneError(
+                f"{column} must be a busy time between 0 and the kernel's time_us ({time_us}), "
+                f"but got {text!r}"
             )
-        pipes[pipe] = busy
+        if busy > 0:  # an idle pipe (0) is not a measurement of its rate
+            pipes[pipe] = busy
     return pipes
 
 
@@ -341,7 +347,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         raise AutotuneError(f"time_us must be a positive number, but got {row.get('time_us')!r}")
     chip = (row.get("chip") or "").strip()
     known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source", "impl"}
-    known |= set(PIPE_COLUMNS)
+    known |= set(BUSY_COLUMNS)
     return RealRow(
         row=number,
         path=path,

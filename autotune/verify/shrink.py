@@ -1,25 +1,25 @@
 """Shrinking a group's row axis so its numerics run on a few rows, never on all of them.
 
 One axis of the activations is scaled from E to e: every row axis of the group's main
-activation is tried (batch, sequence, heads), under four tracking modes: every activation that
-has the axis (or, for heads, a multiple or divisor of it: a grouped-query attention's query and
-KV heads shrink together, whole KV groups kept); the same plus inputs whose features hold the
-axis as their outer factor (a projection's output, ``heads x head_dim``, that a view in the
-group splits into heads: a KV cache's new row before its Concat with the past); the activations
-shaped like the main one (Q and rotate_half(Q)); or the main one alone (attention queries: keys
-and values keep all their rows, being contracted). The choice is followed op by op: elementwise
-ops align it to the right, Transpose permutes it, views (Reshape, Flatten, Squeeze, Unsqueeze)
-carry it to the output axis that starts with the same outer block (so [B, S, H] -> [B*S, H]
-scales B*S), Gather, Split, Concat, Slice keep it when they work on another axis. It is never a
-reduced axis (Softmax, LayerNorm, Reduce*), the contraction axis K of a matmul, or a Conv's
-channel axis; a Conv's or pool's image rows may shrink (a crop: every output still sums all
-input channels over its whole window), to the fewest rows that every strided tensor on the way
-scales to whole. Reshape and Expand targets that hard-code the axis are recomputed. Weights
-keep their shapes; a compile-time tensor that meets the shrunk axis in an elementwise op
-(rotary tables, position embeddings, a causal mask over query rows) is replaced, for that op
-only, by a copy cut to its first positions. Every candidate is then checked by strict shape
-inference (``extract.validate_shapes``); the extraction keeps the valid one closest to the rows
-asked for.
+activation is tried (batch, sequence, heads), under five tracking modes: every activation that
+has the axis (or a multiple of it: the query heads of KV heads); the same with its divisors too
+(a grouped-query attention's KV heads shrink with its query heads, whole KV groups kept); the
+first plus inputs whose features hold the axis as their outer factor (a projection's output,
+``heads x head_dim``, that a view in the group splits into heads: a KV cache's new row before
+its Concat with the past); the activations shaped like the main one (Q and rotate_half(Q)); or
+the main one alone (attention queries: keys and values keep all their rows, being contracted).
+The choice is followed op by op: elementwise ops align it to the right, Transpose permutes it,
+views (Reshape, Flatten, Squeeze, Unsqueeze) carry it to the output axis that starts with the
+same outer block (so [B, S, H] -> [B*S, H] scales B*S), Gather, Split, Concat, Slice keep it
+when they work on another axis. It is never a reduced axis (Softmax, LayerNorm, Reduce*), the
+contraction axis K of a matmul, or a Conv's channel axis; a Conv's or pool's image rows may
+shrink (a crop: every output still sums all input channels over its whole window), to the
+fewest rows that every strided tensor on the way scales to whole. Reshape and Expand targets
+that hard-code the axis are recomputed. Weights keep their shapes; a compile-time tensor that
+meets the shrunk axis in an elementwise op (rotary tables, position embeddings, a causal mask
+over query rows) is replaced, for that op only, by a copy cut to its first positions. Every
+candidate is then checked by strict shape inference (``extract.validate_shapes``); the
+extraction keeps the valid one closest to the rows asked for.
 """
 
 from __future__ import annotations
@@ -206,10 +206,13 @@ def _contracted(graph: Graph, group: FusionGroup, tensor: str) -> bool:
     )
 
 
-def _grouped(d: int, extent: int) -> bool:
-    """Whether an axis of ``d`` and one of ``extent`` are heads of one grouped-query
-    attention (one divides the other)."""
-    return d != extent and (d % extent == 0 or extent % d == 0)
+def _grouped(d: int, extent: int, divisors: bool) -> bool:
+    """Whether an axis of ``d`` may shrink with one of ``extent``: a multiple of it (the
+    query heads of KV heads), and under ``divisors`` a divisor of it too (the KV heads of
+    query heads: a crop of whole KV groups)."""
+    if d == extent or d <= 1:
+        return False
+    return d % extent == 0 or (divisors and extent % d == 0)
 
 
 def _track(
@@ -239,10 +242,8 @@ def _track(
         else:
             rows = _rows_of(graph, t)
             k = next((k for k, d in enumerate(rows) if d == extent), None)
-            if k is None and a < len(rows) and rows[a] > 1 and _grouped(rows[a], extent):
-                # the same axis, a multiple or a divisor of it (grouped-query attention: query
-                # heads of KV heads, KV heads of query heads; a crop keeps whole KV groups)
-                k = a
+            if k is None and a < len(rows) and _grouped(rows[a], extent, mode == "grouped"):
+                k = a  # the same axis, a multiple of it (or a divisor: grouped-query heads)
             last = shape[-1] if shape else 0
             # a projection's output: heads x head_dim, heads outer (never a matmul's K)
             heads = mode == "heads" and _has_features(graph, t) and last > extent
@@ -274,16 +275,18 @@ def plan_shrinks(
     found: list[Shrink] = []
     reasons: list[str] = []
     tried: list[tuple[dict[str, int], bool]] = []
-    # every activation with the axis; the same with the features of an input that has not (a
-    # projection's heads x head_dim, split into heads by a view in the group); those shaped
-    # like the main one (Q and rotate_half(Q)); the main one alone (attention queries: keys
-    # and values keep all their rows)
-    for mode in ("all", "heads", "alike", "main"):
+    # every activation with the axis; the same with the axes it is a multiple of (a
+    # grouped-query attention's KV heads); the first with the features of an input that has
+    # not (a projection's heads x head_dim, split into heads by a view in the group); those
+    # shaped like the main one (Q and rotate_half(Q)); the main one alone (attention queries:
+    # keys and values keep all their rows)
+    for mode in ("all", "grouped", "heads", "alike", "main"):
         for a in axes:
             extent = main[a]
             new = max(1, min(extent - 1, round(rows * extent / full)))
             what = ("batch" if a == 0 else f"axis {a}") + {
                 "all": "",
+                "grouped": " (whole KV groups)",
                 "heads": " (heads in the features)",
                 "alike": " (alike inputs)",
                 "main": f" of {big} only",

@@ -150,10 +150,17 @@ class Lowering:
         the fewest bytes on its busiest core, as CANN's matmul tiling splits a small matmul
         over every core; attention: split over the keys when its blocks leave cores idle).
 
-        ``block_dim`` (a kernel seen running on that many cores, as msprof reports it): the
-        tiles chosen for those cores, never more cores than the chip has. A vector kernel's
-        rows are dealt over the cores it runs on, so fewer cores take larger tiles.
+        ``block_dim`` (a kernel seen running on that many cores, as msprof reports it; 0 or
+        None: all of them): the default on those cores, never more than the chip has. A
+        vector kernel's rows are dealt over them, so fewer cores take larger tiles; a cube or
+        attention kernel keeps the tiles it takes on all cores (its tiling splits the work
+        for every core the chip has).
+
+        Raises:
+            CostModelError: a negative ``block_dim``.
         """
+        if block_dim is not None and block_dim < 0:
+            raise CostModelError(f"block_dim must be >= 0 (0: all cores), but got {block_dim}")
         configs = self.grid(group)
         kind, work, _ = self._analysed(group)
         top = max(c.block_dim for c in configs)

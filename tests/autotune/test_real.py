@@ -155,8 +155,10 @@ def test_a_bad_pipe_column_skips_its_row_with_one_line(tmp_path: Path) -> None:
     rows, problems = read_real([csv])
     assert [r.row for r in rows] == [3] and dict(rows[0].pipes) == {"V": 1.5, "MTE2": 2.5}
     assert [p.row for p in problems] == [1, 2]
-    assert "vec_us 'fast' is not a number" in str(problems[0])
-    assert "mte2_us must be a busy time in (0, time_us = 5.0]" in str(problems[1])
+    assert "vec_us 'fast' is not a number (give the pipe's busy time" in str(problems[0])
+    assert "mte2_us must be a busy time between 0 and the kernel's time_us (5.0)" in str(
+        problems[1]
+    )
     assert all("\n" not in str(p) for p in problems)
 
 

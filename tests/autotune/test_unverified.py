@@ -322,3 +322,34 @@ def test_a_grouped_query_attention_with_its_v_append_crops_whole_kv_groups() -> 
         model, graph, [PlanGroup(group.ops, group.kind)], load_target(), Policy()
     )
     assert verdict.status is Status.PASSED and verdict.rows < verdict.full_rows, verdict
+
+
+def test_a_small_axis_that_divides_the_rows_does_not_shrink_with_them() -> None:
+    """Only a grouped-query crop shrinks an input's axis that divides the rows: here a
+    2-row activation operand (a dynamic weight) against 64 rows keeps its 2 rows, and the
+    group is cropped to 8 of its 64 rows with the Concat's other input, as before the KV-group
+    crop (which, tracking every divisor, had left it uncroppable)."""
+    n, vi = helper.make_node, helper.make_tensor_value_info
+    model = helper.make_model(
+        helper.make_graph(
+            [
+                n("Transpose", ["w"], ["wt"], name="t", perm=[0, 2, 1]),
+                n("MatMul", ["x", "wt"], ["m"], name="mm"),
+                n("Concat", ["m", "z"], ["y"], name="c", axis=2),
+            ],
+            "g",
+            [
+                vi("x", TensorProto.FLOAT, [1, 64, 32]),
+                vi("z", TensorProto.FLOAT, [1, 64, 16]),
+                vi("w", TensorProto.FLOAT, [1, 2, 32]),
+            ],
+            [vi("y", TensorProto.FLOAT, [1, 64, 18])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    graph = search_space.load_graph(onnx.shape_inference.infer_shapes(model))
+    group = make_group(graph, ["t", "mm", "c"])
+    sub = extract_group(ModelSource(model, graph), group, rows=8)
+    assert sub.rows == 8 < sub.full_rows == 64, sub.note
+    assert sub.shapes["x"] == (1, 8, 32) and sub.shapes["z"] == (1, 8, 16)
+    assert sub.shapes["w"] == (1, 2, 32)

@@ -106,6 +106,20 @@ def test_default_is_double_buffered_on_all_cores_and_largest(ffn) -> None:
     assert d.base_m * d.base_n == area
 
 
+@pytest.mark.parametrize("seen", [0, 1, 6, 24, 1000])
+def test_a_matmul_seen_on_some_cores_keeps_its_tiles_on_at_most_the_chips(ffn, seen) -> None:
+    """A cube kernel seen on ``seen`` cores (an msprof block_dim; 0: all) runs its default
+    tiles on that many, never on more than the chip has; a negative count is refused."""
+    low = Lowering(ffn, T910B)
+    group = make_group(ffn, ["up"])
+    full = low.default(group)
+    d = low.default(group, block_dim=seen)
+    assert d.block_dim == (min(seen, full.block_dim) if seen else full.block_dim)
+    assert (d.base_m, d.base_n, d.base_k) == (full.base_m, full.base_n, full.base_k)
+    with pytest.raises(CostModelError, match="block_dim must be >= 0"):
+        low.default(group, block_dim=-1)
+
+
 def test_attention_group_is_flash_tiled() -> None:
     graph = load_graph(exporter_attention(), input_shapes={"x": (2, 64, 16)})
     names = ["qk", "scale", "add_mask", "softmax", "isnan", "nan_guard", "pv"]

@@ -19,10 +19,8 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
 * ``vec_us``, ``mte2_us``, ``mte3_us``, ``mte1_us``, ``mac_us``, ``fixpipe_us`` (optional) are
   the kernel's per-pipe busy times as msprof reports them (a pipeline detail, or a
   ``PipeUtilization`` share times each core's own run time): the mean over the cores that
-  ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the on-chip
-  pipes' as their measured busy times, as it takes an msprof op summary's
-  (:data:`~costmodel.calibration.MEASURED_PIPES`); ``scalar_us`` is kept as read (the models
-  have no scalar pipe).
+  ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the on-chip pipes'
+  (:data:`~costmodel.calibration.MEASURED_PIPES`); ``scalar_us`` is kept as read.
 
 A row that cannot be read (an unknown op, a shape that does not parse, a missing time) is
 reported by its row number and skipped; it never stops the others.
@@ -116,14 +114,8 @@ DTYPES = {
 }
 IMPLS = ("library", "custom")
 # optional per-pipe busy columns -> the cost models' pipe names
-BUSY_COLUMNS = {
-    "vec_us": "V",
-    "mte2_us": "MTE2",
-    "mte3_us": "MTE3",
-    "mte1_us": "MTE1",
-    "mac_us": "M",
-    "fixpipe_us": "FIX",
-}
+BUSY_COLUMNS = {"vec_us": "V", "mte2_us": "MTE2", "mte3_us": "MTE3", "mte1_us": "MTE1",
+                "mac_us": "M", "fixpipe_us": "FIX"}  # fmt: skip
 DEVICE_WORDS = ("msprof", "task duration", "kernel_details", "kernel-only", "device time")
 HOST_WORDS = ("do_bench", "wall", "time.time", "perf_counter", "host", "synchronize", "e2e")
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}

@@ -19,7 +19,7 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
 * ``vec_us``, ``mte2_us``, ``mte3_us``, ``mte1_us``, ``mac_us``, ``fixpipe_us`` (optional) are
   the kernel's per-pipe busy times as msprof reports them (a pipeline detail, or a
   ``PipeUtilization`` share times each core's own run time): the mean over the cores that
-  ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the on-chip pipes'
+  ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the cube's pipes'
   (:data:`~costmodel.calibration.MEASURED_PIPES`); ``scalar_us`` is kept as read.
 
 A row that cannot be read (an unknown op, a shape that does not parse, a missing time) is

@@ -8,9 +8,9 @@ latency includes; a ``host`` row as timed. A ``library`` row's time loses the li
 tool would generate, on the chip's own spec, which is what the models are fitted to. The rows
 carry ``simulator_version = "real"``, the row's chip as ``target`` and its source and op
 family, so that a fit can weigh them up and an evaluation can hold out whole sources. A row's
-measured busy times of the on-chip pipes (``vec_us``, ``mac_us``, ``mte1_us``) are those
-pipes' busy times in the fit; its DMA pipes' are not
-(:data:`~costmodel.calibration.MEASURED_PIPES` says why).
+measured busy times of the cube's pipes (``mac_us``, ``mte1_us``) are those pipes' busy times
+in the fit; its DMA and vector pipes' are not (:data:`~costmodel.calibration.MEASURED_PIPES`
+says why).
 """
 
 from __future__ import annotations

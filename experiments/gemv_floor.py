@@ -50,11 +50,8 @@ def _rows(model: str, cache_len: int, batch: int, target_name: str) -> list[dict
         f"zoo:{model}", zoo=ZooOptions(layers=1, batch=batch, cache_len=cache_len)
     )
     lowering = Lowering(graph, target)
-    fixed = (
-        (spec.kernel_head_cycles + spec.scalar_setup_cycles + 2 * spec.gm_latency_cycles)
-        / spec.clock_hz
-        * 1e6
-    )  # head, set-up after the tiling read, first load's latency
+    # every kernel's head, tiling read and set-up, then its first load's latency
+    fixed = (spec.kernel_fixed_cycles + spec.gm_latency_cycles) / spec.clock_hz * 1e6
     rows = []
     for op in graph.ops:
         if op.op_type not in ("MatMul", "Gemm") or not is_compile_time(graph, op.inputs[1]):

@@ -27,7 +27,7 @@ import numpy as np
 from _table import RESULTS, emit
 
 from autotune.real import read_real
-from autotune.real.evaluate import as_run, lowered, measured_config
+from autotune.real.evaluate import measured_kernels
 from costmodel import make_cost_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,14 +43,12 @@ def _ratios(paths: list[str]) -> dict[tuple[str, str, str, str], list[float]]:
     for row in rows:
         if not row.pipes or row.timing != "device":
             continue
-        target, lowering, groups = lowered(row)
-        if len(groups) != 1:
+        run, kernels = measured_kernels(row)
+        if len(kernels) != 1:
             continue  # one measured pipe time cannot be split between kernels
-        kernel = lowering.kernel(groups[0], measured_config(lowering, groups[0], row))
-        run = as_run(row, target, [kernel])
+        [kernel] = kernels
         spec = run.spec
-        cores = max(1, min(kernel.config.block_dim, math.prod(kernel.grid)))
-        iterations = -(-math.prod(kernel.grid) // cores) * kernel.steps  # the busiest core's
+        iterations = kernel.waves * kernel.steps  # the busiest core's loop iterations
         scalar_us = iterations * spec.scalar_iter_cycles / spec.clock_hz * 1e6
         for name in MODELS:
             busy = dict(make_cost_model(name, run).evaluate([kernel])[0].pipes_us)

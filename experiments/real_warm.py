@@ -22,7 +22,7 @@ import numpy as np
 from _table import RESULTS, emit
 
 from autotune.real import read_real
-from autotune.real.evaluate import as_run, lowered, measured_config
+from autotune.real.evaluate import measured_kernels
 from costmodel import make_cost_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,9 +38,7 @@ def _logs(paths: list[str], sources: list[str]) -> tuple[list[float], list[float
     for row in rows:
         if row.timing != "device":
             continue
-        target, lowering, groups = lowered(row)
-        kernels = [lowering.kernel(g, measured_config(lowering, g, row)) for g in groups]
-        run = as_run(row, target, kernels)
+        run, kernels = measured_kernels(row)
         first = sum(c.device_us for c in make_cost_model("simulator", run).evaluate(kernels))
         again = first
         hot = any(s in row.source for s in sources)

@@ -43,6 +43,7 @@ __all__ = [
     "library_prologue_us",
     "lowered",
     "measured_config",
+    "measured_kernels",
     "metrics",
     "model_makers",
     "predict_rows",
@@ -133,6 +134,14 @@ def measured_config(lowering: Lowering, group: FusionGroup, row: RealRow) -> Ker
     on as many cores as the row's ``block_dim`` names (never more than the chip has), with
     the tiles a kernel on that many cores takes."""
     return lowering.default(group, block_dim=row.block_dim)
+
+
+def measured_kernels(row: RealRow) -> tuple[Target, list[Kernel]]:
+    """The row's kernels at the config they ran at (:func:`measured_config`), and the target
+    they ran on (:func:`as_run`: with the library prologue where they pay one)."""
+    chip, lowering, groups = lowered(row)
+    kernels = [lowering.kernel(g, measured_config(lowering, g, row)) for g in groups]
+    return as_run(row, chip, kernels), kernels
 
 
 def _time(cost: Any, timing: str) -> float:

@@ -165,25 +165,27 @@ class Lowering:
         kind, work, _ = self._analysed(group)
         top = max(c.block_dim for c in configs)
         pool = [c for c in configs if c.double_buffer and c.block_dim == top] or configs
-        cores = min(block_dim, top) if block_dim else top
+        seen = min(block_dim, top) if block_dim else 0
         if kind == "cube":
             groups = default_groups(work, self.target)  # CANN's L2 tiling where B overflows
-            largest = max(
+            chosen = max(
                 pool,
                 key=lambda c: (
                     c.base_m * c.base_n, c.base_k, c.base_n, c.knob(L2_KNOB, 1) == groups
                 ),
             )  # fmt: skip
-            if is_gemv(work, top) or cube_tiles(work, largest) < top:
+            if is_gemv(work, top) or cube_tiles(work, chosen) < top:
                 # the largest tiles leave cores idle: split finer (cube_gemv)
-                largest = gemv_default(work, pool, top)
+                chosen = gemv_default(work, pool, top)
         elif kind == "attention":
-            largest = attention_default(work, pool, top)
+            chosen = attention_default(work, pool, top)
         else:
-            per_core = max(1, -(-work.rows // cores))
+            per_core = max(1, -(-work.rows // (seen or top)))
             fitting = [c for c in pool if c.ub_rows <= per_core] or pool
-            largest = max(fitting, key=lambda c: (c.ub_rows * c.ub_cols, c.ub_cols))
-        return largest if cores == largest.block_dim else replace(largest, block_dim=cores)
+            chosen = max(fitting, key=lambda c: (c.ub_rows * c.ub_cols, c.ub_cols))
+        if seen and seen < chosen.block_dim:  # never more cores than the default uses
+            return replace(chosen, block_dim=seen)
+        return chosen
 
     def kernels(
         self, groups: Sequence[FusionGroup], configs: Sequence[KernelConfig | None] | None = None

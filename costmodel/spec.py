@@ -42,6 +42,7 @@ _ZERO_OK = frozenset(
         "scalar_setup_cycles",
         "scalar_iter_cycles",
         "library_setup_cycles",
+        "cube_gm_bytes_per_cycle",
         "cross_core_sync_cycles",
         "kernel_gap_s",
         "mmad_fixed_cycles",
@@ -99,6 +100,9 @@ class HardwareSpec:
     # the longer prologue of CANN's own op kernels (what torch_npu and aclnn call): see
     # library() and the spec files' sources
     library_setup_cycles: float = 0.0
+    # the GM read path of a split chip's cube core (AIC), when it is wider than
+    # core_gm_bytes_per_cycle (which then prices the vector cores' only); 0: the same
+    cube_gm_bytes_per_cycle: float = 0.0
 
     # -- derived figures ----------------------------------------------------------------------
     @property
@@ -110,6 +114,15 @@ class HardwareSpec:
     def hbm_bytes_per_cycle(self) -> float:
         """Effective HBM bandwidth of the chip per core-clock cycle."""
         return self.hbm_bytes_per_s / self.clock_hz
+
+    def gm_read_bytes_per_cycle(self, side: str) -> float:
+        """The per-core cap on a load's HBM-miss bytes per cycle for the core that issues it
+        (``side``: ``"cube"`` or ``"vector"``): a split chip's AIC reads GM at
+        ``cube_gm_bytes_per_cycle`` where the spec names it, every other core at
+        ``core_gm_bytes_per_cycle``."""
+        if side == "cube" and self.cube_gm_bytes_per_cycle > 0:
+            return self.cube_gm_bytes_per_cycle
+        return self.core_gm_bytes_per_cycle
 
     @property
     def kernel_setup_cycles(self) -> float:
@@ -147,8 +160,11 @@ class HardwareSpec:
         """Hash of every value the tool's own kernels are costed by: provenance for measurements
         made on this spec. ``library_setup_cycles`` is left out: it prices only CANN's library
         kernels (:meth:`library`, whose spec has its own digest), so no table row or plan of a
-        generated kernel depends on it."""
+        generated kernel depends on it; so is an unset (0) ``cube_gm_bytes_per_cycle``, which
+        costs every kernel as before the field existed."""
         values = {k: v for k, v in self.to_dict().items() if k != "library_setup_cycles"}
+        if not values["cube_gm_bytes_per_cycle"]:
+            del values["cube_gm_bytes_per_cycle"]
         return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 

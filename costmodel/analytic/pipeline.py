@@ -81,8 +81,11 @@ def score(
     waves = np.ceil(tiles / cores)
     # a mixed group on a split chip is 1 AIC + 2 AIV: two MTE2 pipes, three GM paths
     sides = batch.unit == "mixed" and spec.is_split
-    # a core's GM read path is capped; write-backs only share the chip's HBM
-    read_cap = spec.core_gm_bytes_per_cycle * c.core_gm * (3.0 if sides else 1.0)
+    # a core's GM read path is capped (an AIC's may be wider than an AIV's); write-backs only
+    # share the chip's HBM
+    pair = float(max(1, spec.vector_cores // spec.cube_cores)) if sides else 0.0
+    port = spec.gm_read_bytes_per_cycle("vector" if batch.unit == "vector" else "cube")
+    read_cap = (port + pair * spec.core_gm_bytes_per_cycle) * c.core_gm
     hbm_share = spec.hbm_bytes_per_cycle * c.hbm / cores
     t = _transfers(spec, c, batch, resident, cores, sides)
 
@@ -233,9 +236,7 @@ def _transfers(
     # Long by design: every load and store stream's per-step and per-tile time in one vectorised
     # pass (miss, hit and concurrent-hit parts).
     steps = batch.steps.astype(np.float64)
-    miss_bw = np.minimum(
-        spec.core_gm_bytes_per_cycle * c.core_gm, spec.hbm_bytes_per_cycle * c.hbm / cores
-    )
+    hbm_share = spec.hbm_bytes_per_cycle * c.hbm / cores
     hit_bw = spec.l2_read_bytes_per_cycle * c.l2_read
     gm_lat, l2_lat = (
         spec.gm_latency_cycles * c.gm_latency,
@@ -264,6 +265,7 @@ def _transfers(
         padded = _padded(spec, s)
         conv = spec.nd2nz_rate * c.nd2nz if s.nd2nz else 1.0
         conv *= pair if s.side == "vector" else 1.0
+        miss_bw = np.minimum(spec.gm_read_bytes_per_cycle(s.side) * c.core_gm, hbm_share)
         fill, read = padded / (miss_bw * conv), padded / (hit_bw * conv)  # the whole block
         tm, th = fill * (1 - h), read * h
         # a concurrent hit reads L2 as the fill another core has in flight lands: its first

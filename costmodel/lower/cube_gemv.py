@@ -3,10 +3,11 @@
 The cube pads the rows to its 16-row fractal, so such a matmul computes next to nothing and
 is bound by reading B (the weights) once; only the columns of N can spread that read over the
 cores. Each core streams the ``K x base_n`` panel of its column block through its own GM path
-(``core_gm_bytes_per_cycle``, 57.6 GB/s on the 910B), so the weights arrive at the chip's HBM
-rate only when (nearly) every core has a column block, in as few waves as the columns allow.
-Powers of two do that badly on 24 cores (N = 4096 splits into 8, 16 or 32 column blocks), so
-the grid also holds the ``base_n`` that gives each core one block (:func:`spread_n`), and the
+(``HardwareSpec.gm_read_bytes_per_cycle``: 115.2 GB/s for a 910B AIC), so the weights arrive
+at the chip's HBM rate only when at least half the cores have a column block, and the kernel
+ends with its busiest core: in as few, as even waves as the columns allow. Powers of two do
+that badly on 24 cores (N = 4096 splits into 8, 16 or 32 column blocks), so the grid also
+holds the ``base_n`` that gives each core one block (:func:`spread_n`), and the
 default config (:func:`gemv_default`) is the tiling that loads the fewest bytes on its busiest
 core, not the largest tile (docs/cost-model.md, "Decode kernels").
 """

@@ -163,7 +163,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
         nd2nz = spec.nd2nz_rate if s.nd2nz else 1.0
         if chan == LOAD:
             rate = spec.l2_read_bytes_per_cycle * nd2nz
-            cap = spec.core_gm_bytes_per_cycle * nd2nz
+            cap = spec.gm_read_bytes_per_cycle(s.side) * nd2nz
         else:
             rate = (
                 spec.fixpipe_bytes_per_cycle

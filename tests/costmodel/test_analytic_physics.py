@@ -138,7 +138,7 @@ def test_a_tile_load_issued_with_the_first_steps_loads_hides_its_latency_behind_
     analytic = AnalyticModel(target, "raw")
     plain, more = (analytic.predict_batch(batch_of([k]))[0] for k in (kernel, with_row))
     waves = math.ceil(kernel.tiles / 16)
-    rate = min(spec.core_gm_bytes_per_cycle, spec.hbm_bytes_per_cycle / 16)
+    rate = min(spec.gm_read_bytes_per_cycle("cube"), spec.hbm_bytes_per_cycle / 16)
     bound_us = waves * 512 / rate / spec.clock_hz * 1e6
     assert plain <= more <= plain + bound_us
 
@@ -236,6 +236,23 @@ def test_a_tiny_kernel_costs_gap_and_heads() -> None:
     c = cost(add(512, tile=512))  # 1 KB per operand
     assert 4.0 <= c.latency_us <= 7.0
     assert c.bound == "launch"
+
+
+def test_one_cube_core_reads_gm_through_its_own_wider_port() -> None:
+    """A split chip's AIC loads at ``cube_gm_bytes_per_cycle`` (docs/cost-model.md): one
+    core, no L2, a load-bound matmul moves its operands faster than an AIV's port allows,
+    never faster than its own; without the field, at the AIV's rate."""
+    spec = load_target("ascend910b").spec.replace(l2_bytes=0)
+    k = matmul((128, 256, 8192), (128, 256, 256), (128, 128, 128), block_dim=1)  # 512 B runs
+    read = sum(s.bytes for s in k.streams if s.pipe == "MTE2") * k.steps
+
+    def per_cycle(s: object) -> float:
+        c = AnalyticModel(Target(s), "raw").evaluate([k])[0]
+        return read / (c.pipes_us["MTE2"] * 1e-6 * spec.clock_hz)
+
+    port, aiv = spec.gm_read_bytes_per_cycle("cube"), spec.gm_read_bytes_per_cycle("vector")
+    assert aiv < 0.95 * port <= per_cycle(spec) <= port * (1 + 1e-9)
+    assert 0.95 * aiv <= per_cycle(spec.replace(cube_gm_bytes_per_cycle=0)) <= aiv * (1 + 1e-9)
 
 
 def test_one_core_cannot_beat_its_gm_path() -> None:

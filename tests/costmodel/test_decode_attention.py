@@ -134,8 +134,13 @@ def test_a_kv_broadcast_outside_the_group_is_read_at_its_full_size() -> None:
 def test_flash_decoding_splits_the_keys_over_idle_cores(batch: int, kv: int, rep: int) -> None:
     """Batch x KV heads blocks fewer than the cube cores: the default cuts the keys into parts
     so that every core has a tile; the split reads each key once (the same HBM bytes, plus
-    a few partial rows) and is faster than the same tiles unsplit, in both models."""
+    a few partial rows) and is faster than the same tiles unsplit, in both models: unsplit,
+    the cache streams through batch x KV heads cores' GM ports at most, so the split gains
+    at least half of what the chip's HBM rate has over those ports."""
     keys = 8192
+    spec = T910B.spec
+    ports = batch * kv * spec.gm_read_bytes_per_cycle("cube") * spec.clock_hz
+    slower = min(1.0, ports / spec.hbm_bytes_per_s)  # unsplit read rate / split read rate
     graph, ops = _attention(batch, kv, rep, keys)
     split = _kernel(graph, ops)
     assert split.config.knob("kv_split", 1) > 1
@@ -145,7 +150,7 @@ def test_flash_decoding_splits_the_keys_over_idle_cores(batch: int, kv: int, rep
     for name, model in _models():
         a, b = _cost(model, split), _cost(model, whole)
         assert a.hbm_bytes == pytest.approx(b.hbm_bytes, rel=0.03), name
-        assert a.latency_us < 0.6 * b.latency_us, name
+        assert a.latency_us < (1.0 + slower) / 2 * b.latency_us, name
 
 
 def test_enough_blocks_are_not_split() -> None:

@@ -23,7 +23,7 @@ def test_8192_matmul_reaches_85_to_95_percent_of_peak_through_l2_panel_sharing()
 
     assert 0.85 <= frac(with_l2) <= 0.95
     assert with_l2.bound == "M" and with_l2.l2_hit_rate > 0.9
-    # every panel re-read goes to HBM through the per-core 32 B/cycle path: memory bound
+    # every panel re-read goes to HBM through each core's GM port: memory bound
     assert frac(without) < 0.65
     assert without.bound == "HBM" and without.l2_hit_rate == 0.0
     assert without.hbm_bytes > 5 * with_l2.hbm_bytes
@@ -68,6 +68,22 @@ def test_one_core_cannot_exceed_its_gm_path() -> None:
     assert loaded / (c.pipes_us["MTE2"] * 1e-6) <= cap * (1 + 1e-9)
     assert loaded / (c.latency_us * 1e-6) <= cap
     assert c.pipes_us["MTE2"] * 1e-6 >= loaded / cap * (1 - 1e-9)
+
+
+def test_a_cube_core_reads_gm_through_its_own_wider_port() -> None:
+    """A split chip's AIC loads its operands at ``cube_gm_bytes_per_cycle`` (twice an AIV's
+    ``core_gm_bytes_per_cycle`` on the 910B, docs/cost-model.md): one core, no L2, a
+    load-bound matmul streams faster than a vector core could, never faster than its port;
+    a spec without the field prices the AIC at the AIV's rate."""
+    k = matmul((128, 256, 8192), (128, 256, 256), (128, 128, 128), block_dim=1)  # 512 B runs
+    loaded = sum(s.bytes for s in k.streams if s.pipe == "MTE2") * k.steps
+    no_l2 = SPEC.replace(l2_bytes=0)
+    port, aiv = (no_l2.gm_read_bytes_per_cycle(s) * SPEC.clock_hz for s in ("cube", "vector"))
+    assert port > aiv
+    wide = loaded / (one(k, no_l2).pipes_us["MTE2"] * 1e-6)
+    assert 0.95 * port <= wide <= port * (1 + 1e-9)
+    narrow = loaded / (one(k, no_l2.replace(cube_gm_bytes_per_cycle=0)).pipes_us["MTE2"] * 1e-6)
+    assert 0.95 * aiv <= narrow <= aiv * (1 + 1e-9)
 
 
 def test_a_balanced_matmul_without_double_buffering_is_1_6_to_2x_slower() -> None:

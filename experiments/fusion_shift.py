@@ -9,7 +9,12 @@ per version, the older one from a worktree, then compare:
     PYTHONPATH=/tmp/old ../.venv/bin/python fusion_shift.py --run results/fusion_old.json
     ../.venv/bin/python fusion_shift.py --run results/fusion_new.json
     ../.venv/bin/python fusion_shift.py --compare results/fusion_old.json \
-        results/fusion_new.json                    # -> results/fusion_shift.csv
+        results/fusion_new.json                    # -> results/fusion_shift.csv (--out)
+    ../.venv/bin/python fusion_shift.py --margin results/fusion_old.json \
+        results/fusion_new.json                    # -> results/fusion_margin.csv (--out)
+
+``--margin`` costs both versions' plans (their kernels' ops, each at its best config) under
+the analytic model of the code it runs: what the other version's plan loses by this one's.
 
 ``--run`` asks the ``autotune`` command of whatever code ``PYTHONPATH`` names (it uses the CLI
 only, which both versions share); the op types come from the same code's zoo build.
@@ -57,12 +62,13 @@ def run(out: Path) -> None:
         report = json.loads(res.stdout.strip().splitlines()[-1])
         types = _op_types(name, layers)
         chains = ["+".join(types.get(n, "?") for n in k["ops"]) for k in report["per_kernel"]]
-        plans[name] = {"latency_us": report["latency_us"], "chains": chains}
+        groups = [[k["ops"], k["kind"]] for k in report["per_kernel"]]
+        plans[name] = {"latency_us": report["latency_us"], "chains": chains, "groups": groups}
         print(f"{name}: {len(chains)} kernels, {report['latency_us']:.1f} us", flush=True)
     out.write_text(json.dumps(plans, indent=1))
 
 
-def compare(old: Path, new: Path) -> None:
+def compare(old: Path, new: Path, out: Path) -> None:
     before, after = json.loads(old.read_text()), json.loads(new.read_text())
     rows = []
     for name in MODELS:
@@ -85,7 +91,37 @@ def compare(old: Path, new: Path) -> None:
                 "after": len(after[name]["chains"]),
             }
         )
-    emit(rows, RESULTS / "fusion_shift.csv")
+    emit(rows, out)
+
+
+def margin(old: Path, new: Path, out: Path) -> None:
+    """Both versions' plans costed by this code's analytic model, each kernel at its best
+    config: how much the other version's plan loses under this version's model."""
+    from autotune.zoo import build
+    from costmodel.oracle import CostOracle
+    from costmodel.spec import load_target
+    from search_space import load_graph
+    from search_space.fusion import FusionContext
+    from search_space.ir import make_group
+
+    plans = [json.loads(p.read_text()) for p in (old, new)]
+    rows = []
+    for name, layers in MODELS.items():
+        graph = load_graph(build(name, weights="inputs", layers=layers))
+        oracle = CostOracle(graph, load_target("ascend910b"), ctx=FusionContext(graph))
+        us = [
+            sum(float(oracle.costs(make_group(graph, o, k)).min()) for o, k in p[name]["groups"])
+            for p in plans
+        ]
+        rows.append(
+            {
+                "model": name,
+                "old plan us": round(us[0], 1),
+                "new plan us": round(us[1], 1),
+                "old over new %": round(100 * (us[0] / us[1] - 1), 2),
+            }
+        )
+    emit(rows, out)
 
 
 def main() -> None:
@@ -93,11 +129,23 @@ def main() -> None:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--run", type=Path, help="write this version's plans to a JSON file")
     mode.add_argument("--compare", type=Path, nargs=2, metavar=("OLD", "NEW"))
+    mode.add_argument(
+        "--margin",
+        type=Path,
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        help="cost both versions' plans under this code's model",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="the table (fusion_shift.csv, --margin: fusion_margin.csv)"
+    )
     args = parser.parse_args()
     if args.run:
         run(args.run)
+    elif args.margin:
+        margin(*args.margin, args.out or RESULTS / "fusion_margin.csv")
     else:
-        compare(*args.compare)
+        compare(*args.compare, args.out or RESULTS / "fusion_shift.csv")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,12 @@ class HardwareSpec:
         """Effective HBM bandwidth of the chip per core-clock cycle."""
         return self.hbm_bytes_per_s / self.clock_hz
 
+    @property
+    def aivs_per_aic(self) -> int:
+        """Vector cores working beside each cube core in a mixed kernel: the AIV pair of a
+        split chip's AIC (``vector_cores // cube_cores``), 1 on a coupled core."""
+        return max(1, self.vector_cores // self.cube_cores) if self.is_split else 1
+
     def gm_read_bytes_per_cycle(self, side: str) -> float:
         """The per-core cap on a load's HBM-miss bytes per cycle for the core that issues it
         (``side``: ``"cube"`` or ``"vector"``): a split chip's AIC reads GM at
@@ -160,15 +166,20 @@ class HardwareSpec:
         """Hash of every value the tool's own kernels are costed by: provenance for measurements
         made on this spec. ``library_setup_cycles`` is left out: it prices only CANN's library
         kernels (:meth:`library`, whose spec has its own digest), so no table row or plan of a
-        generated kernel depends on it; so is an unset (0) ``cube_gm_bytes_per_cycle``, which
-        costs every kernel as before the field existed."""
-        values = {k: v for k, v in self.to_dict().items() if k != "library_setup_cycles"}
-        if not values["cube_gm_bytes_per_cycle"]:
-            del values["cube_gm_bytes_per_cycle"]
+        generated kernel depends on it. So is a field added after the first specs while it
+        holds its default: a spec saved before the field existed loads with that default and
+        costs every kernel as it did, so its digest stays what it was."""
+        values = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k != "library_setup_cycles" and not (k in _LATE_DEFAULTS and v == _LATE_DEFAULTS[k])
+        }
         return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
 _FIELDS = {f.name: f for f in fields(HardwareSpec)}
+# fields added after the first specs, with the default a spec saved before them loads with
+_LATE_DEFAULTS = {f.name: f.default for f in fields(HardwareSpec) if f.default is not MISSING}
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def margin(old: Path, new: Path, out: Path) -> None:
         graph = load_graph(build(name, weights="inputs", layers=layers))
         oracle = CostOracle(graph, load_target("ascend910b"), ctx=FusionContext(graph))
         us = [
-            sum(float(oracle.costs(make_group(graph, o, k)).min()) for o, k in p[name]["groups"])
+            sum(oracle.best(make_group(graph, o, k))[1] for o, k in p[name]["groups"])
             for p in plans
         ]
         rows.append(

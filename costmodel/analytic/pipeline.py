@@ -83,9 +83,9 @@ def score(
     sides = batch.unit == "mixed" and spec.is_split
     # a core's GM read path is capped (an AIC's may be wider than an AIV's); write-backs only
     # share the chip's HBM
-    pair = float(max(1, spec.vector_cores // spec.cube_cores)) if sides else 0.0
     port = spec.gm_read_bytes_per_cycle("vector" if batch.unit == "vector" else "cube")
-    read_cap = (port + pair * spec.core_gm_bytes_per_cycle) * c.core_gm
+    aivs = spec.aivs_per_aic if sides else 0
+    read_cap = (port + aivs * spec.gm_read_bytes_per_cycle("vector")) * c.core_gm
     hbm_share = spec.hbm_bytes_per_cycle * c.hbm / cores
     t = _transfers(spec, c, batch, resident, cores, sides)
 
@@ -259,7 +259,7 @@ def _transfers(
         handed,
     )
     # the AIV pair of a split mixed group shares each vector-side block, half each
-    pair = float(max(1, spec.vector_cores // spec.cube_cores)) if sides else 1.0
+    pair = float(spec.aivs_per_aic) if sides else 1.0
     t = _Transfers.zeros(len(batch))
     for s, (h, hc), r in zip(loads, hits, resident, strict=True):
         padded = _padded(spec, s)

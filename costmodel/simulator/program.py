@@ -137,7 +137,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
     mixed = kernel.unit == "mixed"
     physical = spec.cube_cores if kernel.unit in ("cube", "mixed") else spec.vector_cores
     cores = max(1, min(kernel.cores, physical))
-    aiv = max(1, spec.vector_cores // max(1, spec.cube_cores)) if mixed and spec.is_split else 1
+    aiv = spec.aivs_per_aic if mixed else 1
     fix_tensors = {s.tensor for s in kernel.streams if s.pipe == "FIX" and s.side == "cube"}
     handed = handoffs(kernel.streams)
     l2.handoffs = frozenset(l2.tid(t) for t in handed)

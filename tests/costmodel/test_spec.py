@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import asdict, fields
 from importlib import resources
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from costmodel.analytic import shipped_calibration_path
 from costmodel.exceptions import SpecError
 from costmodel.spec import HardwareSpec, available_targets, load_spec, load_target
 
@@ -121,3 +123,22 @@ def test_the_variants_differ_where_the_platform_configs_do() -> None:
     assert b1.cube_cores == b2.cube_cores == 24 and b3.cube_cores == b4.cube_cores == 20
     assert b3.vector_cores == b4.vector_cores == 2 * b4.cube_cores
     assert b4.l2_bytes * 2 == b2.l2_bytes and b4.hbm_bytes_per_s == b2.hbm_bytes_per_s
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_shipped_table_and_fit_was_made_on_its_targets_current_spec() -> None:
+    """The calibration tables (datasets/calibration/MANIFEST.json) and the shipped fitted
+    constants name the digest of the spec they were made on; each is its target's digest now.
+    A field added after a table was made, left at its default, keeps the digest (the 910 and
+    310P tables predate ``cube_gm_bytes_per_cycle``); a changed value asks for the table and
+    the fit to be made again."""
+    manifest = json.loads((ROOT / "datasets/calibration/MANIFEST.json").read_text())
+    made = [(t["target"], t["spec_digest"]) for t in manifest["tables"] if "spec_digest" in t]
+    for target in {t for t, _ in made}:
+        path = shipped_calibration_path(target)
+        made.append((target, json.loads(path.read_text())["spec_digest"]))
+    assert len(made) >= 6
+    for target, digest in made:
+        assert digest == load_spec(target).digest(), target

@@ -126,7 +126,10 @@ def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:
     ctx = FusionContext(graph)
     verdict = ctx.check(ctx.nodes)
     parts = [frozenset(ctx.nodes)] if verdict.ok else ctx.repair(ctx.edges)
-    return target, Lowering(graph, target), ctx.to_groups(parts)
+    groups = ctx.to_groups(parts)
+    if not groups:
+        raise AutotuneError(f"row {row.row}: {row.op!r} leaves no kernel to run (a no-op)")
+    return target, Lowering(graph, target), groups
 
 
 def measured_config(lowering: Lowering, group: FusionGroup, row: RealRow) -> KernelConfig:

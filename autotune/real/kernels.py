@@ -1,6 +1,7 @@
 """A real row as a one-kernel ONNX model: the op, or the chain of ops the real kernel fuses
 (RMSNorm, Add+RMSNorm, SwiGLU, attention), written the way exporters write them, in the row's
 dtype, with weights (a linear layer's matrix, a norm's scale) as shape-only weight inputs.
+One-op kernels (softmax, reductions, elementwise, casts, data movement) are in :mod:`.ops`.
 
 The whole chain is one fusion group: :func:`one_kernel` returns the model and the ops of that
 group, so a cost model costs exactly what the real kernel does in one launch.
@@ -8,90 +9,21 @@ group, so a cost model costs exactly what the real kernel does in one launch.
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from autotune.exceptions import AutotuneError
+from autotune.real.graph import EPS
+from autotune.real.graph import KernelGraph as _Graph
+from autotune.real.graph import dims_of as _dims
+from autotune.real.ops import binary, cast, concat, gather, reduce, softmax, transpose, unary
 from autotune.real.rows import RealRow
-from search_space import WEIGHT_INPUTS_KEY
 
 __all__ = ["KERNELS", "one_kernel"]
-
-_ELEM = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
-_NP = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32}
-EPS = 1e-6
-
-
-class _Graph:
-    """A tiny graph writer: inputs, weights (as shape-only inputs), constants, nodes."""
-
-    def __init__(self, dtype: str) -> None:
-        self.elem = _ELEM.get(dtype, TensorProto.FLOAT)
-        self.dtype = dtype
-        self.inputs: list[onnx.ValueInfoProto] = []
-        self.weights: list[str] = []
-        self.consts: list[onnx.TensorProto] = []
-        self.nodes: list[onnx.NodeProto] = []
-        self.outputs: list[str] = []
-
-    def input(self, name: str, dims: Sequence[int], elem: int | None = None) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, elem or self.elem, list(dims)))
-        return name
-
-    def weight(self, name: str, dims: Sequence[int]) -> str:
-        self.weights.append(name)
-        return self.input(name, dims)
-
-    def const(self, name: str, value: float | np.ndarray, elem: int | None = None) -> str:
-        arr = np.asarray(value)
-        if elem is None and arr.dtype.kind == "f":
-            if self.elem == TensorProto.BFLOAT16:
-                tensor = helper.make_tensor(name, TensorProto.BFLOAT16, arr.shape, arr.ravel())
-                self.consts.append(tensor)
-                return name
-            arr = arr.astype(_NP[self.dtype])
-        self.consts.append(numpy_helper.from_array(arr, name))
-        return name
-
-    def op(self, op_type: str, inputs: Sequence[str], name: str, **attrs: Any) -> str:
-        out = f"{name}_out"
-        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=name, **attrs))
-        return out
-
-    def model(self, outputs: Sequence[str]) -> onnx.ModelProto:
-        """The model, its outputs typed by ONNX shape inference."""
-        untyped = [onnx.ValueInfoProto(name=o) for o in outputs]
-        graph = helper.make_graph(self.nodes, "real_kernel", self.inputs, untyped, self.consts)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        known = {v.name: v for v in inferred.graph.value_info}
-        del model.graph.output[:]
-        model.graph.output.extend(known.get(o, onnx.ValueInfoProto(name=o)) for o in outputs)
-        helper.set_model_props(model, {WEIGHT_INPUTS_KEY: json.dumps(self.weights)})
-        return model
-
-
-def _dims(row: RealRow, *names: str, count: int | None = None) -> list[tuple[int, ...]]:
-    """The dims of the inputs ``names`` (by name, case-insensitive), else of the first
-    ``count`` inputs in order."""
-    lower = {k.lower(): v for k, v in row.tensors.items()}
-    if names and all(n.lower() in lower for n in names):
-        return [lower[n.lower()] for n in names]
-    values = list(row.tensors.values())
-    want = count if count is not None else len(names)
-    if len(values) < want:
-        raise AutotuneError(
-            f"{row.family} needs {want} input shape(s), the row names {len(values)}"
-        )
-    return values[:want]
 
 
 def _rmsnorm(g: _Graph, x: str, hidden: int, prefix: str = "rms") -> str:
@@ -254,111 +186,6 @@ def gemv(row: RealRow, g: _Graph) -> list[str]:
     if len(vec) >= 2 or "addmv" in row.op.lower():
         y = g.op("Add", [g.input("bias", [a[0]]), y], "mv/Add")
     return [y]
-
-
-def softmax(row: RealRow, g: _Graph) -> list[str]:
-    (x,) = _dims(row, "x", count=1)
-    return [g.op("Softmax", [g.input("x", x)], "softmax/Softmax", axis=-1)]
-
-
-def reduce(row: RealRow, g: _Graph) -> list[str]:
-    """ReduceSum / Mean / Max over the last axis (``dim=`` in the op column picks another;
-    a 1-D input reduces to one value)."""
-    (x,) = _dims(row, "x", count=1)
-    text = row.op.lower()
-    kind = "ReduceMax" if "max" in text else "ReduceMean" if "mean" in text else "ReduceSum"
-    if "min" in text and "max" not in text:
-        kind = "ReduceMin"
-    axis = -1
-    m = re.search(r"dim\s*=\s*(-?\d+)", text)
-    if m:
-        axis = int(m.group(1))
-    axes = g.const("axes", np.array([axis], dtype=np.int64))
-    return [g.op(kind, [g.input("x", x), axes], f"reduce/{kind}", keepdims=0)]
-
-
-def binary(row: RealRow, g: _Graph) -> list[str]:
-    dims = list(row.tensors.values())
-    a = dims[0]
-    b = dims[1] if len(dims) > 1 else dims[0]
-    text = row.op.lower()
-    kind = next(
-        (k for w, k in (("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("max", "Max"),
-                        ("min", "Min")) if w in text),
-        "Add",
-    )  # fmt: skip
-    return [g.op(kind, [g.input("a", a), g.input("b", b)], f"binary/{kind}")]
-
-
-def _gelu(g: _Graph, x: str) -> str:
-    """Exact GELU as exported: x * (1 + erf(x / sqrt 2)) * 0.5."""
-    e = g.op("Erf", [g.op("Div", [x, g.const("sqrt2", math.sqrt(2.0))], "gelu/Div")], "gelu/Erf")
-    y = g.op("Mul", [x, g.op("Add", [e, g.const("one", 1.0)], "gelu/Add")], "gelu/Mul")
-    return g.op("Mul", [y, g.const("half", 0.5)], "gelu/Mul_1")
-
-
-_UNARY: dict[str, Callable[[_Graph, str], str]] = {
-    "gelu": _gelu,
-    "silu": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
-    "swish": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
-    "relu": lambda g, x: g.op("Relu", [x], "unary/Relu"),
-    "exp": lambda g, x: g.op("Exp", [x], "unary/Exp"),
-    "sigmoid": lambda g, x: g.op("Sigmoid", [x], "unary/Sigmoid"),
-    "tanh": lambda g, x: g.op("Tanh", [x], "unary/Tanh"),
-    "neg": lambda g, x: g.op("Neg", [x], "unary/Neg"),
-    "rsqrt": lambda g, x: g.op(
-        "Reciprocal", [g.op("Sqrt", [x], "unary/Sqrt")], "unary/Reciprocal"
-    ),
-    "sqrt": lambda g, x: g.op("Sqrt", [x], "unary/Sqrt"),
-    "abs": lambda g, x: g.op("Abs", [x], "unary/Abs"),
-    "log": lambda g, x: g.op("Log", [x], "unary/Log"),
-    "erf": lambda g, x: g.op("Erf", [x], "unary/Erf"),
-}
-
-
-def unary(row: RealRow, g: _Graph) -> list[str]:
-    (x,) = _dims(row, "x", count=1)
-    text = row.op.lower()
-    key = next((k for k in _UNARY if k in text), None)
-    if key is None:
-        raise AutotuneError(f"unknown unary op {row.op!r}; known: {', '.join(_UNARY)}")
-    return [_UNARY[key](g, g.input("x", x))]
-
-
-def cast(row: RealRow, g: _Graph) -> list[str]:
-    """A cast to the other float width (fp32 <-> fp16) unless ``to fp16/bf16/fp32`` says."""
-    (x,) = _dims(row, "x", count=1)
-    text = row.op.lower() + " " + row.notes.lower()
-    to = TensorProto.FLOAT if g.elem != TensorProto.FLOAT else TensorProto.FLOAT16
-    for word, elem in (("fp16", TensorProto.FLOAT16), ("bf16", TensorProto.BFLOAT16),
-                       ("fp32", TensorProto.FLOAT)):  # fmt: skip
-        if f"to {word}" in text or f"->{word}" in text.replace(" ", ""):
-            to = elem
-    return [g.op("Cast", [g.input("x", x)], "cast/Cast", to=to)]
-
-
-def transpose(row: RealRow, g: _Graph) -> list[str]:
-    (x,) = _dims(row, "x", count=1)
-    m = re.search(r"perm\s*=\s*\[([\d,\s]+)\]", row.op + " " + row.notes)
-    perm = (
-        [int(p) for p in m.group(1).split(",")]
-        if m
-        else [*range(len(x) - 2), len(x) - 1, len(x) - 2]
-    )
-    return [g.op("Transpose", [g.input("x", x)], "transpose/Transpose", perm=perm)]
-
-
-def gather(row: RealRow, g: _Graph) -> list[str]:
-    dims = list(row.tensors.items())
-    table = next((d for n, d in dims if len(d) == 2), dims[0][1])
-    idx = next((d for n, d in dims if d is not table), (1,))
-    ids = g.input("indices", idx, TensorProto.INT64)
-    return [g.op("Gather", [g.input("table", table), ids], "gather/Gather", axis=0)]
-
-
-def concat(row: RealRow, g: _Graph) -> list[str]:
-    names = [g.input(f"x{i}", d) for i, d in enumerate(row.tensors.values())]
-    return [g.op("Concat", names, "concat/Concat", axis=-1)]
 
 
 KERNELS: dict[str, Callable[[RealRow, _Graph], list[str]]] = {

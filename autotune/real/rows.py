@@ -50,6 +50,8 @@ __all__ = [
     "target_of",
 ]
 
+_REDUCE = ("reducesum", "reducemean", "reducemax", "reducemin", "sum", "mean", "amax", "amin",
+           "max", "min")  # fmt: skip
 # op family -> words that name it (matched on the op column, lower case, punctuation dropped),
 # tried in this order: the first family with a matching word wins
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -70,7 +72,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "gemv": ("addmv", "gemv", "matvec", "mv"),
     "matmul": ("matmul", "mm", "bmm", "linear", "gemm", "batchmatmul"),
     "softmax": ("softmax",),
-    "reduce": ("reducesum", "reducemean", "reducemax", "reducemin", "sum", "mean", "amax"),
+    "reduce": _REDUCE,
     "gather": ("gather", "embedding", "index_select"),
     "transpose": ("transpose", "permute"),
     "concat": ("concat", "cat"),

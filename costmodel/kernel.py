@@ -106,6 +106,10 @@ class Stream:
         reread: the share of ``bytes`` that reads the block again after its first read in the
             same request (a split row's normalising pass): the core fetched those bytes moments
             ago, so they come from L2 (when it is on), not HBM.
+        packed: the block's short runs lie back to back in GM (whole rows of a matrix, moved
+            row by row, as an ND->NZ load of a (T, 128) fp16 Key block is): each run still
+            costs the port a whole burst, but neighbouring runs share their L2 lines, so a
+            miss fetches only the payload from HBM.
     """
 
     tensor: str
@@ -118,6 +122,7 @@ class Stream:
     tensor_bytes: int = 0
     row_bytes: int = 0
     reread: float = 0.0
+    packed: bool = False
 
     @property
     def is_load(self) -> bool:
@@ -202,6 +207,7 @@ class StreamBatch:
     nd2nz: bool = False
     tensor_bytes: int = 0
     reread: np.ndarray | None = None
+    packed: bool = False
 
     @property
     def moves(self) -> np.ndarray:
@@ -227,6 +233,7 @@ class StreamBatch:
             self.tensor_bytes,
             int(self.row_bytes[i]),
             0.0 if self.reread is None else float(self.reread[i]),
+            self.packed,
         )
 
 

@@ -26,7 +26,7 @@ def layout(kernel: Kernel | KernelBatch) -> Hashable:
     first: dict[str, int] = {}
     rows: Sequence[Stream | StreamBatch] = kernel.streams
     streams = tuple(
-        (first.setdefault(s.tensor, i), s.pipe, s.key, s.per, s.side, s.nd2nz)
+        (first.setdefault(s.tensor, i), s.pipe, s.key, s.per, s.side, s.nd2nz, s.packed)
         for i, s in enumerate(rows)
     )
     return kernel.unit, kernel.kind, streams
@@ -95,6 +95,7 @@ def stack(kernels: Sequence[Kernel]) -> KernelBatch:
             nd2nz=s.nd2nz,
             tensor_bytes=s.tensor_bytes,
             reread=np.array([k.streams[i].reread for k in kernels], dtype=np.float64),
+            packed=s.packed,
         )
         for i, s in enumerate(k0.streams)
     )

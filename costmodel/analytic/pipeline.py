@@ -265,8 +265,11 @@ def _transfers(
         padded = _padded(spec, s)
         conv = spec.nd2nz_rate * c.nd2nz if s.nd2nz else 1.0
         conv *= pair if s.side == "vector" else 1.0
-        miss_bw = np.minimum(spec.gm_read_bytes_per_cycle(s.side) * c.core_gm, hbm_share)
-        fill, read = padded / (miss_bw * conv), padded / (hit_bw * conv)  # the whole block
+        port = spec.gm_read_bytes_per_cycle(s.side) * c.core_gm
+        # packed short runs share their lines: HBM fetches the payload, the port the bursts
+        fetched = s.bytes if s.packed else padded
+        fill = np.maximum(padded / port, fetched / hbm_share) / conv  # the whole block
+        read = padded / (hit_bw * conv)
         tm, th = fill * (1 - h), read * h
         # a concurrent hit reads L2 as the fill another core has in flight lands: its first
         # byte comes a (share_latency) GM latency after the request, and it completes no
@@ -289,7 +292,7 @@ def _transfers(
             t.lat_pre = np.maximum(t.lat_pre, lat)
         t.miss_time += tm * reps
         t.hit_time += th * reps
-        t.miss_bytes += padded * (1 - h) * reps
+        t.miss_bytes += fetched * (1 - h) * reps
         t.hit_bytes += s.bytes * h * reps
         t.raw_bytes += s.bytes * reps
         if s.tensor not in handed:

@@ -38,6 +38,8 @@ __all__ = [
     "write_table",
 ]
 
+# sim-8: packed short runs (a (T, D) fp16 cache read row by row) cost the port whole bursts but
+# HBM only their bytes;
 # sim-7: a norm's split row re-read from L2, grouped-query attention reading each KV head once,
 # flash-decoding splits, in-place cache updates costed as the rows written, GEMV row folding;
 # sim-6: a kernel's device-side set-up (tiling read, scalar prologue) and per-iteration scalar
@@ -45,7 +47,7 @@ __all__ = [
 # sim-5: a coupled core's cube and vector halves share its DMA queues, L2 validity per line;
 # sim-4: a hand-off also read outside the kernel keeps a real store; sim-3: hand-offs go
 # through a workspace (hit L2, take no lines)
-SIMULATOR_VERSION = "sim-7"
+SIMULATOR_VERSION = "sim-8"
 TABLE_SCHEMA = 1
 PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
 # Pipes whose busy times msprof and the models count alike: the cube's (MTE1, M). A model's
@@ -83,9 +85,10 @@ REQUIRED_COLUMNS = (
     *PIPE_COLUMNS,
 )
 
-# a stream as one row of a kernel record; rows written before ``reread`` have the first 9
+# a stream as one row of a kernel record; rows written before ``reread`` have the first 9,
+# before ``packed`` the first 10
 _STREAM_FIELDS = ("tensor", "pipe", "bytes", "key", "per", "side", "nd2nz", "tensor_bytes",
-                  "row_bytes", "reread")  # fmt: skip
+                  "row_bytes", "reread", "packed")  # fmt: skip
 _KERNEL_SCALARS = (
     "name", "kind", "unit", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads",
     "cube_cycles", "vector_cycles_step", "vector_cycles_tile", "vector_instrs",
@@ -123,6 +126,7 @@ def kernel_from_json(data: Mapping[str, Any]) -> Kernel:
                 tensor_bytes=int(s[7]),
                 row_bytes=int(s[8]),
                 reread=float(s[9]) if len(s) > 9 else 0.0,
+                packed=bool(s[10]) if len(s) > 10 else False,
             )
             for s in data["streams"]
         )

@@ -146,6 +146,9 @@ def lower_attention(
     D16, Dv16 = int(ceil_to(work.D, 16)), int(ceil_to(work.Dv, 16))
     it, ci = work.item, work.cube_item
     i64 = np.int64
+    # Q, K and V move row by row (ND->NZ); where their tensors hold (rows, D) matrices the
+    # rows of a block lie back to back (packed), so HBM fetches only their bytes
+    whole_q, whole_k, whole_v = work.contiguous
     streams = [
         StreamBatch(
             work.q,
@@ -156,6 +159,7 @@ def lower_attention(
             per="tile",
             nd2nz=True,
             tensor_bytes=work.bh * work.S * work.D * it,
+            packed=whole_q,
         ),
         StreamBatch(
             work.k,
@@ -165,6 +169,7 @@ def lower_attention(
             "bjk",
             nd2nz=True,
             tensor_bytes=work.kv_bytes[0],
+            packed=whole_k,
         ),
         StreamBatch(
             work.v,
@@ -174,6 +179,7 @@ def lower_attention(
             "bjk",
             nd2nz=True,
             tensor_bytes=work.kv_bytes[1],
+            packed=whole_v,
         ),
     ]
     full = work.bh * work.S * work.T

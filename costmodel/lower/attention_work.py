@@ -39,6 +39,9 @@ class AttentionWork:
     cube_flops: int
     compulsory: int
     kv_bytes: tuple[int, int]
+    # whether consecutive rows of Q, K and V lie back to back in GM (their tensors end in
+    # (S, D), (T, D), (T, Dv) matrices) rather than apart (BSND read as BNSD)
+    contiguous: tuple[bool, bool, bool] = (False, False, False)
 
 
 def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> AttentionWork:
@@ -49,6 +52,7 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
     scores = graph.tensors[qk.outputs[0]].static_shape
     out = graph.tensors[pv.outputs[0]].static_shape
     S, T = scores[-2], scores[-1]
+    rows_q = S  # query rows of one head, before grouped-query heads fold into them
     bh = max(1, math.prod(scores[:-2]))
     D = graph.tensors[qk.inputs[0]].static_shape[-1]
     made = {t: op for op in members for t in op.outputs if t}
@@ -100,7 +104,20 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
         cube_flops=sum(op.cube_flops for op in members),
         compulsory=int(compulsory),
         kv_bytes=kv_bytes,
+        contiguous=(
+            _rows_of(graph, q, rows_q, D),
+            _rows_of(graph, k, T, D),
+            _rows_of(graph, v, T, out[-1]),
+        ),
     )
+
+
+def _rows_of(graph: Graph, tensor: str, rows: int, width: int) -> bool:
+    """Whether ``tensor`` is stored as (..., rows, width) matrices, so that consecutive rows
+    of one matrix lie back to back in GM (a layout that puts another dim between them, BSND
+    read as BNSD, leaves gaps)."""
+    shape = graph.tensors[tensor].static_shape
+    return len(shape) >= 2 and tuple(shape[-2:]) == (rows, width)
 
 
 def _read_from(graph: Graph, group: FusionGroup, made: dict[str, Op], tensor: str) -> str:

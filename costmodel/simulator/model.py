@@ -262,6 +262,7 @@ def _structure(kernel: Kernel, canon: Mapping[str, int]) -> tuple[Any, ...]:
             s.tensor_bytes,
             s.row_bytes,
             s.reread,
+            s.packed,
         )
         for s in kernel.streams
     )

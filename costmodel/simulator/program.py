@@ -47,6 +47,9 @@ class SStream:
     readback: bool  # cube-side per-step load of what the vector side stores that step
     scratch: bool  # a store of what this kernel loads back: an L2 hand-off, never written back
     reread: float = 0.0  # share of nbytes re-reading the block this load just brought (L2 hits)
+    # HBM bytes a miss fetches per bus byte: payload / nbytes for packed short runs (their
+    # lines are shared), 1 otherwise (a strided run's burst is all fetched)
+    fill: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +175,12 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             )
             cap = min(rate, spec.core_gm_bytes_per_cycle)
         payload = s.bytes / copies
+        waste = _waste(s, spec)
         return SStream(
             tid=tid,
             chan=chan,
             per_step=s.per == "step",
-            nbytes=payload * _waste(s, spec),
+            nbytes=payload * waste,
             payload=payload,
             region=tensor_bytes / blocks,
             cb=cb,
@@ -193,6 +197,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             and s.tensor in fed_tensors,
             scratch=chan != LOAD and s.tensor in handed,
             reread=s.reread if chan == LOAD else 0.0,
+            fill=1.0 / waste if s.packed and chan == LOAD else 1.0,
         )
 
     def side(kind: str, streams: list[Stream], copies: int) -> Side:

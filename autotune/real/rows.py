@@ -10,7 +10,8 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
 * ``shapes`` names each input with its dims: ``x=[128,512], W=[512,512]``; names joined by
   ``=`` share dims (``q=k=v=[1,32,128,128]``); whatever follows ``->`` (the outputs) and
   annotations in parentheses are ignored. Dims may be products or carry K/M/G suffixes
-  (``[64*1024*1024]``, ``[64M]``).
+  (``[64*1024*1024]``, ``[64M]``). Bare shapes and op dims (``M=, N=, K=``) are read too
+  (:mod:`autotune.real.shapes`).
 * ``timing`` is ``device`` (msprof task duration: the kernel alone on the device) or ``host``
   (wall clock or ``do_bench``: launch included). Without the column it is read from the notes.
 * ``impl`` (optional) is ``library`` (CANN's own op kernel, what ``torch_npu`` and ``aclnn``
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.exceptions import AutotuneError
+from autotune.real.shapes import parse_dims, parse_tensors, tensors_for
 
 __all__ = [
     "BUSY_COLUMNS",
@@ -120,8 +122,6 @@ BUSY_COLUMNS = {"vec_us": "V", "mte2_us": "MTE2", "mte3_us": "MTE3", "mte1_us": 
                 "mac_us": "M", "fixpipe_us": "FIX"}  # fmt: skip
 DEVICE_WORDS = ("msprof", "task duration", "kernel_details", "kernel-only", "device time")
 HOST_WORDS = ("do_bench", "wall", "time.time", "perf_counter", "host", "synchronize", "e2e")
-_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-_TENSOR = re.compile(r"((?:[A-Za-z_][\w.]*\s*=\s*)+)[\[(]([^\])]*)[\])]")
 
 
 @dataclass(frozen=True)
@@ -210,54 +210,6 @@ def family_of(op: str) -> str:
     raise AutotuneError(f"unknown op {op!r}; known families: {', '.join(FAMILIES)}")
 
 
-def parse_dims(text: str) -> tuple[int, ...]:
-    """``"2, 64, 4K"`` -> ``(2, 64, 4096)``; products (``64*1024``) and powers (``2^26``) too.
-
-    Raises:
-        AutotuneError: a dim that is not a positive whole number.
-    """
-    dims = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        value = 1
-        for factor in re.split(r"\s*[*x×]\s*", part):
-            m = re.fullmatch(r"(\d+)\s*\^\s*(\d+)|(\d+(?:\.\d+)?)\s*([kmgKMG])?i?", factor.strip())
-            if m is None:
-                raise AutotuneError(f"dim {part!r} is not a whole number")
-            if m.group(1):
-                value *= int(m.group(1)) ** int(m.group(2))
-            else:
-                number = float(m.group(3)) * _SUFFIX.get((m.group(4) or "").lower(), 1)
-                if number != int(number):
-                    raise AutotuneError(f"dim {part!r} is not a whole number")
-                value *= int(number)
-        if value < 1:
-            raise AutotuneError(f"dim {part!r} must be >= 1")
-        dims.append(value)
-    return tuple(dims)
-
-
-def parse_tensors(shapes: str) -> dict[str, tuple[int, ...]]:
-    """The named inputs of a shapes column, in order.
-
-    Raises:
-        AutotuneError: no ``name=[dims]`` before ``->``, or a dim that does not parse.
-    """
-    inputs = shapes.split("->")[0]
-    found: dict[str, tuple[int, ...]] = {}
-    for m in _TENSOR.finditer(inputs):
-        dims = parse_dims(m.group(2))
-        if not dims:
-            continue
-        for name in (n.strip() for n in m.group(1).split("=") if n.strip()):
-            found.setdefault(name, dims)
-    if not found:
-        raise AutotuneError(f"no input shape in {shapes!r} (write them as name=[d0,d1,...])")
-    return found
-
-
 def target_of(chip: str) -> str:
     """The spec name of a chip column (``910B4`` -> ``ascend910b4``; a 910B of no stated SKU
     -> ``ascend910b``, the 910B2).
@@ -266,6 +218,8 @@ def target_of(chip: str) -> str:
         AutotuneError: a chip this tool has no spec for.
     """
     text = chip.lower().replace("ascend", "").replace(" ", "")
+    if re.search(r"atlas\w*a2", text):  # Atlas 800T/800I/900 A2: a 910B of no stated SKU
+        return CHIPS["910b"]
     m = re.search(r"(910b[1-4]?|910|310p)", text)
     if m is None:
         raise AutotuneError(f"unknown chip {chip!r}; known: {', '.join(sorted(CHIPS))}")
@@ -340,6 +294,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
     if not math.isfinite(time_us) or time_us <= 0:
         raise AutotuneError(f"time_us must be a positive number, but got {row.get('time_us')!r}")
     chip = (row.get("chip") or "").strip()
+    family = family_of(op)
     known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source", "impl"}
     known |= set(BUSY_COLUMNS)
     return RealRow(
@@ -348,8 +303,8 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         chip=chip,
         target=target_of(chip),
         op=op,
-        family=family_of(op),
-        tensors=parse_tensors(row.get("shapes") or ""),
+        family=family,
+        tensors=tensors_for(family, parse_tensors(row.get("shapes") or "")),
         dtype=dtype,
         time_us=time_us,
         timing=_timing(row),

@@ -66,8 +66,9 @@ def test_shapes_name_each_input_and_ignore_outputs_and_notes() -> None:
         "x": (128, 512),
         "W": (512, 512),
     }
+    assert parse_tensors("(2,64,256)") == {"x": (2, 64, 256)}  # an unnamed shape is x
     with pytest.raises(AutotuneError, match="no input shape"):
-        parse_tensors("(2,64,256)")
+        parse_tensors("(M, K) by (K, N)")
 
 
 @pytest.mark.parametrize(

@@ -217,3 +217,47 @@ def test_every_model_prices_every_family_at_a_positive_finite_time(dtype) -> Non
         assert pred.kernels >= 1, op
         for name, us in pred.predicted.items():
             assert math.isfinite(us) and us > 0, (op, name, us)
+
+
+@pytest.mark.parametrize(
+    ("op", "loose", "named"),
+    [
+        ("MatMul", "M=256, N=128, K=64", "a=[256,64], b=[64,128]"),
+        ("bmm", "B=4, M=32, N=16, K=8", "a=[4,32,8], b=[4,8,16]"),
+        ("MatMul", "[256,64] x [64,128]", "a=[256,64], b=[64,128]"),
+        ("FlashAttention", "B=2, N=8, S=128, D=64", "q=k=v=[2,8,128,64]"),
+        ("IncreFlashAttention", "B=1, N=32, NKV=8, S=1, T=512, D=128",
+         "q=[1,32,1,128], k=v=[1,8,512,128]"),
+        ("Softmax", "(64, 1000)", "x=[64,1000]"),
+        ("ReduceSum", "64M", "x=[67108864]"),
+        ("ReduceSum", "x: [4096, 4096]", "x=[4096,4096]"),
+        ("Add", "[1024,1024] + [1024]", "a=[1024,1024], b=[1024]"),
+    ],
+)  # fmt: skip
+def test_shapes_written_without_names_or_as_op_dims_read_as_the_named_form(
+    op: str, loose: str, named: str
+) -> None:
+    """Sources that write bare shapes, ``name: [..]`` or the op's dims (``M=, N=, K=``;
+    ``B=, N=, S=, D=``) give the row the inputs the named form does, and the same costs."""
+    a, b = _row(op, loose, "fp16"), _row(op, named, "fp16")
+    assert list(a.tensors.values()) == list(b.tensors.values())
+    makers = model_makers(("analytic",))
+    assert predict_row(a, makers).predicted == predict_row(b, makers).predicted
+
+
+def test_op_dims_a_family_cannot_place_are_one_clear_error() -> None:
+    with pytest.raises(AutotuneError, match="take their input shapes"):
+        _row("RmsNorm", "B=32, H=4096")
+    with pytest.raises(AutotuneError, match="no input shape"):
+        _row("Softmax", "about a megabyte")
+
+
+@pytest.mark.parametrize(
+    ("chip", "spec"),
+    [("Atlas 800T A2", "ascend910b"), ("Atlas 800I A2", "ascend910b"),
+     ("Ascend910B3", "ascend910b3"), ("910B4 (32 GB)", "ascend910b4")],
+)  # fmt: skip
+def test_chip_names_as_servers_and_sources_write_them(chip: str, spec: str) -> None:
+    row = parse_row(1, "t.csv", {"chip": chip, "op": "Add", "shapes": "a=[8], b=[8]",
+                                 "dtype": "fp16", "time_us": "3"})  # fmt: skip
+    assert row.target == spec

@@ -52,7 +52,6 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
     scores = graph.tensors[qk.outputs[0]].static_shape
     out = graph.tensors[pv.outputs[0]].static_shape
     S, T = scores[-2], scores[-1]
-    rows_q = S  # query rows of one head, before grouped-query heads fold into them
     bh = max(1, math.prod(scores[:-2]))
     D = graph.tensors[qk.inputs[0]].static_shape[-1]
     made = {t: op for op in members for t in op.outputs if t}
@@ -105,19 +104,42 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
         compulsory=int(compulsory),
         kv_bytes=kv_bytes,
         contiguous=(
-            _rows_of(graph, q, rows_q, D),
-            _rows_of(graph, k, T, D),
-            _rows_of(graph, v, T, out[-1]),
+            _rows_packed(graph, made, qk.inputs[0], -2, -1),
+            _rows_packed(graph, made, qk.inputs[1], -1, -2),
+            _rows_packed(graph, made, pv.inputs[1], -2, -1),
         ),
     )
 
 
-def _rows_of(graph: Graph, tensor: str, rows: int, width: int) -> bool:
-    """Whether ``tensor`` is stored as (..., rows, width) matrices, so that consecutive rows
-    of one matrix lie back to back in GM (a layout that puts another dim between them, BSND
-    read as BNSD, leaves gaps)."""
-    shape = graph.tensors[tensor].static_shape
-    return len(shape) >= 2 and tuple(shape[-2:]) == (rows, width)
+def _rows_packed(graph: Graph, made: dict[str, Op], operand: str, row: int, width: int) -> bool:
+    """Whether the rows of ``operand`` (its axes ``row`` and ``width``, negative) lie back to
+    back where the kernel reads them: walking back through the group's Transposes, views that
+    keep the two axes (Reshape, Unsqueeze, Expand...), a cache update written in place and a
+    Concat along the row axis, the width axis must end up last and the row axis just before
+    it (a BSND cache read as BNSD puts the heads between them; a K^T is read as K)."""
+    t, seen = operand, 0
+    rank = len(graph.tensors[t].static_shape)
+    row, width = row % rank, width % rank
+    while (op := made.get(t)) is not None and op.inputs and seen <= len(made):
+        seen += 1
+        out_shape = graph.tensors[t].static_shape
+        if op.op_type == "Transpose":
+            perm = list(op.attr("perm") or reversed(range(len(out_shape))))
+            row, width, t = perm[row], perm[width], op.inputs[0]
+            continue
+        src = op.inputs[0]
+        in_shape = graph.tensors[src].static_shape
+        lead, tail = len(out_shape) - len(in_shape), len(out_shape) - 2
+        keeps = min(row, width) >= tail and tuple(in_shape[-2:]) == tuple(out_shape[-2:])
+        if op.op_type == "Concat":
+            keeps = keeps or (op.attr("axis", 0) % len(out_shape) == row and row >= tail)
+        elif not (op.is_view or op.op_type in ("Expand", "Tile", "ScatterND")):
+            break
+        if not keeps:
+            return False
+        row, width, t = row - lead, width - lead, src
+    rank = len(graph.tensors[t].static_shape)
+    return width == rank - 1 and row == rank - 2
 
 
 def _read_from(graph: Graph, group: FusionGroup, made: dict[str, Op], tensor: str) -> str:

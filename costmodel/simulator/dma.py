@@ -215,7 +215,8 @@ class DmaPorts:
             x.hweight = self.copies if s.sharing == "broadcast" else w
             lat = eng.gm_lat if x.rem else eng.l2_lat
             eng.load_b += nb * w
-            eng.hit_b += hit_b * w + x.rem * (w - x.hweight)
+            # a broadcast block's other copies are hits, at the bytes they cross the port with
+            eng.hit_b += hit_b * w + (nb - hit_b if x.rem else 0.0) * (w - x.hweight)
             eng.hbm_b += x.rem * x.hweight
             sig = int(hit * 1e6) * 2 + (1 if x.waits else 0)
             self.sig = (

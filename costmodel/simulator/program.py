@@ -197,7 +197,10 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             and s.tensor in fed_tensors,
             scratch=chan != LOAD and s.tensor in handed,
             reread=s.reread if chan == LOAD else 0.0,
-            fill=1.0 / waste if s.packed and chan == LOAD else 1.0,
+            # a block under one L2 line already shares its lines through the L2's sectors
+            fill=1.0 / waste
+            if s.packed and chan == LOAD and payload >= spec.l2_line_bytes
+            else 1.0,
         )
 
     def side(kind: str, streams: list[Stream], copies: int) -> Side:

@@ -28,21 +28,29 @@ T910B = load_target("ascend910b")
 D, FP16 = 128, 2
 
 
-def _decode(batch: int, heads: int, keys: int, bsnd: bool) -> Kernel:
+def _decode(batch: int, heads: int, keys: int, form: str = "bnsd") -> Kernel:
     """softmax(q K^T / sqrt(D)) V for one query row per head over fp16 caches stored
-    [B, heads, keys, D] (``bsnd`` False) or [B, keys, heads, D] transposed to BNSD inside the
-    kernel; the attention at its default config."""
+    [B, heads, keys, D] (``bnsd``), [B, keys, heads, D] transposed to BNSD inside the kernel
+    (``bsnd``), or a [B, heads, keys - 1, D] past with one new row concatenated inside the
+    kernel (``concat``, HF's dynamic cache); the attention at its default config."""
     vi, n = helper.make_tensor_value_info, helper.make_node
-    cache = [batch, keys, heads, D] if bsnd else [batch, heads, keys, D]
-    ins = [vi("q", TensorProto.FLOAT16, [batch, heads, 1, D])]
-    ins += [vi(f"{t}_cache", TensorProto.FLOAT16, cache) for t in "kv"]
+    f16 = TensorProto.FLOAT16
+    ins = [vi("q", f16, [batch, heads, 1, D])]
     nodes, ops = [], []
     src = {t: f"{t}_cache" for t in "kv"}
-    if bsnd:
-        for t in "kv":
+    for t in "kv":
+        if form == "bsnd":
+            ins.append(vi(f"{t}_cache", f16, [batch, keys, heads, D]))
             nodes.append(n("Transpose", [src[t]], [f"{t}_bnsd"], f"{t}_bnsd", perm=[0, 2, 1, 3]))
             ops.append(f"{t}_bnsd")
             src[t] = f"{t}_bnsd"
+        elif form == "concat":
+            ins.append(vi(f"{t}_past", f16, [batch, heads, keys - 1, D]))
+            ins.append(vi(f"{t}_new", f16, [batch, heads, 1, D]))
+            nodes.append(n("Concat", [f"{t}_past", f"{t}_new"], [src[t]], f"{t}_cat", axis=2))
+            ops.append(f"{t}_cat")
+        else:
+            ins.append(vi(f"{t}_cache", f16, [batch, heads, keys, D]))
     scale = numpy_helper.from_array(np.array(D**-0.5, dtype=np.float16), "scale")
     nodes += [
         n("Transpose", [src["k"]], ["k_t"], "k_t", perm=[0, 1, 3, 2]),
@@ -52,11 +60,15 @@ def _decode(batch: int, heads: int, keys: int, bsnd: bool) -> Kernel:
         n("MatMul", ["p", src["v"]], ["o"], "pv"),
     ]
     ops += ["k_t", "qk", "scale_mul", "softmax", "pv"]
-    outs = [vi("o", TensorProto.FLOAT16, [batch, heads, 1, D])]
+    outs = [vi("o", f16, [batch, heads, 1, D])]
     graph = load_graph(make(nodes, ins, outs, [scale], opset=18))
     low = Lowering(graph, T910B)
     group = make_group(graph, ops)
     return low.kernel(group, low.default(group))
+
+
+def _kv_packed(kernel: Kernel) -> list[bool]:
+    return [s.packed for s in kernel.streams if s.pipe == "MTE2" and s.tensor != "q"][:2]
 
 
 def _models() -> list[tuple[str, object]]:
@@ -75,9 +87,9 @@ def _on_one_core(kernel: Kernel) -> Kernel:
 def test_a_contiguous_caches_rows_are_fetched_from_hbm_once() -> None:
     """Eight sequences of 32 heads over 2048 keys: HBM moves the caches' bytes (plus Q and
     the output), not the twice as many that 512-byte bursts of 256-byte rows would be."""
-    kernel = _decode(8, 32, 2048, bsnd=False)
+    kernel = _decode(8, 32, 2048)
     cache = 2 * 8 * 32 * 2048 * D * FP16
-    assert all(s.packed for s in kernel.streams if s.tensor in ("k_cache", "v_cache"))
+    assert _kv_packed(kernel) == [True, True]
     for name, model in _models():
         hbm = _cost(model, kernel).hbm_bytes
         assert cache <= hbm < 1.1 * cache, (name, hbm / cache)
@@ -86,8 +98,8 @@ def test_a_contiguous_caches_rows_are_fetched_from_hbm_once() -> None:
 def test_a_strided_cache_is_never_cheaper_than_a_contiguous_one() -> None:
     """The same cache stored BSND has gaps between one head's rows: no model fetches less
     from HBM for it, nor finishes sooner."""
-    packed, strided = _decode(8, 32, 2048, bsnd=False), _decode(8, 32, 2048, bsnd=True)
-    assert not any(s.packed for s in strided.streams if s.tensor in ("k_cache", "v_cache"))
+    packed, strided = _decode(8, 32, 2048), _decode(8, 32, 2048, "bsnd")
+    assert _kv_packed(strided) == [False, False]
     for name, model in _models():
         p, s = _cost(model, packed), _cost(model, strided)
         assert s.hbm_bytes >= p.hbm_bytes, name
@@ -98,8 +110,20 @@ def test_a_strided_cache_is_never_cheaper_than_a_contiguous_one() -> None:
 def test_one_core_moves_the_same_bursts_in_either_layout(keys: int) -> None:
     """On one core the port, not HBM, sets the pace; it moves a whole burst per 256-byte row
     whichever layout the rows come from, so both layouts cost the same."""
-    packed = _on_one_core(_decode(1, 4, keys, bsnd=False))
-    strided = _on_one_core(_decode(1, 4, keys, bsnd=True))
+    packed = _on_one_core(_decode(1, 4, keys))
+    strided = _on_one_core(_decode(1, 4, keys, "bsnd"))
     for name, model in _models():
         p, s = _cost(model, packed), _cost(model, strided)
         assert p.device_us == pytest.approx(s.device_us, rel=0.03), name
+
+
+@pytest.mark.parametrize(
+    ("form", "heads", "keys", "packed"),
+    [("concat", 8, 256, True), ("bnsd", 16, 16, True), ("bsnd", 16, 16, False),
+     ("bsnd", 8, 256, False)],
+)  # fmt: skip
+def test_rows_are_packed_by_the_layout_they_are_read_in(form, heads, keys, packed) -> None:
+    """Packed is a property of the layout, not of the shapes: a cache whose past and new rows
+    are concatenated along the keys is packed; a BSND cache is strided even where its heads
+    and keys happen to be equal in number (its last two dims look like (keys, D))."""
+    assert _kv_packed(_decode(1, heads, keys, form)) == [packed, packed]

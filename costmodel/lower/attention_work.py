@@ -128,13 +128,21 @@ def _rows_packed(graph: Graph, made: dict[str, Op], operand: str, row: int, widt
             row, width, t = perm[row], perm[width], op.inputs[0]
             continue
         src = op.inputs[0]
+        if op.op_class is OpClass.ELEMENTWISE and not op.is_view:
+            # computed in place of its operand (a rotary embedding): the load is of the
+            # input of its own shape, in that input's layout
+            same = [i for i in op.inputs if i and graph.tensors[i].static_shape == out_shape]
+            if not same:
+                return False
+            t = same[0]
+            continue
         in_shape = graph.tensors[src].static_shape
         lead, tail = len(out_shape) - len(in_shape), len(out_shape) - 2
         keeps = min(row, width) >= tail and tuple(in_shape[-2:]) == tuple(out_shape[-2:])
         if op.op_type == "Concat":
             keeps = keeps or (op.attr("axis", 0) % len(out_shape) == row and row >= tail)
         elif not (op.is_view or op.op_type in ("Expand", "Tile", "ScatterND")):
-            break
+            return False
         if not keeps:
             return False
         row, width, t = row - lead, width - lead, src

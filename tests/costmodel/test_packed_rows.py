@@ -49,6 +49,11 @@ def _decode(batch: int, heads: int, keys: int, form: str = "bnsd") -> Kernel:
             ins.append(vi(f"{t}_new", f16, [batch, heads, 1, D]))
             nodes.append(n("Concat", [f"{t}_past", f"{t}_new"], [src[t]], f"{t}_cat", axis=2))
             ops.append(f"{t}_cat")
+        elif form == "rotated":  # an elementwise op of the cache's shape (a rotary table)
+            ins.append(vi(f"{t}_raw", f16, [batch, heads, keys, D]))
+            ins.append(vi(f"{t}_table", f16, [1, 1, keys, D]))
+            nodes.append(n("Mul", [f"{t}_raw", f"{t}_table"], [src[t]], f"{t}_rot"))
+            ops.append(f"{t}_rot")
         else:
             ins.append(vi(f"{t}_cache", f16, [batch, heads, keys, D]))
     scale = numpy_helper.from_array(np.array(D**-0.5, dtype=np.float16), "scale")
@@ -119,11 +124,12 @@ def test_one_core_moves_the_same_bursts_in_either_layout(keys: int) -> None:
 
 @pytest.mark.parametrize(
     ("form", "heads", "keys", "packed"),
-    [("concat", 8, 256, True), ("bnsd", 16, 16, True), ("bsnd", 16, 16, False),
-     ("bsnd", 8, 256, False)],
+    [("concat", 8, 256, True), ("rotated", 8, 256, True), ("bnsd", 16, 16, True),
+     ("bsnd", 16, 16, False), ("bsnd", 8, 256, False)],
 )  # fmt: skip
 def test_rows_are_packed_by_the_layout_they_are_read_in(form, heads, keys, packed) -> None:
     """Packed is a property of the layout, not of the shapes: a cache whose past and new rows
-    are concatenated along the keys is packed; a BSND cache is strided even where its heads
-    and keys happen to be equal in number (its last two dims look like (keys, D))."""
+    are concatenated along the keys, or that an elementwise op of its shape transforms, is
+    packed; a BSND cache is strided even where its heads and keys happen to be equal in number
+    (its last two dims look like (keys, D))."""
     assert _kv_packed(_decode(1, heads, keys, form)) == [packed, packed]

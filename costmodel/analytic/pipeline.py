@@ -46,7 +46,8 @@ class _Transfers:
     lat_pre: np.ndarray
     miss_time: np.ndarray
     hit_time: np.ndarray
-    miss_bytes: np.ndarray
+    miss_bytes: np.ndarray  # from HBM
+    miss_port_bytes: np.ndarray  # the same misses through the cores' ports (whole bursts)
     hit_bytes: np.ndarray
     raw_bytes: np.ndarray
     warm_bytes: np.ndarray  # loaded bytes of tensors earlier kernels left in L2
@@ -61,7 +62,7 @@ class _Transfers:
         z = np.zeros(n)
         return cls(
             {p: z.copy() for p in pipes}, {p: z.copy() for p in pipes}, z.copy(), z.copy(),
-            z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
+            z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
             {"cube": z.copy(), "vector": z.copy()}, {"cube": z.copy(), "vector": z.copy()},
         )  # fmt: skip
 
@@ -101,7 +102,7 @@ def score(
     step_syncs = np.minimum(batch.steps, batch.cross_core_syncs) if feeds else 0
     sync = (batch.cross_core_syncs - step_syncs) * sync_cycles
     sync_step = np.where(np.asarray(step_syncs) > 0, sync_cycles, 0.0)
-    hbm = np.maximum((t.miss_bytes + t.writeback) / hbm_share, t.miss_bytes / read_cap)
+    hbm = np.maximum((t.miss_bytes + t.writeback) / hbm_share, t.miss_port_bytes / read_cap)
 
     ld_c, ld_v, fix_s, mte3_s = (t.step[p] for p in ("MTE2c", "MTE2v", "FIX", "MTE3"))
     stages = [ld_c, mte1, cube, fix_s, ld_v, v_step, mte3_s]  # in dependency order
@@ -293,6 +294,7 @@ def _transfers(
         t.miss_time += tm * reps
         t.hit_time += th * reps
         t.miss_bytes += fetched * (1 - h) * reps
+        t.miss_port_bytes += padded * (1 - h) * reps
         t.hit_bytes += s.bytes * h * reps
         t.raw_bytes += s.bytes * reps
         if s.tensor not in handed:

@@ -49,16 +49,18 @@ def reduce(row: RealRow, g: _Graph) -> list[str]:
 
 
 def binary(row: RealRow, g: _Graph) -> list[str]:
+    """An elementwise op of two inputs, as numpy broadcasts them; with one input shape (CANN's
+    Muls, Adds...) the other operand is a scalar."""
     dims = list(row.tensors.values())
-    a = dims[0]
-    b = dims[1] if len(dims) > 1 else dims[0]
     text = row.op.lower()
     kind = next(
         (k for w, k in (("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("max", "Max"),
                         ("min", "Min")) if w in text),
         "Add",
     )  # fmt: skip
-    return [g.op(kind, [g.input("a", a), g.input("b", b)], f"binary/{kind}")]
+    a = g.input("a", dims[0])
+    b = g.input("b", dims[1]) if len(dims) > 1 else g.const("scalar", 0.5)
+    return [g.op(kind, [a, b], f"binary/{kind}")]
 
 
 def _gelu(g: _Graph, x: str) -> str:
@@ -84,6 +86,7 @@ _UNARY: dict[str, Callable[[_Graph, str], str]] = {
     "abs": lambda g, x: g.op("Abs", [x], "unary/Abs"),
     "log": lambda g, x: g.op("Log", [x], "unary/Log"),
     "erf": lambda g, x: g.op("Erf", [x], "unary/Erf"),
+    "square": lambda g, x: g.op("Mul", [x, x], "unary/Square"),
 }
 
 

@@ -53,7 +53,9 @@ __all__ = [
 ]
 
 _REDUCE = ("reducesum", "reducemean", "reducemax", "reducemin", "sum", "mean", "amax", "amin",
-           "max", "min")  # fmt: skip
+           "max", "min", "argmax", "argmin")  # fmt: skip
+_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "adds", "subs", "muls", "divs",
+           "addn")  # fmt: skip
 # op family -> words that name it (matched on the op column, lower case, punctuation dropped),
 # tried in this order: the first family with a matching word wins
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -79,7 +81,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "transpose": ("transpose", "permute"),
     "concat": ("concat", "cat"),
     "cast": ("cast",),
-    "binary": ("add", "sub", "mul", "div", "maximum", "minimum"),
+    "binary": _BINARY,
     "unary": (
         "gelu",
         "silu",
@@ -94,6 +96,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "abs",
         "log",
         "erf",
+        "square",
     ),
 }
 CHIPS = {
@@ -189,6 +192,22 @@ def _words(text: str) -> str:
     return re.sub(r"[^a-z0-9_^@ ]+", " ", text.lower())
 
 
+# what CANN, aclnn and torch_npu put around an op's name: FastGelu, GeluV2, ReduceSumD,
+# aclnnAdd, npu_fast_gelu, RealDiv, ElementwiseAdd
+_AFFIXES = {"aclnn", "npu", "fast", "real", "elementwise", "torch", "v1", "v2", "v3", "v4", "d"}
+_OTHER_OPS = {"pool", "conv", "grad", "quant", "dequant", "scatter", "sort", "topk"}
+
+
+def _parts(text: str) -> set[str]:
+    """The CamelCase and snake_case parts of an op name, lower case, with the affixes CANN
+    and torch_npu add dropped (``FastGeluV2`` -> ``gelu``)."""
+    parts = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", text)
+    lower = {p.lower() for p in parts} - _AFFIXES
+    if lower & _OTHER_OPS:  # MaxPool is no ReduceMax: such a row stays an unknown op
+        return set()
+    return {p for p in lower if not p.isdigit()}
+
+
 def family_of(op: str) -> str:
     """The family an op column names (the text before a parenthesis is tried first).
 
@@ -199,7 +218,7 @@ def family_of(op: str) -> str:
     for text in (head, op):
         words = _words(text)
         squashed = words.replace(" ", "")
-        tokens = set(words.split())
+        tokens = set(words.split()) | _parts(text)
         for family, names in FAMILIES.items():
             for name in names:
                 if " " in name or len(name) > 5:

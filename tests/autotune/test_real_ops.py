@@ -261,3 +261,32 @@ def test_chip_names_as_servers_and_sources_write_them(chip: str, spec: str) -> N
     row = parse_row(1, "t.csv", {"chip": chip, "op": "Add", "shapes": "a=[8], b=[8]",
                                  "dtype": "fp16", "time_us": "3"})  # fmt: skip
     assert row.target == spec
+
+
+@pytest.mark.parametrize(
+    ("op", "family"),
+    [("FastGeluV2", "unary"), ("npu_fast_gelu", "unary"), ("aclnnSilu", "unary"),
+     ("Square", "unary"), ("aclnnAdd", "binary"), ("RealDiv", "binary"), ("Muls", "binary"),
+     ("ElementwiseAdd", "binary"), ("ArgMaxV2", "reduce"), ("ReduceSumD", "reduce"),
+     ("SoftmaxV2", "softmax"), ("LayerNormV3", "layernorm"), ("GatherV2", "gather"),
+     ("BatchMatMulV2", "matmul")],
+)  # fmt: skip
+def test_cann_and_torch_npu_spellings_name_their_family(op: str, family: str) -> None:
+    """CANN's and torch_npu's affixes (Fast, V2, D, aclnn, npu_, Real) around an op's name."""
+    assert family_of(op) == family
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AvgPool", "Conv2D", "GroupNorm"])
+def test_ops_without_a_template_stay_unknown(op: str) -> None:
+    """A max-pool is not a ReduceMax: an op the tool has no one-kernel model for is reported."""
+    with pytest.raises(AutotuneError, match="unknown op"):
+        family_of(op)
+
+
+def test_a_binary_op_of_one_input_shape_takes_a_scalar() -> None:
+    """CANN's Muls: the one tensor times a scalar, read once (not squared)."""
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    (y,) = _run(_row("Muls", "x=[4,8]"), x)
+    np.testing.assert_allclose(y, x.astype(np.float64) * 0.5, rtol=1e-6)
+    model = one_kernel(_row("Muls", "x=[4,8]"))
+    assert [i.name for i in model.graph.input] == ["a"]

@@ -14,9 +14,8 @@ from autotune.exceptions import AutotuneError
 from autotune.real.rows import RealRow
 from search_space import WEIGHT_INPUTS_KEY
 
-__all__ = ["EPS", "KernelGraph", "dims_of"]
+__all__ = ["KernelGraph", "dims_of"]
 
-EPS = 1e-6
 _ELEM = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
 _NP = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32}
 

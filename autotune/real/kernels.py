@@ -17,16 +17,16 @@ import onnx
 from onnx import TensorProto, helper
 
 from autotune.exceptions import AutotuneError
-from autotune.real.graph import EPS
-from autotune.real.graph import KernelGraph as _Graph
-from autotune.real.graph import dims_of as _dims
+from autotune.real.graph import KernelGraph, dims_of
 from autotune.real.ops import binary, cast, concat, gather, reduce, softmax, transpose, unary
 from autotune.real.rows import RealRow
 
 __all__ = ["KERNELS", "one_kernel"]
 
+EPS = 1e-6  # the norms' epsilon
 
-def _rmsnorm(g: _Graph, x: str, hidden: int, prefix: str = "rms") -> str:
+
+def _rmsnorm(g: KernelGraph, x: str, hidden: int, prefix: str = "rms") -> str:
     """x * 1/sqrt(mean(x^2) + eps) * gamma, as exporters write Llama's RMSNorm."""
     gamma = g.weight("gamma", [hidden])
     sq = g.op("Pow", [x, g.const("two", 2.0)], f"{prefix}/Pow")
@@ -36,19 +36,19 @@ def _rmsnorm(g: _Graph, x: str, hidden: int, prefix: str = "rms") -> str:
     return g.op("Mul", [gamma, g.op("Mul", [x, r], f"{prefix}/Mul")], f"{prefix}/Mul_1")
 
 
-def rmsnorm(row: RealRow, g: _Graph) -> list[str]:
-    (x,) = _dims(row, "x", count=1)
+def rmsnorm(row: RealRow, g: KernelGraph) -> list[str]:
+    (x,) = dims_of(row, "x", count=1)
     return [_rmsnorm(g, g.input("x", x), x[-1])]
 
 
-def add_rmsnorm(row: RealRow, g: _Graph) -> list[str]:
-    x1, x2 = _dims(row, "x1", "x2", count=2)
+def add_rmsnorm(row: RealRow, g: KernelGraph) -> list[str]:
+    x1, x2 = dims_of(row, "x1", "x2", count=2)
     s = g.op("Add", [g.input("x1", x1), g.input("x2", x2)], "add/Add")
     return [_rmsnorm(g, s, x1[-1]), s]
 
 
-def layernorm(row: RealRow, g: _Graph) -> list[str]:
-    (x,) = _dims(row, "x", count=1)
+def layernorm(row: RealRow, g: KernelGraph) -> list[str]:
+    (x,) = dims_of(row, "x", count=1)
     h = x[-1]
     return [
         g.op(
@@ -61,8 +61,8 @@ def layernorm(row: RealRow, g: _Graph) -> list[str]:
     ]
 
 
-def add_layernorm(row: RealRow, g: _Graph) -> list[str]:
-    x1, x2 = _dims(row, "x1", "x2", count=2)
+def add_layernorm(row: RealRow, g: KernelGraph) -> list[str]:
+    x1, x2 = dims_of(row, "x1", "x2", count=2)
     s = g.op("Add", [g.input("x1", x1), g.input("x2", x2)], "add/Add")
     h = x1[-1]
     y = g.op(
@@ -75,14 +75,14 @@ def add_layernorm(row: RealRow, g: _Graph) -> list[str]:
     return [y, s]
 
 
-def swiglu(row: RealRow, g: _Graph) -> list[str]:
+def swiglu(row: RealRow, g: KernelGraph) -> list[str]:
     """silu(gate) * up on the two halves of one fused input (npu_swiglu's form)."""
     lower = {k.lower() for k in row.tensors}
     if {"gate", "up"} <= lower:
-        half = _dims(row, "gate", count=1)[0]
+        half = dims_of(row, "gate", count=1)[0]
         fused = (*half[:-1], 2 * half[-1])
     else:
-        fused = _dims(row, "x", count=1)[0]
+        fused = dims_of(row, "x", count=1)[0]
         if fused[-1] % 2:
             raise AutotuneError(f"swiglu's fused input {list(fused)} has an odd last dim")
     x = g.input("x", fused)
@@ -93,13 +93,13 @@ def swiglu(row: RealRow, g: _Graph) -> list[str]:
     return [g.op("Mul", [silu, gate_up[1]], "mul/Mul")]
 
 
-def rope(row: RealRow, g: _Graph) -> list[str]:
+def rope(row: RealRow, g: KernelGraph) -> list[str]:
     """x * cos + rotate_half(x) * sin (NeoX split-half), as exporters write rotary embeddings:
     Slice, Neg, Concat, Mul, Add; cos/sin broadcast over batch and heads. When the row's cos
     names half of the head dim (``(S, D/2)`` tables, as kernels that keep one angle per pair
     read them), each half is rotated against the half tables and the halves concatenated:
     ``[x1 c - x2 s, x2 c + x1 s]``, the same result with half the table bytes."""
-    (x,) = _dims(row, "x", count=1)
+    (x,) = dims_of(row, "x", count=1)
     d = x[-1]
     if d % 2:
         raise AutotuneError(f"rope's last dim {d} is odd")
@@ -134,9 +134,9 @@ def rope(row: RealRow, g: _Graph) -> list[str]:
     return [g.op("Add", [a, b], "rope/Add")]
 
 
-def attention(row: RealRow, g: _Graph) -> list[str]:
+def attention(row: RealRow, g: KernelGraph) -> list[str]:
     """softmax(Q K^T / sqrt(d) (+ causal mask)) V on [B,N,S,D] operands (BSND transposed)."""
-    q, k, v = _dims(row, "q", "k", "v", count=3)
+    q, k, v = dims_of(row, "q", "k", "v", count=3)
     bsnd = "bsnd" in (row.extra.get("shapes", "") + row.op + row.notes).lower()
     if bsnd:
         q, k, v = ((s[0], s[2], s[1], s[3]) for s in (q, k, v))
@@ -159,9 +159,9 @@ def attention(row: RealRow, g: _Graph) -> list[str]:
     return [g.op("MatMul", [p, vn], "attn/MatMul_1")]
 
 
-def matmul(row: RealRow, g: _Graph) -> list[str]:
+def matmul(row: RealRow, g: KernelGraph) -> list[str]:
     """``linear`` (y = x W^T, W a weight) or ``mm``/``bmm`` (both operands activations)."""
-    a, b = _dims(row, count=2)
+    a, b = dims_of(row, count=2)
     text = row.op.lower()
     if "linear" in text or "w^t" in text or "gemm" in text:
         x = g.input("x", a)
@@ -173,7 +173,7 @@ def matmul(row: RealRow, g: _Graph) -> list[str]:
     return [g.op("MatMul", [g.input("a", a), g.input("b", b)], "mm/MatMul")]
 
 
-def gemv(row: RealRow, g: _Graph) -> list[str]:
+def gemv(row: RealRow, g: KernelGraph) -> list[str]:
     """y = b + A x (``torch.addmv``), or A x (``mv``)."""
     dims = list(row.tensors.items())
     a = next((d for n, d in dims if len(d) == 2), None)
@@ -188,7 +188,7 @@ def gemv(row: RealRow, g: _Graph) -> list[str]:
     return [y]
 
 
-KERNELS: dict[str, Callable[[RealRow, _Graph], list[str]]] = {
+KERNELS: dict[str, Callable[[RealRow, KernelGraph], list[str]]] = {
     "rmsnorm": rmsnorm,
     "add_rmsnorm": add_rmsnorm,
     "layernorm": layernorm,
@@ -217,6 +217,6 @@ def one_kernel(row: RealRow) -> onnx.ModelProto:
     """
     if row.family not in KERNELS:
         raise AutotuneError(f"no one-kernel model for family {row.family!r}")
-    g = _Graph(row.dtype)
+    g = KernelGraph(row.dtype)
     outputs = KERNELS[row.family](row, g)
     return g.model(outputs)

@@ -11,8 +11,7 @@ import numpy as np
 from onnx import TensorProto
 
 from autotune.exceptions import AutotuneError
-from autotune.real.graph import KernelGraph as _Graph
-from autotune.real.graph import dims_of as _dims
+from autotune.real.graph import KernelGraph, dims_of
 from autotune.real.rows import RealRow
 
 __all__ = ["binary", "cast", "concat", "gather", "reduce", "softmax", "transpose", "unary"]
@@ -24,18 +23,18 @@ def _axis(row: RealRow) -> int:
     return int(m.group(1)) if m else -1
 
 
-def softmax(row: RealRow, g: _Graph) -> list[str]:
+def softmax(row: RealRow, g: KernelGraph) -> list[str]:
     """Softmax over the last axis, or the one ``dim=`` names."""
-    (x,) = _dims(row, "x", count=1)
+    (x,) = dims_of(row, "x", count=1)
     return [g.op("Softmax", [g.input("x", x)], "softmax/Softmax", axis=_axis(row))]
 
 
-def reduce(row: RealRow, g: _Graph) -> list[str]:
+def reduce(row: RealRow, g: KernelGraph) -> list[str]:
     """ReduceSum / Mean / Max over the last axis (``dim=`` in the op column picks another;
     a 1-D input reduces to one value). ``Max``/``Min`` of two inputs is the elementwise op."""
     if len(row.tensors) >= 2:
         return binary(row, g)
-    (x,) = _dims(row, "x", count=1)
+    (x,) = dims_of(row, "x", count=1)
     text = row.op.lower()
     kind = "ReduceMax" if "max" in text else "ReduceMean" if "mean" in text else "ReduceSum"
     if "min" in text and "max" not in text:
@@ -48,7 +47,7 @@ def reduce(row: RealRow, g: _Graph) -> list[str]:
     return [g.op(kind, [xn], f"reduce/{kind}", axes=[axis], keepdims=0)]
 
 
-def binary(row: RealRow, g: _Graph) -> list[str]:
+def binary(row: RealRow, g: KernelGraph) -> list[str]:
     """An elementwise op of two inputs, as numpy broadcasts them; with one input shape (CANN's
     Muls, Adds...) the other operand is a scalar."""
     dims = list(row.tensors.values())
@@ -63,14 +62,14 @@ def binary(row: RealRow, g: _Graph) -> list[str]:
     return [g.op(kind, [a, b], f"binary/{kind}")]
 
 
-def _gelu(g: _Graph, x: str) -> str:
+def _gelu(g: KernelGraph, x: str) -> str:
     """Exact GELU as exported: x * (1 + erf(x / sqrt 2)) * 0.5."""
     e = g.op("Erf", [g.op("Div", [x, g.const("sqrt2", math.sqrt(2.0))], "gelu/Div")], "gelu/Erf")
     y = g.op("Mul", [x, g.op("Add", [e, g.const("one", 1.0)], "gelu/Add")], "gelu/Mul")
     return g.op("Mul", [y, g.const("half", 0.5)], "gelu/Mul_1")
 
 
-_UNARY: dict[str, Callable[[_Graph, str], str]] = {
+_UNARY: dict[str, Callable[[KernelGraph, str], str]] = {
     "gelu": _gelu,
     "silu": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
     "swish": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
@@ -90,8 +89,8 @@ _UNARY: dict[str, Callable[[_Graph, str], str]] = {
 }
 
 
-def unary(row: RealRow, g: _Graph) -> list[str]:
-    (x,) = _dims(row, "x", count=1)
+def unary(row: RealRow, g: KernelGraph) -> list[str]:
+    (x,) = dims_of(row, "x", count=1)
     text = row.op.lower()
     key = next((k for k in _UNARY if k in text), None)
     if key is None:
@@ -102,7 +101,7 @@ def unary(row: RealRow, g: _Graph) -> list[str]:
 _FLOATS = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "fp32": TensorProto.FLOAT}
 
 
-def cast(row: RealRow, g: _Graph) -> list[str]:
+def cast(row: RealRow, g: KernelGraph) -> list[str]:
     """A cast between float widths: ``<from> to <to>`` (or ``->``) in the op column or the
     notes names them; without a source the row's dtype is the input's, and without a target
     it casts to the other width (fp32 <-> fp16).
@@ -110,7 +109,7 @@ def cast(row: RealRow, g: _Graph) -> list[str]:
     Raises:
         AutotuneError: the cast names the same type on both sides (no kernel runs).
     """
-    (x,) = _dims(row, "x", count=1)
+    (x,) = dims_of(row, "x", count=1)
     text = (row.op + " " + row.notes).lower().replace("float16", "fp16").replace("float32", "fp32")
     text = text.replace("bfloat16", "bf16").replace("->", " to ")
     pair = re.search(r"(fp16|bf16|fp32)?\s*to\s+(fp16|bf16|fp32)", text)
@@ -123,8 +122,8 @@ def cast(row: RealRow, g: _Graph) -> list[str]:
     return [g.op("Cast", [g.input("x", x, src)], "cast/Cast", to=to)]
 
 
-def transpose(row: RealRow, g: _Graph) -> list[str]:
-    (x,) = _dims(row, "x", count=1)
+def transpose(row: RealRow, g: KernelGraph) -> list[str]:
+    (x,) = dims_of(row, "x", count=1)
     m = re.search(r"perm\s*=\s*\[([\d,\s]+)\]", row.op + " " + row.notes)
     perm = (
         [int(p) for p in m.group(1).split(",")]
@@ -134,7 +133,7 @@ def transpose(row: RealRow, g: _Graph) -> list[str]:
     return [g.op("Transpose", [g.input("x", x)], "transpose/Transpose", perm=perm)]
 
 
-def gather(row: RealRow, g: _Graph) -> list[str]:
+def gather(row: RealRow, g: KernelGraph) -> list[str]:
     dims = list(row.tensors.items())
     table = next((d for n, d in dims if len(d) == 2), dims[0][1])
     idx = next((d for n, d in dims if d is not table), (1,))
@@ -142,6 +141,6 @@ def gather(row: RealRow, g: _Graph) -> list[str]:
     return [g.op("Gather", [g.input("table", table), ids], "gather/Gather", axis=0)]
 
 
-def concat(row: RealRow, g: _Graph) -> list[str]:
+def concat(row: RealRow, g: KernelGraph) -> list[str]:
     names = [g.input(f"x{i}", d) for i, d in enumerate(row.tensors.values())]
     return [g.op("Concat", names, "concat/Concat", axis=-1)]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.exceptions import AutotuneError
-from autotune.real.shapes import parse_dims, parse_tensors, tensors_for
+from autotune.real.shapes import parse_dims, parse_tensors
 
 __all__ = [
     "BUSY_COLUMNS",
@@ -323,7 +323,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         target=target_of(chip),
         op=op,
         family=family,
-        tensors=tensors_for(family, parse_tensors(row.get("shapes") or "")),
+        tensors=parse_tensors(row.get("shapes") or "", family),
         dtype=dtype,
         time_us=time_us,
         timing=_timing(row),

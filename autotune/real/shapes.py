@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from autotune.exceptions import AutotuneError
 
-__all__ = ["parse_dims", "parse_tensors", "tensors_for"]
+__all__ = ["parse_dims", "parse_tensors"]
 
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 _TENSOR = re.compile(r"((?:[A-Za-z_][\w.]*\s*[=:]\s*)+)[\[(]([^\])]*)[\])]")
@@ -60,14 +60,14 @@ def _dims_or_none(text: str) -> tuple[int, ...] | None:
         return None
 
 
-def parse_tensors(shapes: str) -> dict[str, tuple[int, ...]]:
+def parse_tensors(shapes: str, family: str | None = None) -> dict[str, tuple[int, ...]]:
     """The inputs of a shapes column, in order: named (``x=[..]``, ``x: [..]``), else every
-    bracketed group that is a list of dims, else the whole text as one input's dims (``64M``).
-    ``M=4096, K=...`` op dims come back as one-element dims under their letters (see
-    :func:`tensors_for`).
+    bracketed group that is a list of dims, else the op's dims (``M=4096, N=..., K=...``) as
+    ``family``'s input shapes, else the whole text as one input's dims (``64M``).
 
     Raises:
-        AutotuneError: nothing before ``->`` reads as a shape, or a named dim does not parse.
+        AutotuneError: nothing before ``->`` reads as a shape, a named dim does not parse, or
+            op dims that ``family`` cannot place.
     """
     inputs = shapes.split("->")[0]
     found: dict[str, tuple[int, ...]] = {}
@@ -83,9 +83,9 @@ def parse_tensors(shapes: str) -> dict[str, tuple[int, ...]]:
     if groups:
         names = ["x"] if len(groups) == 1 else [chr(ord("a") + i) for i in range(len(groups))]
         return dict(zip(names, groups, strict=False))
-    letters = {k: parse_dims(v) for k, v in _LETTER.findall(inputs)}
-    if letters and all(len(v) == 1 for v in letters.values()):
-        return letters
+    letters = {k: parse_dims(v)[0] for k, v in _LETTER.findall(inputs)}  # one dim each
+    if letters:
+        return _from_op_dims(family, letters)
     whole = _dims_or_none(inputs.strip())
     if whole:
         return {"x": whole}
@@ -101,18 +101,13 @@ def _pick(dims: Mapping[str, int], *names: str, default: int | None = None) -> i
     return default
 
 
-def tensors_for(family: str, tensors: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """Op dims given as letters (``M=, N=, K=``; ``B=, N=, S=, D=``) as the family's input
-    shapes; any other row's tensors as they are.
+def _from_op_dims(family: str | None, d: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """A matmul's (``M, N, K[, B]``), a GEMV's or an attention's (``B, N, S, D[, T, NKV]``) op
+    dims as its input shapes.
 
     Raises:
-        AutotuneError: letters that do not name the family's dims.
+        AutotuneError: op dims of another family, or without one the family needs.
     """
-    if not tensors or not all(len(k) <= 3 and k[0].isupper() for k in tensors):
-        return dict(tensors)
-    if not all(len(v) == 1 for v in tensors.values()):
-        return dict(tensors)
-    d = {k: v[0] for k, v in tensors.items()}
     if family == "matmul":
         m, n, k = _pick(d, "M"), _pick(d, "N"), _pick(d, "K")
         batch = _pick(d, "B", default=1)
@@ -131,5 +126,6 @@ def tensors_for(family: str, tensors: Mapping[str, tuple[int, ...]]) -> dict[str
             "v": (b, kv_heads, keys, dim),
         }
     raise AutotuneError(
-        f"{family} rows take their input shapes, not op dims ({', '.join(d)}); {_FORMAT}"
+        f"{family or 'these'} rows take their input shapes, not op dims ({', '.join(d)}); "
+        f"{_FORMAT}"
     )

@@ -232,6 +232,8 @@ def test_every_model_prices_every_family_at_a_positive_finite_time(dtype) -> Non
         ("ReduceSum", "64M", "x=[67108864]"),
         ("ReduceSum", "x: [4096, 4096]", "x=[4096,4096]"),
         ("Add", "[1024,1024] + [1024]", "a=[1024,1024], b=[1024]"),
+        ("ReduceSum", "X=[4096]", "x=[4096]"),  # a one-letter name is a name, not an op dim
+        ("addmv", "A=[64,32], X=[32], B=[64]", "A=[64,32], x=[32], b=[64]"),
     ],
 )  # fmt: skip
 def test_shapes_written_without_names_or_as_op_dims_read_as_the_named_form(

@@ -146,9 +146,8 @@ def lower_attention(
     D16, Dv16 = int(ceil_to(work.D, 16)), int(ceil_to(work.Dv, 16))
     it, ci = work.item, work.cube_item
     i64 = np.int64
-    # Q, K and V move row by row (ND->NZ); where their tensors hold (rows, D) matrices the
-    # rows of a block lie back to back (packed), so HBM fetches only their bytes
-    whole_q, whole_k, whole_v = work.contiguous
+    # Q, K and V move row by row (ND->NZ); where their rows lie back to back (packed), HBM
+    # fetches only the bytes of a block, not its whole bursts
     streams = [
         StreamBatch(
             work.q,
@@ -159,7 +158,7 @@ def lower_attention(
             per="tile",
             nd2nz=True,
             tensor_bytes=work.bh * work.S * work.D * it,
-            packed=whole_q,
+            packed=work.packed[0],
         ),
         StreamBatch(
             work.k,
@@ -169,7 +168,7 @@ def lower_attention(
             "bjk",
             nd2nz=True,
             tensor_bytes=work.kv_bytes[0],
-            packed=whole_k,
+            packed=work.packed[1],
         ),
         StreamBatch(
             work.v,
@@ -179,7 +178,7 @@ def lower_attention(
             "bjk",
             nd2nz=True,
             tensor_bytes=work.kv_bytes[1],
-            packed=whole_v,
+            packed=work.packed[2],
         ),
     ]
     full = work.bh * work.S * work.T

@@ -39,9 +39,9 @@ class AttentionWork:
     cube_flops: int
     compulsory: int
     kv_bytes: tuple[int, int]
-    # whether consecutive rows of Q, K and V lie back to back in GM (their tensors end in
-    # (S, D), (T, D), (T, Dv) matrices) rather than apart (BSND read as BNSD)
-    contiguous: tuple[bool, bool, bool] = (False, False, False)
+    # whether the rows of Q, K and V lie back to back in the layout the kernel reads them in
+    # (``_rows_packed``), rather than apart (BSND read as BNSD): their streams' ``packed``
+    packed: tuple[bool, bool, bool] = (False, False, False)
 
 
 def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> AttentionWork:
@@ -103,7 +103,7 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
         cube_flops=sum(op.cube_flops for op in members),
         compulsory=int(compulsory),
         kv_bytes=kv_bytes,
-        contiguous=(
+        packed=(
             _rows_packed(graph, made, qk.inputs[0], -2, -1),
             _rows_packed(graph, made, qk.inputs[1], -1, -2),
             _rows_packed(graph, made, pv.inputs[1], -2, -1),
@@ -114,9 +114,11 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
 def _rows_packed(graph: Graph, made: dict[str, Op], operand: str, row: int, width: int) -> bool:
     """Whether the rows of ``operand`` (its axes ``row`` and ``width``, negative) lie back to
     back where the kernel reads them: walking back through the group's Transposes, views that
-    keep the two axes (Reshape, Unsqueeze, Expand...), a cache update written in place and a
-    Concat along the row axis, the width axis must end up last and the row axis just before
-    it (a BSND cache read as BNSD puts the heads between them; a K^T is read as K)."""
+    keep the two axes (Reshape, Unsqueeze, Expand...), a cache update written in place, a
+    Concat along the row axis and an elementwise op of the operand's shape (a rotary
+    embedding), the width axis must end up last and the row axis just before it (a BSND
+    cache read as BNSD puts the heads between them; a K^T is read as K). Any other op on the
+    way: not packed."""
     t, seen = operand, 0
     rank = len(graph.tensors[t].static_shape)
     row, width = row % rank, width % rank
@@ -127,7 +129,6 @@ def _rows_packed(graph: Graph, made: dict[str, Op], operand: str, row: int, widt
             perm = list(op.attr("perm") or reversed(range(len(out_shape))))
             row, width, t = perm[row], perm[width], op.inputs[0]
             continue
-        src = op.inputs[0]
         if op.op_class is OpClass.ELEMENTWISE and not op.is_view:
             # computed in place of its operand (a rotary embedding): the load is of the
             # input of its own shape, in that input's layout
@@ -136,6 +137,7 @@ def _rows_packed(graph: Graph, made: dict[str, Op], operand: str, row: int, widt
                 return False
             t = same[0]
             continue
+        src = op.inputs[0]
         in_shape = graph.tensors[src].static_shape
         lead, tail = len(out_shape) - len(in_shape), len(out_shape) - 2
         keeps = min(row, width) >= tail and tuple(in_shape[-2:]) == tuple(out_shape[-2:])

@@ -49,7 +49,7 @@ class SStream:
     reread: float = 0.0  # share of nbytes re-reading the block this load just brought (L2 hits)
     # HBM bytes a miss fetches per bus byte: payload / nbytes for packed short runs (their
     # lines are shared), 1 otherwise (a strided run's burst is all fetched)
-    fill: float = 1.0
+    fetch: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +198,7 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             scratch=chan != LOAD and s.tensor in handed,
             reread=s.reread if chan == LOAD else 0.0,
             # a block under one L2 line already shares its lines through the L2's sectors
-            fill=1.0 / waste
+            fetch=1.0 / waste
             if s.packed and chan == LOAD and payload >= spec.l2_line_bytes
             else 1.0,
         )

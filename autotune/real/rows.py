@@ -23,6 +23,9 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
   ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the cube's pipes'
   (:data:`~costmodel.calibration.MEASURED_PIPES`); ``scalar_us`` is kept as read.
 
+* ``block_dim`` (optional): the cores the kernel ran on, where the cell states one number for
+  the row; a range or a number under a condition leaves the row its default config's cores.
+
 A row that cannot be read (an unknown op, a shape that does not parse, a missing time) is
 reported by its row number and skipped; it never stops the others.
 """
@@ -264,8 +267,17 @@ def _impl(text: str) -> str:
     return impl
 
 
+_CORES = r"(?:aivs?|aics?|ai ?cores?|(?:vector |cube )?cores?|blocks?)"
+_PLAIN_BLOCK_DIM = re.compile(rf"(\d+)\s*{_CORES}?", re.IGNORECASE)
+
+
 def _block_dim(text: str) -> int | None:
-    m = re.match(r"\s*(\d+)", text or "")
+    """The cores the kernel ran on, where the cell states one number for the row: ``40``,
+    ``40 AIV``, ``40 AIV (per README)``. A range (``32-40 AIV``) or a number under a condition
+    (``6 AIV for small shapes``) does not say which applies to this row: the row is then costed
+    on the cores its default config takes."""
+    plain = re.sub(r"\([^()]*(?:\([^()]*\)[^()]*)*\)", " ", text or "").strip()
+    m = _PLAIN_BLOCK_DIM.fullmatch(plain)
     return int(m.group(1)) if m else None
 
 

@@ -5,7 +5,8 @@ Some public sources time the same op at the same shapes twice, as CANN's library
 torch_npu column) and as a kernel written for the shape (Ascend C, PyAsc, TileLang), both by
 msprof task duration on one chip. Their difference at small sizes is a per-kernel prologue the
 library kernel pays (a shape-generic kernel reads its tiling and derives offsets and tails at
-run time) and a kernel generated for one shape does not. Each pair here is one source, op,
+run time) and a kernel generated for one shape does not. Each pair here is one run (a source
+file at one commit: a column re-timed under another CANN version is not paired across), op,
 dtype and data shape (the first tensor: side tables such as RoPE's cos and sin are laid out
 differently by different kernels) with both columns (the median of each when a column was
 timed more than once), on device rows of vector kernels (cube-only kernels pay no prologue,
@@ -49,14 +50,17 @@ def _pairs() -> list[dict[str, Any]]:
         if any(k.unit != "vector" for k in kernels):
             continue
         first = next(iter(row.tensors.values()))  # the data; side tables differ by source
-        key = (row.source_name, row.family, row.dtype, first)
+        # one source file at one commit is one run: a column re-timed under another CANN
+        # version (another commit of the same README) has no partner timed beside it
+        key = (row.source, row.family, row.dtype, first)
         groups[key][row.impl].append(row.time_us)
         clocks[key] = load_target(row.target).spec.clock_hz
     out = []
     for key, times in groups.items():
         if not times["library"] or not times["custom"]:
             continue
-        source, family, dtype, first = key
+        source_ref, family, dtype, first = key
+        source = source_ref.split("@")[0].removeprefix("github:")
         elements = math.prod(first)
         lib, custom = statistics.median(times["library"]), statistics.median(times["custom"])
         diff = lib - custom

@@ -98,7 +98,7 @@ def has_library_prologue(row: RealRow, kernels: Sequence[Kernel]) -> bool:
     row's vector or mixed kernel does, a cube-only one (a plain matmul) does not. Beside
     kernels written for the same shapes on the same 910B4 (PyAsc's Linear), torch_npu's
     Linear is a median 0.1 us slower (-0.6 to +0.3 us at 128 rows, where a prologue would
-    show whole), while its RMSNorm is 2.2 us slower."""
+    show whole), while its RMSNorm is a median 2.8 us slower in the same run."""
     return row.impl == "library" and any(k.unit != "cube" for k in kernels)
 
 

@@ -267,15 +267,16 @@ def _impl(text: str) -> str:
     return impl
 
 
-_CORES = r"(?:aivs?|aics?|ai ?cores?|(?:vector |cube )?cores?|blocks?)"
-_PLAIN_BLOCK_DIM = re.compile(rf"(\d+)\s*{_CORES}?", re.IGNORECASE)
+_CORES = r"(?:(?:ai[vc]s?|ai|vector|cube)\s*)?(?:cores?|blocks?)|ai[vc]s?"
+_PLAIN_BLOCK_DIM = re.compile(rf"([0-9]+)(?:\.0*)?\s*(?:{_CORES})?", re.IGNORECASE)
 
 
 def _block_dim(text: str) -> int | None:
     """The cores the kernel ran on, where the cell states one number for the row: ``40``,
-    ``40 AIV``, ``40 AIV (per README)``. A range (``32-40 AIV``) or a number under a condition
-    (``6 AIV for small shapes``) does not say which applies to this row: the row is then costed
-    on the cores its default config takes."""
+    ``40.0``, ``40 AIV``, ``40 AIV cores``, ``40 AIV (per README)``. A range (``32-40 AIV``) or
+    a number under a condition (``6 AIV for small shapes``) does not say which applies to this
+    row, and the row is costed on the cores its default config takes. The rule is lexical:
+    text in parentheses is a remark and is not read."""
     plain = re.sub(r"\([^()]*(?:\([^()]*\)[^()]*)*\)", " ", text or "").strip()
     m = _PLAIN_BLOCK_DIM.fullmatch(plain)
     return int(m.group(1)) if m else None

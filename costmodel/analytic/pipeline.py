@@ -269,7 +269,9 @@ def _transfers(
         port = spec.gm_read_bytes_per_cycle(s.side) * c.core_gm
         # packed short runs share their lines: HBM fetches the payload, the port the bursts
         fetched = s.bytes if s.packed else padded
-        fill = np.maximum(padded / port, fetched / hbm_share) / conv  # the whole block
+        # the whole block: ND->NZ conversion and the AIV pair's halves slow (or share) each
+        # core's port, not the HBM share its bytes draw on
+        fill = np.maximum(padded / (port * conv), fetched / hbm_share)
         read = padded / (hit_bw * conv)
         tm, th = fill * (1 - h), read * h
         # a concurrent hit reads L2 as the fill another core has in flight lands: its first

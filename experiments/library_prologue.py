@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from _table import RESULTS, emit
 
 from autotune.real import read_real
-from autotune.real.evaluate import measured_kernels
+from autotune.real.evaluate import library_pairs
 from costmodel.spec import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,40 +40,22 @@ FIT_MAX_ELEMENTS = 1 << 20
 
 def _pairs() -> list[dict[str, Any]]:
     rows, _ = read_real([ROOT / "datasets" / "real" / "ascend_kernels.csv"])
-    groups: dict[tuple[Any, ...], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    clocks: dict[tuple[Any, ...], float] = {}
-    for row in rows:
-        if row.timing != "device":
-            continue
-        _, kernels = measured_kernels(row)
-        if any(k.unit != "vector" for k in kernels):
-            continue
-        first = next(iter(row.tensors.values()))  # the data; side tables differ by source
-        # one source file at one commit is one run: a column re-timed under another CANN
-        # version (another commit of the same README) has no partner timed beside it
-        key = (row.source, row.family, row.dtype, first)
-        groups[key][row.impl].append(row.time_us)
-        clocks[key] = load_target(row.target).spec.clock_hz
+    clocks = {t: load_target(t).spec.clock_hz for t in {r.target for r in rows}}
     out = []
-    for key, times in groups.items():
-        if not times["library"] or not times["custom"]:
-            continue
-        source_ref, family, dtype, first = key
-        source = source_ref.split("@")[0].removeprefix("github:")
-        elements = math.prod(first)
-        lib, custom = statistics.median(times["library"]), statistics.median(times["custom"])
-        diff = lib - custom
+    for pair in library_pairs(rows):
+        source = pair.source.split("@")[0].removeprefix("github:")
+        elements = math.prod(pair.data)
         fit = source == FIT_SOURCE and elements <= FIT_MAX_ELEMENTS
         out.append(
             {
                 "source": source.split("/")[-1],
-                "family": family,
-                "dtype": dtype,
+                "family": pair.family,
+                "dtype": pair.dtype,
                 "elements": elements,
-                "library_us": round(lib, 3),
-                "custom_us": round(custom, 3),
-                "diff_us": round(diff, 3),
-                "diff_cycles": round(diff * 1e-6 * clocks[key]),
+                "library_us": round(pair.library_us, 3),
+                "custom_us": round(pair.custom_us, 3),
+                "diff_us": round(pair.diff_us, 3),
+                "diff_cycles": round(pair.diff_us * 1e-6 * clocks[pair.target]),
                 "use": "fit" if fit else "check",
             }
         )

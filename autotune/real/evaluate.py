@@ -37,9 +37,11 @@ from search_space.ir import FusionGroup, KernelConfig
 __all__ = [
     "MODELS",
     "NAIVE_FLOOR_US",
+    "LibraryPair",
     "RealPrediction",
     "as_run",
     "has_library_prologue",
+    "library_pairs",
     "library_prologue_us",
     "lowered",
     "measured_config",
@@ -115,6 +117,51 @@ def library_prologue_us(row: RealRow, target: Target, kernels: Sequence[Kernel])
     if has_library_prologue(row, kernels):
         return spec.library_setup_cycles / spec.clock_hz * 1e6
     return 0.0
+
+
+@dataclass(frozen=True)
+class LibraryPair:
+    """One op at one shape timed in one run both as CANN's library kernel and as a kernel
+    written for the shape (medians where a column was timed more than once)."""
+
+    source: str  # the run: a source file at one commit
+    target: str
+    family: str
+    dtype: str
+    data: tuple[int, ...]  # the first tensor's dims
+    library_us: float
+    custom_us: float
+
+    @property
+    def diff_us(self) -> float:
+        return self.library_us - self.custom_us
+
+
+def library_pairs(rows: Iterable[RealRow]) -> list[LibraryPair]:
+    """The device-timed vector kernels that a run timed both as CANN's library kernel and as
+    one written for the shape, paired by op, dtype and data (the first tensor: side tables
+    such as RoPE's cos and sin are laid out differently by different kernels). Rows of another
+    run (another commit of a source: another CANN version) are never paired across."""
+    groups: dict[tuple[str, str, str, str, tuple[int, ...]], dict[str, list[float]]] = {}
+    for row in rows:
+        if row.timing != "device" or any(k.unit != "vector" for k in measured_kernels(row)[1]):
+            continue
+        data = next(iter(row.tensors.values()))
+        key = (row.source, row.target, row.family, row.dtype, data)
+        groups.setdefault(key, {}).setdefault(row.impl, []).append(row.time_us)
+    return [
+        LibraryPair(
+            source=source,
+            target=target,
+            family=family,
+            dtype=dtype,
+            data=data,
+            library_us=float(np.median(t["library"])),
+            custom_us=float(np.median(t["custom"])),
+        )
+        for (source, target, family, dtype, data), t in groups.items()
+        if "library" in t and "custom" in t
+    ]
 
 
 def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:

@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from real_helpers import real_row
 from scipy.special import erf
 
 from autotune.exceptions import AutotuneError
@@ -21,8 +22,7 @@ RNG = np.random.default_rng(7)
 
 
 def _row(op: str, shapes: str, dtype: str = "fp32"):
-    return parse_row(1, "t.csv", {"chip": "910B2", "op": op, "shapes": shapes, "dtype": dtype,
-                                  "time_us": "5.0", "timing": "device"})  # fmt: skip
+    return real_row(op, shapes, dtype, chip="910B2", timing="device")
 
 
 def _run(row, *arrays: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:

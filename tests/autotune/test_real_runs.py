@@ -15,6 +15,7 @@ from real_helpers import real_row as _row
 
 from autotune.real import read_real
 from autotune.real.evaluate import (
+    library_pairs,
     library_prologue_us,
     lowered,
     measured_config,
@@ -52,13 +53,24 @@ def test_a_block_dim_cell_names_cores_only_where_it_states_one_number(
     assert _row("SwiGlu", "x=[2,512,1024]", block_dim=cell).block_dim == cores
 
 
-@pytest.mark.parametrize("cell", ["6", "6 AIV (per README)", "6 AIV for small shapes", "4096", ""])
-def test_the_evaluator_and_the_fit_cost_a_row_on_the_cores_it_ran_on(cell: str) -> None:
+# "4096" states more cores than the chip has: the row runs on its own
+@pytest.mark.parametrize(
+    ("cell", "stated"),
+    [
+        ("6", True),
+        ("6 AIV (per README)", True),
+        ("6 AIV for small shapes", False),
+        ("4096", False),
+        ("", False),
+    ],
+)
+def test_the_evaluator_and_the_fit_cost_a_row_on_the_cores_it_ran_on(
+    cell: str, stated: bool
+) -> None:
     row = _row("SwiGlu", "x=[2,512,1024]", block_dim=cell)
     _, lowering, groups = lowered(row)
     default = lowering.default(groups[0])
     cores = measured_config(lowering, groups[0], row).block_dim
-    stated = row.block_dim == 6  # "4096" states more cores than the chip has: its own
     assert cores == (6 if stated else default.block_dim)
     [fit_row], problems = table_rows([row], "ascend910b")
     assert problems == [] and json.loads(fit_row["config"])["block_dim"] == cores
@@ -134,21 +146,38 @@ def test_the_library_prologue_is_what_the_public_pairs_add_to_the_task() -> None
     not by the scalar unit's extra busy time alone (~2.2 us, which under-prices it). A column
     re-timed in another run (another commit of the README: another CANN) is not paired."""
     rows, _ = read_real([REAL])
-    times: dict[tuple[object, ...], dict[str, list[float]]] = {}
-    for r in rows:
-        small = math.prod(next(iter(r.tensors.values()))) <= 1 << 20
-        if "pyasc" in r.source and r.family in ("rmsnorm", "swiglu") and small:
-            key = (r.source, r.family, r.dtype, r.timing, tuple(r.tensors.items()))
-            times.setdefault(key, {}).setdefault(r.impl, []).append(r.time_us)
     diffs = [
-        float(np.median(t["library"]) - np.median(t["custom"]))
-        for t in times.values()
-        if "library" in t and "custom" in t
+        p.diff_us
+        for p in library_pairs(rows)
+        if "pyasc" in p.source
+        and p.family in ("rmsnorm", "swiglu")
+        and math.prod(p.data) <= 1 << 20
     ]
     assert len(diffs) >= 10
     spec = load_target("ascend910b4").spec
     prologue_us = spec.library_setup_cycles / spec.clock_hz * 1e6
     assert prologue_us == pytest.approx(float(np.median(diffs)), rel=0.10)
+
+
+def test_library_pairs_pair_the_two_columns_of_one_run_only() -> None:
+    """A library and a hand-written time of the same op, dtype and data pair up when one run
+    (one source file at one commit) holds both; a library time re-taken in another run has no
+    partner, and a cube-only kernel or a host time is never a pair."""
+    shape = "x=[2,64,256], gamma=[256]"
+    run, rerun = "github:o/r@aaaa:README.md", "github:o/r@bbbb:README.md"
+    rows = [
+        _row("RmsNorm", shape, time_us="7.0", timing="device", source=run),
+        _row("RmsNorm", shape, time_us="4.0", timing="device", source=run, impl="custom"),
+        _row("RmsNorm", shape, time_us="9.0", timing="device", source=rerun),
+        _row("RmsNorm", "x=[2,64,512], gamma=[512]", time_us="9", timing="device", source=rerun),
+        _row("RmsNorm", shape, time_us="30", timing="host", source=run),
+        _row("RmsNorm", shape, time_us="20", timing="host", source=run, impl="custom"),
+        _row("MatMul", "x=[128,512], W=[512,512]", timing="device", source=run),
+        _row("MatMul", "x=[128,512], W=[512,512]", timing="device", source=run, impl="custom"),
+    ]
+    [pair] = library_pairs(rows)
+    assert (pair.source, pair.family, pair.data) == (run, "rmsnorm", (2, 64, 256))
+    assert (pair.library_us, pair.custom_us, pair.diff_us) == (7.0, 4.0, 3.0)
 
 
 def test_a_library_rows_fit_row_measures_the_kernel_the_tool_would_generate() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from costmodel.exceptions import SpecError
 
 __all__ = [
+    "DERIVED_FIELDS",
     "PRECISIONS",
     "HardwareSpec",
     "Target",
@@ -42,6 +43,7 @@ _ZERO_OK = frozenset(
         "scalar_setup_cycles",
         "scalar_iter_cycles",
         "library_setup_cycles",
+        "library_prologue_cycles",
         "cube_gm_bytes_per_cycle",
         "cross_core_sync_cycles",
         "kernel_gap_s",
@@ -100,6 +102,9 @@ class HardwareSpec:
     # the longer prologue of CANN's own op kernels (what torch_npu and aclnn call): see
     # library() and the spec files' sources
     library_setup_cycles: float = 0.0
+    # of scalar_setup_cycles, the cycles library() added: a measured prologue, which a closed
+    # form's fitted set-up factor (costmodel.analytic) must not scale
+    library_prologue_cycles: float = 0.0
     # the GM read path of a split chip's cube core (AIC), when it is wider than
     # core_gm_bytes_per_cycle (which then prices the vector cores' only); 0: the same
     cube_gm_bytes_per_cycle: float = 0.0
@@ -154,6 +159,7 @@ class HardwareSpec:
         return self.replace(
             scalar_setup_cycles=self.scalar_setup_cycles + self.library_setup_cycles,
             library_setup_cycles=0.0,
+            library_prologue_cycles=self.library_prologue_cycles + self.library_setup_cycles,
         )
 
     def replace(self, **changes: Any) -> HardwareSpec:
@@ -177,7 +183,9 @@ class HardwareSpec:
         return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
-_FIELDS = {f.name: f for f in fields(HardwareSpec)}
+# set by HardwareSpec.library() only, never read from a spec file or --set
+DERIVED_FIELDS = frozenset({"library_prologue_cycles"})
+_FIELDS = {f.name: f for f in fields(HardwareSpec) if f.name not in DERIVED_FIELDS}
 # fields added after the first specs, with the default a spec saved before them loads with
 _LATE_DEFAULTS = {f.name: f.default for f in fields(HardwareSpec) if f.default is not MISSING}
 

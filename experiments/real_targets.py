@@ -132,7 +132,7 @@ def _score_rows(
                     and m["within_25"] >= WITHIN_25
                     and len(in_band) == len(fam_geo)
                 ),
-                **{f"geo_{f}": _fmt(g, 2) for f, g in sorted(fam_geo.items())},
+                **{f"geo_{f}": _fmt(g) for f, g in sorted(fam_geo.items())},
             }
         )
     return out

@@ -2,7 +2,8 @@
 
 Every number of the closed form is a spec value times one factor of :class:`AnalyticConstants`
 (all 1.0 by default, the spec as written); calibration (:mod:`costmodel.calibration`) fits
-them to simulator runs and stores them per target in a versioned JSON file
+them (all but the gap, unless named) to simulator runs and stores them per target in a
+versioned JSON file
 (:class:`Calibration`), which :func:`calibrated_constants` loads.
 """
 

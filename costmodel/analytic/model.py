@@ -40,7 +40,9 @@ its misses over its read path ``core_gm`` (every store is written back, except a
 L2 hand-off; stores themselves run at the FixPipe / L2 write rates). Hit fractions come from
 :mod:`costmodel.analytic.l2`, the numpy evaluation from :mod:`costmodel.analytic.pipeline`.
 Every number is a spec value times one factor of :class:`AnalyticConstants` (all 1.0 by
-default), which calibration fits.
+default), which calibration fits, but for two measured costs: the gap between kernels (its
+factor is held at the spec's unless a fit names it) and a CANN library kernel's prologue
+(``HardwareSpec.library_prologue_cycles``, charged as it is).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -125,7 +125,8 @@ def fit_constants(
         measured: their latencies (us), positive.
         names: constants to fit (default: all but :data:`HELD`).
         prior: weight of the pull of each constant toward the spec as written (its default).
-        start: initial constants (default: the spec as written).
+        start: initial constants (default: the spec as written; a held one not named is
+            set to the spec's).
         max_nfev: residual evaluations allowed to the optimiser (x number of constants).
         pipes: per pipe (:data:`costmodel.kernel.PIPES`), measured busy times (us) of the
             busiest core, one per row; 0 or NaN where not measured. The pipes' log errors
@@ -153,7 +154,8 @@ def fit_constants(
     row_scale = np.sqrt(w / w.sum())  # a latency residual's share: sqrt(w / W)
     all_names = [f.name for f in fields(AnalyticConstants)]
     names = list(names or [n for n in all_names if n not in HELD])
-    start = start or AnalyticConstants()
+    # a held constant not named is the spec's, whatever ``start`` had (an older calibration)
+    start = replace(start or AnalyticConstants(), **{n: 1.0 for n in HELD if n not in names})
     base = start.to_json()
     log_meas = np.log(measured)
     lin = {n for n in names if _BOUNDS.get(n, _DEFAULT_BOUNDS)[0] == 0.0}  # may be 0: linear

@@ -63,7 +63,16 @@ class LearnedModel(CostModel):
 
     def __init__(self, target: Target, state: Mapping[str, Any] | None = None) -> None:
         super().__init__(target)
-        self.analytic = AnalyticModel(target)
+        # CANN's library kernels (HardwareSpec.library) pay a longer prologue, a measured cost
+        # the correction never saw (it learns generated kernels): the kernel is corrected as
+        # generated and the prologue added as it is, as the simulator and the closed form do
+        spec = target.spec
+        self.prologue_us = spec.library_prologue_cycles / spec.clock_hz * 1e6
+        generated = spec.replace(
+            scalar_setup_cycles=spec.scalar_setup_cycles - spec.library_prologue_cycles,
+            library_prologue_cycles=0.0,
+        )
+        self.analytic = AnalyticModel(Target(generated, target.precision))
         self.base: LatencyCorrector | None = None
         self.local: LatencyCorrector | None = None
         self.trained_on: dict[str, Any] = {}
@@ -170,7 +179,7 @@ class LearnedModel(CostModel):
         after a refit with the local trees alone. ``sizes``: each row's FLOPs, cube FLOPs and
         compulsory bytes, for rows of several groups (``costmodel.analytic.concat``; with no
         ``resident``, as a concatenation's tensor sizes are its first group's)."""
-        spec = self.target.spec
+        spec = self.analytic.target.spec
         b = self.analytic.breakdown_batch(batch, resident) if breakdown is None else breakdown
         X = kernel_features(spec, batch, b, *(sizes or ()))
         return BatchTerms(
@@ -212,7 +221,7 @@ class LearnedModel(CostModel):
         if any(a is not b for a, b in zip(terms.made_by, self._made_by(), strict=True)):
             raise CostModelError("batch terms of an earlier state of the learned model")
         corr = self._correction(terms.X, terms.base)
-        out = np.maximum(terms.analytic_us * np.exp(corr), terms.floor_us)
+        out = np.maximum(terms.analytic_us * np.exp(corr), terms.floor_us) + self.prologue_us
         return np.where(terms.feasible, out, np.inf)
 
     def _made_by(self) -> tuple[Any, Any]:
@@ -259,12 +268,12 @@ class LearnedModel(CostModel):
         )
         costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
         for rows, batch, b in self.analytic.breakdowns(kernels, res):
-            X = kernel_features(self.target.spec, batch, b, *per_row(kernels, rows))
+            X = kernel_features(self.analytic.target.spec, batch, b, *per_row(kernels, rows))
             factor = np.exp(self._correction(X))
             for n, i in enumerate(rows):
                 c = self.analytic._cost(b, n)
                 costs[i] = KernelCost(
-                    max(c.latency_us * factor[n], floor[i]),
+                    max(c.latency_us * factor[n], floor[i]) + self.prologue_us,
                     c.pipes_us,
                     c.bound,
                     c.hbm_bytes,
@@ -287,7 +296,8 @@ class LearnedModel(CostModel):
             return
         kernels = [k for k, _, _ in self._rows]
         resident = [r for _, r, _ in self._rows]
-        measured = np.array([m for _, _, m in self._rows])
+        # the kernels as generated: a library kernel's measured time less its prologue
+        measured = np.array([m for _, _, m in self._rows]) - self.prologue_us
         X, analytic = row_features(self.analytic, kernels, resident)
         base = self.base.predict(X) if self.base is not None else 0.0
         y = np.log(measured / analytic) - base

@@ -88,6 +88,19 @@ def test_user_file_with_a_base_overrides_only_what_it_sets(tmp_path: Path) -> No
         load_spec(str(path))
 
 
+def test_the_library_prologue_charged_is_set_by_library_only(tmp_path: Path) -> None:
+    """What a library kernel's prologue adds (``library_prologue_cycles``) is derived by
+    ``HardwareSpec.library()``: neither a spec file nor ``--set`` may state it."""
+    with pytest.raises(SpecError, match="unknown spec field"):
+        load_spec("ascend910b", ["library_prologue_cycles=5"])
+    path = tmp_path / "lib.toml"
+    path.write_text('base = "ascend910b"\nlibrary_prologue_cycles = 5\n')
+    with pytest.raises(SpecError, match=r"unknown field\(s\) library_prologue_cycles"):
+        load_spec(str(path))
+    spec = load_spec("ascend910b")
+    assert spec.library().library_prologue_cycles == spec.library_setup_cycles > 0
+
+
 def test_unknown_target_and_precision() -> None:
     with pytest.raises(SpecError, match="unknown target 'tpu'; available: ascend310p"):
         load_spec("tpu")

@@ -43,7 +43,6 @@ _ZERO_OK = frozenset(
         "scalar_setup_cycles",
         "scalar_iter_cycles",
         "library_setup_cycles",
-        "library_prologue_cycles",
         "cube_gm_bytes_per_cycle",
         "cross_core_sync_cycles",
         "kernel_gap_s",
@@ -102,8 +101,9 @@ class HardwareSpec:
     # the longer prologue of CANN's own op kernels (what torch_npu and aclnn call): see
     # library() and the spec files' sources
     library_setup_cycles: float = 0.0
-    # of scalar_setup_cycles, the cycles library() added: a measured prologue, which a closed
-    # form's fitted set-up factor (costmodel.analytic) must not scale
+    # the library prologue this spec charges on top of its own set-up (library() sets it): a
+    # measured cost, which a closed form's fitted set-up factor (costmodel.analytic) must not
+    # scale
     library_prologue_cycles: float = 0.0
     # the GM read path of a split chip's cube core (AIC), when it is wider than
     # core_gm_bytes_per_cycle (which then prices the vector cores' only); 0: the same
@@ -139,8 +139,14 @@ class HardwareSpec:
     def kernel_setup_cycles(self) -> float:
         """The device-side prologue of every kernel before its first data load: the scalar
         unit reads the kernel's tiling data from GM (a dependent load, one GM latency) and then
-        sets up its pipes, queues and offsets (``scalar_setup_cycles``)."""
-        return self.gm_latency_cycles + self.scalar_setup_cycles
+        sets up its pipes, queues and offsets (``scalar_setup_cycles``), for one of CANN's own
+        kernels for longer (``library_prologue_cycles``)."""
+        return self.gm_latency_cycles + self.scalar_setup_cycles + self.library_prologue_cycles
+
+    @property
+    def library_prologue_us(self) -> float:
+        """The library prologue this spec charges, in us (0 unless :meth:`library` made it)."""
+        return self.library_prologue_cycles / self.clock_hz * 1e6
 
     @property
     def kernel_fixed_cycles(self) -> float:
@@ -155,12 +161,9 @@ class HardwareSpec:
         """This chip running one of CANN's own op kernels (a ``torch_npu``/``aclnn`` call)
         rather than a kernel generated for one shape: the same pipes, with a scalar prologue
         longer by ``library_setup_cycles`` (a shape-generic kernel derives its tiling, offsets
-        and tails at run time, and sets up the outputs a framework op always writes)."""
-        return self.replace(
-            scalar_setup_cycles=self.scalar_setup_cycles + self.library_setup_cycles,
-            library_setup_cycles=0.0,
-            library_prologue_cycles=self.library_prologue_cycles + self.library_setup_cycles,
-        )
+        and tails at run time, and sets up the outputs a framework op always writes), charged
+        as ``library_prologue_cycles``."""
+        return self.replace(library_prologue_cycles=self.library_setup_cycles)
 
     def replace(self, **changes: Any) -> HardwareSpec:
         return dataclasses.replace(self, **changes)

@@ -43,12 +43,11 @@ def _pairs() -> list[dict[str, Any]]:
     clocks = {t: load_target(t).spec.clock_hz for t in {r.target for r in rows}}
     out = []
     for pair in library_pairs(rows):
-        source = pair.source.split("@")[0].removeprefix("github:")
         elements = math.prod(pair.data)
-        fit = source == FIT_SOURCE and elements <= FIT_MAX_ELEMENTS
+        fit = pair.source_name == FIT_SOURCE and elements <= FIT_MAX_ELEMENTS
         out.append(
             {
-                "source": source.split("/")[-1],
+                "source": pair.source_name.split("/")[-1],
                 "family": pair.family,
                 "dtype": pair.dtype,
                 "elements": elements,

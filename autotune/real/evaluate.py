@@ -113,10 +113,7 @@ def as_run(row: RealRow, target: Target, kernels: Sequence[Kernel]) -> Target:
 
 def library_prologue_us(row: RealRow, target: Target, kernels: Sequence[Kernel]) -> float:
     """What the row's time holds beyond a generated kernel's: the library prologue, or 0."""
-    spec = target.spec
-    if has_library_prologue(row, kernels):
-        return spec.library_setup_cycles / spec.clock_hz * 1e6
-    return 0.0
+    return as_run(row, target, kernels).spec.library_prologue_us
 
 
 @dataclass(frozen=True)
@@ -125,6 +122,7 @@ class LibraryPair:
     written for the shape (medians where a column was timed more than once)."""
 
     source: str  # the run: a source file at one commit
+    source_name: str  # the source without its commit and path (RealRow.source_name)
     target: str
     family: str
     dtype: str
@@ -142,16 +140,17 @@ def library_pairs(rows: Iterable[RealRow]) -> list[LibraryPair]:
     one written for the shape, paired by op, dtype and data (the first tensor: side tables
     such as RoPE's cos and sin are laid out differently by different kernels). Rows of another
     run (another commit of a source: another CANN version) are never paired across."""
-    groups: dict[tuple[str, str, str, str, tuple[int, ...]], dict[str, list[float]]] = {}
+    groups: dict[tuple[str, str, str, str, str, tuple[int, ...]], dict[str, list[float]]] = {}
     for row in rows:
         if row.timing != "device" or any(k.unit != "vector" for k in measured_kernels(row)[1]):
             continue
         data = next(iter(row.tensors.values()))
-        key = (row.source, row.target, row.family, row.dtype, data)
+        key = (row.source, row.source_name, row.target, row.family, row.dtype, data)
         groups.setdefault(key, {}).setdefault(row.impl, []).append(row.time_us)
     return [
         LibraryPair(
             source=source,
+            source_name=name,
             target=target,
             family=family,
             dtype=dtype,
@@ -159,7 +158,7 @@ def library_pairs(rows: Iterable[RealRow]) -> list[LibraryPair]:
             library_us=float(np.median(t["library"])),
             custom_us=float(np.median(t["custom"])),
         )
-        for (source, target, family, dtype, data), t in groups.items()
+        for (source, name, target, family, dtype, data), t in groups.items()
         if "library" in t and "custom" in t
     ]
 

@@ -66,12 +66,8 @@ class LearnedModel(CostModel):
         # CANN's library kernels (HardwareSpec.library) pay a longer prologue, a measured cost
         # the correction never saw (it learns generated kernels): the kernel is corrected as
         # generated and the prologue added as it is, as the simulator and the closed form do
-        spec = target.spec
-        self.prologue_us = spec.library_prologue_cycles / spec.clock_hz * 1e6
-        generated = spec.replace(
-            scalar_setup_cycles=spec.scalar_setup_cycles - spec.library_prologue_cycles,
-            library_prologue_cycles=0.0,
-        )
+        self.prologue_us = target.spec.library_prologue_us
+        generated = target.spec.replace(library_prologue_cycles=0.0)
         self.analytic = AnalyticModel(Target(generated, target.precision))
         self.base: LatencyCorrector | None = None
         self.local: LatencyCorrector | None = None

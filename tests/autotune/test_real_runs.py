@@ -176,7 +176,12 @@ def test_library_pairs_pair_the_two_columns_of_one_run_only() -> None:
         _row("MatMul", "x=[128,512], W=[512,512]", timing="device", source=run, impl="custom"),
     ]
     [pair] = library_pairs(rows)
-    assert (pair.source, pair.family, pair.data) == (run, "rmsnorm", (2, 64, 256))
+    assert (pair.source, pair.source_name, pair.family, pair.data) == (
+        run,
+        "o/r",
+        "rmsnorm",
+        (2, 64, 256),
+    )
     assert (pair.library_us, pair.custom_us, pair.diff_us) == (7.0, 4.0, 3.0)
 
 

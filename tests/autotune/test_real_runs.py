@@ -195,6 +195,20 @@ def test_a_library_rows_fit_row_measures_the_kernel_the_tool_would_generate() ->
     assert own_row["latency_us"] - lib_row["latency_us"] == pytest.approx(prologue)
 
 
+@pytest.mark.parametrize("op", ["RmsNorm", "MatMul"])
+def test_a_host_timed_row_is_evaluated_but_never_a_fit_row(op: str) -> None:
+    """A wall clock holds the launch and every kernel the framework ran for the op: it is not
+    the time of the one kernel the row lowers to, so no fit learns from it; the evaluation
+    still costs it (against the models' latency)."""
+    shape = "x=[2,64,256], gamma=[256]" if op == "RmsNorm" else "x=[128,512], W=[512,512]"
+    host, device = _row(op, shape, timing="host"), _row(op, shape, timing="device")
+    fitted, problems = table_rows([host, device], "ascend910b")
+    assert len(fitted) == 1 and len(problems) == 1
+    assert f"row {host.row}" in problems[0] and "timed on the host" in problems[0]
+    models = {"simulator": lambda t: make_cost_model("simulator", t)}
+    assert predict_row(host, models).predicted["simulator/default"] > 0
+
+
 def test_cann_cube_only_kernels_pay_no_library_prologue() -> None:
     """torch_npu's Linear times as PyAsc's hand-written one does at the same shapes (median
     0.1 us apart), where its RMSNorm is 2.8 us slower: a library row whose kernel is cube-only

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +67,23 @@ def _fitted_models(
     return model_makers(("analytic", "learned"), build)
 
 
+def refits(
+    rows: Sequence[RealRow],
+) -> Iterator[tuple[str, dict[str, Callable[[Target], CostModel]]]]:
+    """Per source of device rows (the scores are of device rows), the analytic and learned
+    models refitted on the simulator table and the fit rows of every other source."""
+    sim = read_table([ROOT / f"datasets/calibration/{CHIP}.parquet"])
+    for source in sorted({r.source_name for r in rows if r.timing == "device"}):
+        train_rows, _ = table_rows([r for r in rows if r.source_name != source], CHIP)
+        frame = pd.concat([sim, pd.DataFrame(train_rows)], ignore_index=True)
+        learned = fit_learned(frame, load_target(CHIP))
+        print(f"held out {source}; fitted on {len(train_rows)} real rows")
+        yield source, _fitted_models(learned.state(), learned.analytic.constants)
+
+
 def _holdout(rows: Sequence[RealRow], shipped: Sequence[RealPrediction]) -> list[RealPrediction]:
     """Each source's device rows predicted by models refitted without that source, beside the
     simulator's shipped predictions (it is not refitted, so it is not run again)."""
-    sim = read_table([ROOT / f"datasets/calibration/{CHIP}.parquet"])
     simulated = {
         (p.row.path, p.row.row): {
             k: v for k, v in p.predicted.items() if k.startswith("simulator/")
@@ -78,14 +91,8 @@ def _holdout(rows: Sequence[RealRow], shipped: Sequence[RealPrediction]) -> list
         for p in shipped
     }
     out: list[RealPrediction] = []
-    # the scores are of device rows: a source timed on the host only needs no refit of its own
-    for source in sorted({r.source_name for r in rows if r.timing == "device"}):
-        train_rows, _ = table_rows([r for r in rows if r.source_name != source], CHIP)
-        frame = pd.concat([sim, pd.DataFrame(train_rows)], ignore_index=True)
-        learned = fit_learned(frame, load_target(CHIP))
-        models = _fitted_models(learned.state(), learned.analytic.constants)
+    for source, models in refits(rows):
         held = [r for r in rows if r.source_name == source and r.timing == "device"]
-        print(f"held out {source}: {len(held)} rows; fitted on {len(train_rows)} real rows")
         for r in held:
             p = predict_row(r, models)
             out.append(

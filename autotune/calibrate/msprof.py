@@ -268,8 +268,8 @@ def hardware_table(
     lines = [*(str(p) for p in problems), *left_out]
     if not table:
         raise AutotuneError(
-            f"no row of '{csv_path}' was measured on {target.spec.name} or a SKU of it and "
-            f"lowers to one kernel ({len(lines)} left out; first: {lines[0] if lines else '-'})"
+            f"no row of '{csv_path}' is a device time of one kernel on {target.spec.name} or a "
+            f"SKU of it ({len(lines)} left out; first: {lines[0] if lines else '-'})"
         )
     out = Path(out)
     n = write_table(table, out)

@@ -40,6 +40,7 @@ __all__ = [
     "LibraryPair",
     "RealPrediction",
     "as_run",
+    "favourite",
     "has_library_prologue",
     "library_pairs",
     "library_prologue_us",
@@ -48,6 +49,8 @@ __all__ = [
     "measured_kernels",
     "metrics",
     "model_makers",
+    "model_time",
+    "predict_row",
     "predict_rows",
     "summarize",
 ]
@@ -208,7 +211,9 @@ def _naive(kernels: Sequence[Kernel], target: Target, timing: str, itemsize: int
     return us
 
 
-def _model_times(model: CostModel, kernels: Sequence[Kernel], timing: str) -> float:
+def model_time(model: CostModel, kernels: Sequence[Kernel], timing: str) -> float:
+    """What ``model`` says the kernels take, as a row timed that way measures it: each kernel's
+    ``device_us`` (``device``) or ``latency_us`` (``host``), summed."""
     return sum(_time(c, timing) for c in model.evaluate(kernels))
 
 
@@ -225,7 +230,7 @@ def predict_row(
         target = as_run(row, chip, default_kernels)
         for name, make in models.items():
             model = make(target)
-            out[f"{name}/default"] = _model_times(model, default_kernels, row.timing)
+            out[f"{name}/default"] = model_time(model, default_kernels, row.timing)
             out[f"{name}/best"] = _best(model, name, lowering, groups, grids, target, row.timing)
         itemsize = 4 if row.dtype == "float32" else 2
         out["naive"] = _naive(default_kernels, target, row.timing, itemsize)
@@ -254,12 +259,17 @@ def _best(
             scores = ranker.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
             order = np.argsort(scores, kind="stable")[:SIMULATED_CONFIGS]
             candidates = [lowering.kernel(group, grid[i]) for i in order]
-            total += min(_model_times(model, [k], timing) for k in candidates)
+            total += min(model_time(model, [k], timing) for k in candidates)
         else:
-            scores = model.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
-            kernel = lowering.kernel(group, grid[int(np.argmin(scores))])
-            total += _model_times(model, [kernel], timing)
+            total += model_time(model, [favourite(model, lowering, group, grid)], timing)
     return total
+
+
+def favourite(model: CostModel, lowering: Lowering, group: Any, grid: Sequence[Any]) -> Kernel:
+    """The kernel of ``group`` at the config of ``grid`` a batch-costing model (analytic,
+    learned) puts fastest: what a tuner on that model picks."""
+    scores = model.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
+    return lowering.kernel(group, grid[int(np.argmin(scores))])
 
 
 def model_makers(

@@ -1,22 +1,18 @@
 """Real measurements as calibration rows, so that the cost models can be fitted on them.
 
-Each row's kernel is lowered at its default config (the row's ``block_dim`` when it names
-one) on its own chip's spec, cold L2, and measured at the row's time: a ``device`` row (msprof
-task duration, the kernel alone) plus the spec's gap between kernels, which every model's
-latency includes. A ``host`` row is evaluated, never fitted: a wall clock holds the launch and
-every kernel the framework ran for the op (torch_npu's fp16 ``addmv`` at 4096 x 4096 takes
-longer than its fp32 one, which moves twice the bytes), so how much of it is the one kernel the
-row is lowered to is unknown, and a correction fitted to it learns what no feature of the
-kernel explains (with FlagGems' host rows in the fit, a refitted learned model put one of
-TileLang's RoPE kernels at 0.39x of the simulator's time at the config it chose). A
-``library`` row's time loses the library prologue
-(:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the
-tool would generate, on the chip's own spec, which is what the models are fitted to. The rows
-carry ``simulator_version = "real"``, the row's chip as ``target`` and its source and op
-family, so that a fit can weigh them up and an evaluation can hold out whole sources. A row's
-measured busy times of the cube's pipes (``mac_us``, ``mte1_us``) are those pipes' busy times
-in the fit; its DMA and vector pipes' are not (:data:`~costmodel.calibration.MEASURED_PIPES`
-says why).
+Each row's kernel is lowered at its default config (the row's ``block_dim`` when it names one)
+on its own chip's spec, cold L2, and measured at the row's time: a ``device`` row (msprof task
+duration, the kernel alone) plus the spec's gap between kernels, which every model's latency
+includes. A ``host`` row is left out (``costmodel eval --real`` still scores it): a wall clock
+holds the launch and every kernel the framework ran for the op, so it does not say what the one
+kernel the row is lowered to takes, and a correction fitted to it learns what no feature of the
+kernel explains (docs/calibration.md). A ``library`` row's time loses the library prologue
+(:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the tool
+would generate, on the chip's own spec, which is what the models are fitted to. The rows carry
+``simulator_version = "real"``, the row's chip as ``target`` and its source and op family, so
+that a fit can weigh them up and an evaluation can hold out whole sources. A row's measured busy
+times of the cube's pipes (``mac_us``, ``mte1_us``) are those pipes' busy times in the fit; its
+DMA and vector pipes' are not (:data:`~costmodel.calibration.MEASURED_PIPES` says why).
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
         if row.timing != "device":
             problems.append(
                 f"{where}: timed on the host (launch and every kernel of the op in it), not a "
-                "kernel's device time; evaluated, not fitted: skipped"
+                "kernel's device time (`costmodel eval --real` still scores it); skipped"
             )
             continue
         if chip not in fitted_lineage(row.target):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -201,12 +202,18 @@ def test_a_host_timed_row_is_evaluated_but_never_a_fit_row(op: str) -> None:
     the time of the one kernel the row lowers to, so no fit learns from it; the evaluation
     still costs it (against the models' latency)."""
     shape = "x=[2,64,256], gamma=[256]" if op == "RmsNorm" else "x=[128,512], W=[512,512]"
-    host, device = _row(op, shape, timing="host"), _row(op, shape, timing="device")
+    device = _row(op, shape, timing="device")
+    host = dataclasses.replace(_row(op, shape, time_us="50.0", timing="host"), row=2)
     fitted, problems = table_rows([host, device], "ascend910b")
-    assert len(fitted) == 1 and len(problems) == 1
-    assert f"row {host.row}" in problems[0] and "timed on the host" in problems[0]
+    [only] = table_rows([device], "ascend910b")[0]
+    assert fitted == [only]  # the device row's fit row, and nothing of the 50 us host time
+    assert len(problems) == 1 and "row 2: timed on the host" in problems[0]
+    # the evaluation costs it as the device row's kernel, against the models' latency
     models = {"simulator": lambda t: make_cost_model("simulator", t)}
-    assert predict_row(host, models).predicted["simulator/default"] > 0
+    got = predict_row(host, models).predicted["simulator/default"]
+    device_us = predict_row(device, models).predicted["simulator/default"]
+    spec = load_target("ascend910b4").spec
+    assert got == pytest.approx(device_us + spec.kernel_gap_s * 1e6)
 
 
 def test_cann_cube_only_kernels_pay_no_library_prologue() -> None:

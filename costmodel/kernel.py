@@ -45,7 +45,8 @@ which the analytic model and the simulator both implement:
 * every DMA pays a first-byte latency (``gm_latency_cycles`` from HBM, ``l2_latency_cycles``
   on an L2 hit; ``mte3_latency_cycles`` for stores) that double buffering hides behind other
   work; every kernel pays ``kernel_gap_s`` + ``kernel_head_cycles`` + its device-side setup
-  (``HardwareSpec.kernel_setup_cycles``: the tiling read and the scalar prologue).
+  (``HardwareSpec.kernel_setup_cycles``: the tiling read and the scalar prologue; a CANN
+  library kernel its longer prologue on top, ``library_prologue_cycles``).
 * L2 identity: a stream's block for indices ``(b, i, j, k)`` is block number ``x`` of its
   tensor, ``x`` = the row-major index over the stream's ``key`` letters (extents ``B, I, J`` and
   ``steps``), and covers bytes ``[x, x + 1) * tensor_bytes / blocks`` where ``blocks`` is the

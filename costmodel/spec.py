@@ -139,9 +139,10 @@ class HardwareSpec:
     def kernel_setup_cycles(self) -> float:
         """The device-side prologue of every kernel before its first data load: the scalar
         unit reads the kernel's tiling data from GM (a dependent load, one GM latency) and then
-        sets up its pipes, queues and offsets (``scalar_setup_cycles``), for one of CANN's own
-        kernels for longer (``library_prologue_cycles``)."""
-        return self.gm_latency_cycles + self.scalar_setup_cycles + self.library_prologue_cycles
+        sets up its pipes, queues and offsets (``scalar_setup_cycles``). One of CANN's own
+        kernels takes ``library_prologue_cycles`` longer, a measured cost apart from this (a
+        closed form's fitted set-up factor scales this, never that)."""
+        return self.gm_latency_cycles + self.scalar_setup_cycles
 
     @property
     def library_prologue_us(self) -> float:
@@ -150,8 +151,9 @@ class HardwareSpec:
 
     @property
     def kernel_fixed_cycles(self) -> float:
-        """Device cycles every kernel pays whatever its work: start-up head plus setup."""
-        return self.kernel_head_cycles + self.kernel_setup_cycles
+        """Device cycles every kernel pays whatever its work: start-up head, set-up and a
+        library kernel's longer prologue."""
+        return self.kernel_head_cycles + self.kernel_setup_cycles + self.library_prologue_cycles
 
     @property
     def is_split(self) -> bool:

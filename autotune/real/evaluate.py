@@ -27,7 +27,7 @@ from scipy.stats import spearmanr
 
 from autotune.exceptions import AutotuneError
 from autotune.real.kernels import one_kernel
-from autotune.real.rows import RealRow
+from autotune.real.rows import RealRow, source_name
 from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
 from costmodel.lower import Lowering
 from search_space import load_graph
@@ -125,7 +125,6 @@ class LibraryPair:
     written for the shape (medians where a column was timed more than once)."""
 
     source: str  # the run: a source file at one commit
-    source_name: str  # the source without its commit and path (RealRow.source_name)
     target: str
     family: str
     dtype: str
@@ -137,23 +136,27 @@ class LibraryPair:
     def diff_us(self) -> float:
         return self.library_us - self.custom_us
 
+    @property
+    def source_name(self) -> str:
+        """The source without its commit and path (as :attr:`RealRow.source_name`)."""
+        return source_name(self.source)
+
 
 def library_pairs(rows: Iterable[RealRow]) -> list[LibraryPair]:
     """The device-timed vector kernels that a run timed both as CANN's library kernel and as
     one written for the shape, paired by op, dtype and data (the first tensor: side tables
     such as RoPE's cos and sin are laid out differently by different kernels). Rows of another
     run (another commit of a source: another CANN version) are never paired across."""
-    groups: dict[tuple[str, str, str, str, str, tuple[int, ...]], dict[str, list[float]]] = {}
+    groups: dict[tuple[str, str, str, str, tuple[int, ...]], dict[str, list[float]]] = {}
     for row in rows:
         if row.timing != "device" or any(k.unit != "vector" for k in measured_kernels(row)[1]):
             continue
         data = next(iter(row.tensors.values()))
-        key = (row.source, row.source_name, row.target, row.family, row.dtype, data)
+        key = (row.source, row.target, row.family, row.dtype, data)
         groups.setdefault(key, {}).setdefault(row.impl, []).append(row.time_us)
     return [
         LibraryPair(
             source=source,
-            source_name=name,
             target=target,
             family=family,
             dtype=dtype,
@@ -161,7 +164,7 @@ def library_pairs(rows: Iterable[RealRow]) -> list[LibraryPair]:
             library_us=float(np.median(t["library"])),
             custom_us=float(np.median(t["custom"])),
         )
-        for (source, name, target, family, dtype, data), t in groups.items()
+        for (source, target, family, dtype, data), t in groups.items()
         if "library" in t and "custom" in t
     ]
 

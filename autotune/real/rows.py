@@ -52,6 +52,7 @@ __all__ = [
     "parse_row",
     "parse_tensors",
     "read_real",
+    "source_name",
     "target_of",
 ]
 
@@ -168,15 +169,8 @@ class RealRow:
 
     @property
     def source_name(self) -> str:
-        """The source without its commit and path: ``github:owner/repo`` or a URL's site."""
-        s = self.source.strip()
-        if s.startswith("github:"):
-            return s.split("@")[0].split(":")[1] if ":" in s[7:] else s.split("@")[0]
-        m = re.match(r"https?://(?:www\.)?github\.com/([^/]+/[^/]+)", s)
-        if m:
-            return m.group(1)
-        m = re.match(r"https?://([^/]+)", s)
-        return m.group(1) if m else (s or "unknown")
+        """The source without its commit and path (:func:`source_name`)."""
+        return source_name(self.source)
 
 
 @dataclass(frozen=True)
@@ -384,3 +378,16 @@ def read_real(paths: Iterable[str | Path]) -> tuple[list[RealRow], list[RowProbl
 def tensor_list(row: RealRow) -> Sequence[tuple[str, tuple[int, ...]]]:
     """The row's inputs as (name, dims) pairs in order."""
     return list(row.tensors.items())
+
+
+def source_name(source: str) -> str:
+    """A source cell without its commit and path: ``owner/repo`` of a GitHub source, else a
+    URL's site."""
+    s = source.strip()
+    if s.startswith("github:"):
+        return s.split("@")[0].split(":")[1] if ":" in s[7:] else s.split("@")[0]
+    m = re.match(r"https?://(?:www\.)?github\.com/([^/]+/[^/]+)", s)
+    if m:
+        return m.group(1)
+    m = re.match(r"https?://([^/]+)", s)
+    return m.group(1) if m else (s or "unknown")

@@ -204,7 +204,7 @@ def score(
         + spec.kernel_head_cycles * c.head
         # the fitted factor scales the spec's own set-up; a library kernel's longer prologue
         # is a measured task-time difference, charged as it is (as the simulator does)
-        + (spec.kernel_setup_cycles - spec.library_prologue_cycles) * c.setup
+        + spec.kernel_setup_cycles * c.setup
         + spec.library_prologue_cycles
     )
     loaded = t.raw_bytes * tiles

@@ -1,0 +1,158 @@
+"""Index arithmetic on static shapes, as Triton expressions (row-major, contiguous buffers).
+
+An index of a tensor is one expression per dim; a dim of size 1 is ``"0"``. Expressions use
+only names, integers, ``+ - * // %`` and parentheses, so that they can also be evaluated with
+numpy to prove two indices equal (:func:`same_index`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from autotune.codegen.source import paren
+
+__all__ = [
+    "Index",
+    "add",
+    "broadcast_index",
+    "flatten",
+    "mul",
+    "offset",
+    "reshape_index",
+    "same_index",
+    "strides",
+    "unflatten",
+]
+
+Index = tuple[str, ...]
+
+
+def strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def add(a: str, b: str) -> str:
+    if a == "0":
+        return b
+    if b == "0":
+        return a
+    if b.startswith("-"):
+        return f"{a} - {paren(b[1:])}"
+    return f"{a} + {b}"
+
+
+def mul(a: str, k: int) -> str:
+    if k == 0 or a == "0":
+        return "0"
+    return a if k == 1 else f"{paren(a)} * {k}"
+
+
+def offset(idx: Index, shape: Sequence[int]) -> str:
+    """The element offset of ``idx`` in a contiguous tensor of ``shape`` (the flat variable
+    itself when ``idx`` is that variable unflattened over ``shape``)."""
+    flat = _flat_name(idx)
+    if flat and unflatten(flat, shape) == tuple(idx):
+        return flat
+    out = "0"
+    for i, st, d in zip(idx, strides(shape), shape, strict=True):
+        if d != 1:
+            out = add(out, mul(i, st))
+    return out
+
+
+flatten = offset
+
+
+def _flat_name(idx: Index) -> str:
+    last = next((e for e in reversed(idx) if e != "0"), "")
+    name = last.split(" % ")[0]
+    return name if name.isidentifier() else ""
+
+
+def unflatten(flat: str, shape: Sequence[int]) -> Index:
+    """The index of element ``flat`` (assumed in range) of a tensor of ``shape``."""
+    out = []
+    first = next((i for i, d in enumerate(shape) if d != 1), len(shape))
+    for i, (st, d) in enumerate(zip(strides(shape), shape, strict=True)):
+        if d == 1:
+            out.append("0")
+            continue
+        part = flat if st == 1 else f"{paren(flat)} // {st}"
+        out.append(part if i == first else f"{paren(part)} % {d}")
+    return tuple(out)
+
+
+def broadcast_index(idx: Index, out_shape: Sequence[int], in_shape: Sequence[int]) -> Index:
+    """Numpy broadcasting: the index of an operand of ``in_shape`` read at ``idx`` of the
+    broadcast result (right-aligned dims; a dim of 1 reads element 0)."""
+    lead = len(out_shape) - len(in_shape)
+    return tuple("0" if d == 1 else idx[lead + j] for j, d in enumerate(in_shape))
+
+
+def _groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """Consecutive dims of ``a`` and ``b`` (sizes-1 dims dropped) with equal products."""
+    ia = [i for i, d in enumerate(a) if d != 1]
+    ib = [i for i, d in enumerate(b) if d != 1]
+    out: list[tuple[list[int], list[int]]] = []
+    ga: list[int] = []
+    gb: list[int] = []
+    pa = pb = 1
+    while ia or ib:
+        if pa <= pb and ia:
+            ga.append(ia.pop(0))
+            pa *= a[ga[-1]]
+        else:
+            gb.append(ib.pop(0))
+            pb *= b[gb[-1]]
+        if pa == pb:
+            out.append((ga, gb))
+            ga, gb, pa, pb = [], [], 1, 1
+    return out
+
+
+def reshape_index(idx: Index, out_shape: Sequence[int], in_shape: Sequence[int]) -> Index:
+    """The index in a reshape's input of element ``idx`` of its output (same element order):
+    dims that only moved are passed through, merged or split dims flattened and unflattened."""
+    res = ["0"] * len(in_shape)
+    for ga, gb in _groups(out_shape, in_shape):
+        if len(ga) == 1 and len(gb) == 1:
+            res[gb[0]] = idx[ga[0]]
+            continue
+        flat = offset(tuple(idx[i] for i in ga), [out_shape[i] for i in ga])
+        for i, e in zip(gb, unflatten(flat, [in_shape[i] for i in gb]), strict=True):
+            res[i] = e
+    return tuple(res)
+
+
+def same_index(a: Index, b: Index, env: dict[str, np.ndarray]) -> bool:
+    """Whether two indices name the same element at every point of ``env`` (numpy arrays of
+    the tile's index variables); an index that is not plain arithmetic is never the same."""
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x == y:
+            continue
+        try:
+            vx = eval(x, {"__builtins__": {}}, env)
+            vy = eval(y, {"__builtins__": {}}, env)
+        except (NameError, SyntaxError, TypeError, AttributeError):
+            return False
+        if not np.array_equal(
+            np.broadcast_to(vx, np.broadcast_shapes(np.shape(vx), np.shape(vy))),
+            np.broadcast_to(vy, np.broadcast_shapes(np.shape(vx), np.shape(vy))),
+        ):
+            return False
+    return True
+
+
+def numel(shape: Sequence[int]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,159 @@
+"""A plan as a program: every group's kernel (or its ops, where no template expresses it),
+the views between kernels, and the order the runner launches them in."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.templates import kernel_for
+from autotune.codegen.templates.common import KernelSource
+from search_space.ir import FusionGroup, Graph, KernelConfig, is_compile_time, make_group
+
+__all__ = ["Extern", "Program", "Step", "View", "build_program"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class View:
+    """A view outside every kernel: the runner reshapes the buffer (no copy)."""
+
+    op: str
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Extern:
+    """An op no template computes, run by the framework (PyTorch) as TorchInductor runs a
+    fallback kernel."""
+
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of the program: a generated kernel, an op run by the framework, or a view;
+    ``group`` is the plan group it belongs to (its index), -1 for a view between groups."""
+
+    group: int
+    kernel: KernelSource | None = None
+    extern: Extern | None = None
+    view: View | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    """A plan's steps in launch order, and which groups ran as their ops and why."""
+
+    graph: Graph
+    steps: tuple[Step, ...]
+    unfused: tuple[tuple[int, str], ...]  # (group index, reason) of groups split into ops
+
+    @property
+    def kernels(self) -> list[KernelSource]:
+        return [s.kernel for s in self.steps if s.kernel is not None]
+
+    @property
+    def externs(self) -> list[Extern]:
+        return [s.extern for s in self.steps if s.extern is not None]
+
+
+def kernel_name(index: int, graph: Graph, group: FusionGroup) -> str:
+    """A readable function name: the group's index and its first few op types."""
+    types = [graph.op(o).op_type for o in group.ops if not graph.op(o).is_view]
+    words: list[str] = []
+    for t in types:
+        w = re.sub(r"(?<!^)(?=[A-Z])", "_", t).lower()
+        if not words or words[-1] != w:
+            words.append(w)
+    tail = "_".join(words[:4]) + ("_etc" if len(words) > 4 else "")
+    return f"k{index}_{tail}"
+
+
+def _group_steps(
+    index: int, graph: Graph, group: FusionGroup, config: KernelConfig
+) -> tuple[list[Step], str]:
+    """A group's steps: one kernel, or (when no template expresses it) one per op."""
+    try:
+        kernel = kernel_for(kernel_name(index, graph, group), graph, group, config)
+        return [Step(index, kernel=kernel)], ""
+    except Unsupported as why:
+        reason = str(why)
+    if len([o for o in group.ops if not graph.op(o).is_view]) == 1 and len(group.ops) == 1:
+        return [Step(index, extern=Extern(group.ops[0], reason))], reason
+    steps = []
+    for j, name in enumerate(group.ops):
+        op = graph.op(name)
+        if op.is_view:
+            steps.append(Step(index, view=View(name, op.inputs[0], op.outputs[0])))
+            continue
+        single = make_group(graph, [name], "single")
+        try:
+            sub = kernel_name(index, graph, single) + f"_{j}"
+            steps.append(Step(index, kernel=kernel_for(sub, graph, single, config)))
+        except Unsupported as inner:
+            steps.append(Step(index, extern=Extern(name, str(inner))))
+    return steps, reason
+
+
+def _views(graph: Graph, grouped: set[str]) -> list[Step]:
+    out = []
+    for op in graph.ops:
+        if op.name in grouped or is_compile_time(graph, op.outputs[0]):
+            continue
+        if op.is_view:
+            out.append(Step(-1, view=View(op.name, op.inputs[0], op.outputs[0])))
+    return out
+
+
+def _order(graph: Graph, steps: list[Step]) -> list[Step]:
+    """Steps in an order that respects every tensor they pass (ties: first op of the graph)."""
+    position = {op.name: i for i, op in enumerate(graph.ops)}
+    made: dict[str, int] = {}
+    reads: list[set[str]] = []
+    first: list[int] = []
+    for i, step in enumerate(steps):
+        ops = _ops_of(step)
+        writes = {t for o in ops for t in graph.op(o).outputs if t}
+        made.update((t, i) for t in writes)
+        reads.append({t for o in ops for t in graph.op(o).inputs if t} - writes)
+        first.append(min(position[o] for o in ops))
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(steps)))
+    dag.add_edges_from((made[t], i) for i, r in enumerate(reads) for t in r if t in made)
+    order = nx.lexicographical_topological_sort(dag, key=lambda i: (first[i], i))
+    return [steps[i] for i in order]
+
+
+def _ops_of(step: Step) -> list[str]:
+    if step.kernel is not None:
+        return list(step.kernel.ops)
+    if step.extern is not None:
+        return [step.extern.op]
+    assert step.view is not None
+    return [step.view.op]
+
+
+def build_program(
+    graph: Graph, groups: Sequence[FusionGroup], configs: Sequence[KernelConfig]
+) -> Program:
+    """Kernels for every group of a plan, in launch order."""
+    steps: list[Step] = []
+    unfused = []
+    for i, (group, config) in enumerate(zip(groups, configs, strict=True)):
+        group_steps, reason = _group_steps(i, graph, group, config)
+        steps += group_steps
+        if reason:
+            log.info("group %d (%s) runs as its ops: %s", i, group.kind, reason)
+            unfused.append((i, reason))
+    grouped = {o for g in groups for o in g.ops}
+    steps += _views(graph, grouped)
+    return Program(graph, tuple(_order(graph, steps)), tuple(unfused))

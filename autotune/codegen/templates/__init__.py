@@ -1,0 +1,35 @@
+"""Kernel templates, one per kind of work: elementwise and layout chains (``pointwise``),
+row reductions and norms (``reduction``), matmul with prologue and epilogue (``matmul``)."""
+
+from __future__ import annotations
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.templates.common import KernelSource
+from autotune.codegen.templates.matmul import MATMULS, matmul_kernel
+from autotune.codegen.templates.pointwise import pointwise_kernel
+from autotune.codegen.templates.reduction import REDUCTIONS, reduction_kernel
+from search_space.ir import FusionGroup, Graph, KernelConfig, OpClass
+
+__all__ = ["KernelSource", "kernel_for"]
+
+
+def kernel_for(name: str, graph: Graph, group: FusionGroup, config: KernelConfig) -> KernelSource:
+    """The kernel of one group under one config, from the template its ops call for.
+
+    Raises:
+        Unsupported: no template expresses the group (the reason says what).
+    """
+    ops = [graph.op(o) for o in group.ops]
+    cube = [op for op in ops if op.op_class is OpClass.CUBE]
+    if cube:
+        if any(op.op_type not in MATMULS for op in cube):
+            raise Unsupported(f"no template for {cube[0].op_type} yet")
+        if len(cube) > 1:
+            raise Unsupported(f"{len(cube)} matmuls in one kernel ({group.kind})")
+        return matmul_kernel(name, graph, group, config)
+    if any(op.op_type in REDUCTIONS for op in ops):
+        return reduction_kernel(name, graph, group, config)
+    other = [op for op in ops if op.op_class in (OpClass.REDUCE, OpClass.OPAQUE)]
+    if other:
+        raise Unsupported(f"no template for {other[0].op_type} yet")
+    return pointwise_kernel(name, graph, group, config)

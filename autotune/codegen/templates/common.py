@@ -1,0 +1,123 @@
+"""What every template shares: the generated kernel record, its parameters and header."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.indexing import numel
+from autotune.codegen.pull import KernelIO, literals_of
+from autotune.codegen.scalar_ops import TRITON_DTYPES
+from search_space.ir import FusionGroup, Graph, KernelConfig
+
+__all__ = ["KernelSource", "Launch", "kernel_io", "next_pow2", "store"]
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (max(1, n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the runner launches a kernel: the grid (programs = the plan's block_dim, capped
+    by the tiles there are) and the compile-time parameters."""
+
+    grid: int
+    constexprs: tuple[tuple[str, int], ...]
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One generated ``@triton.jit`` function and how to call it.
+
+    Attributes:
+        name: the function's name (after the group).
+        text: its source.
+        ops: the ops it computes (the group's).
+        inputs: tensors passed as pointers, in parameter order (before the outputs).
+        outputs: tensors it writes, in parameter order.
+        launch: grid and compile-time parameters.
+        template: which template wrote it.
+    """
+
+    name: str
+    text: str
+    ops: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    launch: Launch
+    template: str
+
+
+def kernel_io(graph: Graph, group: FusionGroup) -> KernelIO:
+    """Pointers for the group's inputs (one-element constants become literals)."""
+    lits = literals_of(graph, group.inputs)
+    params: dict[str, str] = {}
+    for t in group.inputs:
+        if t in lits:
+            continue
+        if not graph.tensors[t].is_static:
+            raise Unsupported(f"'{t}' has no static shape")
+        if graph.tensors[t].dtype not in TRITON_DTYPES:
+            raise Unsupported(f"'{t}' is of type {graph.tensors[t].dtype}")
+        params[t] = f"in{len(params)}"
+    return KernelIO(graph, frozenset(group.ops), params, lits)
+
+
+def signature(io: KernelIO, outputs: Sequence[str], meta: Sequence[str]) -> str:
+    ptrs = [*io.params.values(), *(f"out{i}" for i in range(len(outputs)))]
+    consts = [f"{m}: tl.constexpr" for m in meta]
+    return ", ".join([*ptrs, *consts])
+
+
+def header(
+    name: str,
+    group: FusionGroup,
+    graph: Graph,
+    config: KernelConfig,
+    io: KernelIO,
+    outputs: Sequence[str],
+    meta: Sequence[str],
+    template: str,
+) -> list[str]:
+    """The decorator, the def line and a comment naming the ops and the tuned config."""
+    ops = [graph.op(o) for o in group.ops]
+    listed = ", ".join(f"{op.op_type} '{op.name}'" for op in ops if not op.is_view)
+    lines = ["@triton.jit", f"def {name}({signature(io, outputs, meta)}):"]
+    lines.append(f'    """{template} kernel of group {group.kind}: {len(ops)} ops.')
+    lines.append("")
+    lines.append(f"    computes: {listed}")
+    lines.append(f"    config: {config.short()}")
+    for t, p in io.params.items():
+        lines.append(
+            f"    {p} = {t!r} {list(graph.tensors[t].static_shape)} {graph.tensors[t].dtype}"
+        )
+    for i, t in enumerate(outputs):
+        lines.append(
+            f"    out{i} = {t!r} {list(graph.tensors[t].static_shape)} {graph.tensors[t].dtype}"
+        )
+    lines.append('    """')
+    lines.append("    pid = tl.program_id(0)")
+    return lines
+
+
+def store(ptr: str, dtype: str, value: str, mask: str) -> str:
+    """A store of a computed value at ``ptr`` (see ``Pull.pointer``) into a tensor of
+    storage type ``dtype``."""
+    typed = (
+        f"({value}).to({TRITON_DTYPES[dtype]})"
+        if dtype != "bool"
+        else (f"(({value}) != 0).to(tl.int8)")
+    )
+    return f"tl.store({ptr}, {typed}, mask={mask})"
+
+
+def check_outputs(graph: Graph, outputs: Sequence[str]) -> None:
+    for t in outputs:
+        ten = graph.tensors[t]
+        if not ten.is_static or numel(ten.static_shape) == 0:
+            raise Unsupported(f"output '{t}' has no elements or no static shape")
+        if ten.dtype not in TRITON_DTYPES:
+            raise Unsupported(f"output '{t}' is of type {ten.dtype}")

@@ -1,0 +1,88 @@
+"""Elementwise, broadcast and layout groups: one flat loop per output size.
+
+Each program takes tiles ``pid, pid + NPROG, ...`` of ``TILE`` consecutive output elements
+(the plan's unified-buffer tile, ``ub_rows * ub_cols``); an output element is computed by
+reading every input at the index the ops between them imply (:mod:`autotune.codegen.pull`).
+Outputs of different sizes (a Split into unequal parts) get a loop each, in one kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.codegen.indexing import numel, unflatten
+from autotune.codegen.pull import KernelIO, Pull, lanes
+from autotune.codegen.source import Body
+from autotune.codegen.templates.common import (
+    KernelSource,
+    Launch,
+    check_outputs,
+    header,
+    kernel_io,
+    next_pow2,
+    store,
+)
+from search_space.ir import FusionGroup, Graph, KernelConfig
+
+__all__ = ["pointwise_kernel"]
+
+META = ("NPROG", "TILE", "BLOCK")
+LANES = lanes({"X": (0, "BLOCK")}, x="X", lane="X", mask="X")
+
+
+def tile_of(config: KernelConfig, size: int) -> int:
+    """Elements per step: the plan's UB tile, never more than the largest output."""
+    tile = max(1, (config.ub_rows or 1) * (config.ub_cols or 1024))
+    return max(1, min(tile, size))
+
+
+def _loop(io: KernelIO, outputs: list[tuple[int, str]], body: Body, tile: int) -> None:
+    shape0 = io.shape(outputs[0][1])
+    size = numel(shape0)
+    inner = body.child()
+    inner.line("lane = tl.arange(0, BLOCK)")
+    inner.line("x = tile * TILE + lane")
+    inner.line(f"mask = (lane < TILE) & (x < {size})")
+    pull = Pull(io, inner, LANES)
+    for pos, t in outputs:
+        shape = io.shape(t)
+        value = pull.value(t, unflatten("x", shape), "mask")
+        inner.line(store(pull.pointer(f"out{pos}", "x", "mask"), io.dtype(t), value, "mask"))
+    body.nest(f"for tile in range(pid, {math.ceil(size / tile)}, NPROG):", inner)
+
+
+def pointwise_kernel(
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+) -> KernelSource:
+    """The kernel of a group of elementwise and layout ops.
+
+    Raises:
+        Unsupported: an op or tensor type no template computes.
+    """
+    check_outputs(graph, group.outputs)
+    io = kernel_io(graph, group)
+    by_size: dict[int, list[tuple[int, str]]] = {}
+    for pos, t in enumerate(group.outputs):
+        by_size.setdefault(numel(io.shape(t)), []).append((pos, t))
+    largest = max(by_size)
+    tile = tile_of(config, largest)
+    body = Body(1)
+    for size in sorted(by_size, reverse=True):
+        _loop(io, by_size[size], body, tile)
+    lines = header(name, group, graph, config, io, group.outputs, META, "pointwise")
+    tiles = math.ceil(largest / tile)
+    grid = max(1, min(config.block_dim, tiles))
+    launch = Launch(
+        grid=grid,
+        constexprs=(("NPROG", grid), ("TILE", tile), ("BLOCK", next_pow2(tile))),
+        num_stages=2 if config.double_buffer else 1,
+    )
+    return KernelSource(
+        name,
+        "\n".join([*lines, *body.lines]),
+        group.ops,
+        tuple(io.params),
+        group.outputs,
+        launch,
+        "pointwise",
+    )

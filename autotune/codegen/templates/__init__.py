@@ -4,6 +4,7 @@ row reductions and norms (``reduction``), matmul with prologue and epilogue (``m
 from __future__ import annotations
 
 from autotune.codegen.errors import Unsupported
+from autotune.codegen.window import WINDOW_HANDLERS
 from autotune.codegen.templates.common import KernelSource
 from autotune.codegen.templates.matmul import MATMULS, matmul_kernel
 from autotune.codegen.templates.pointwise import pointwise_kernel
@@ -29,7 +30,8 @@ def kernel_for(name: str, graph: Graph, group: FusionGroup, config: KernelConfig
         return matmul_kernel(name, graph, group, config)
     if any(op.op_type in REDUCTIONS for op in ops):
         return reduction_kernel(name, graph, group, config)
-    other = [op for op in ops if op.op_class in (OpClass.REDUCE, OpClass.OPAQUE)]
+    other = [op for op in ops if op.op_class in (OpClass.REDUCE, OpClass.OPAQUE)
+             and op.op_type not in WINDOW_HANDLERS]
     if other:
         raise Unsupported(f"no template for {other[0].op_type} yet")
     return pointwise_kernel(name, graph, group, config)

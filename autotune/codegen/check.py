@@ -1,0 +1,167 @@
+"""Checking generated code against onnxruntime: the whole runner per output, and every
+kernel alone on onnxruntime's own values of its inputs (so an error is pinned on the kernel
+that made it, not on the kernels before it).
+
+A float32 tensor passes when every element is within ``1e-4 * |ref| + 1e-4 * max|ref|`` of
+onnxruntime's; a half-precision one within ``1e-2`` of both; integers and booleans exactly.
+Non-finite elements must match (a masked ``-inf`` is ``-inf`` in both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from autotune.codegen.execute import load_package
+from autotune.codegen.program import Program
+from autotune.codegen.templates.common import KernelSource
+from autotune.verify import draw_inputs
+from autotune.verify.sources import ModelSource
+from search_space.ir import Graph, is_compile_time
+
+__all__ = ["CodegenCheck", "KernelCheck", "TensorCheck", "check_package", "compare"]
+
+_RTOL = {"float32": 1e-4, "float64": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+@dataclass(frozen=True)
+class TensorCheck:
+    """One tensor against onnxruntime's: the largest error, absolute and relative to the
+    tensor's largest magnitude, and whether it is within tolerance."""
+
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    ok: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensor": self.name, "max_abs_err": self.max_abs_err,
+                "max_rel_err": self.max_rel_err, "ok": self.ok}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    """One generated kernel run alone on onnxruntime's values of its inputs."""
+
+    kernel: str
+    group: int
+    outputs: tuple[TensorCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.outputs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "group": self.group, "ok": self.ok,
+                "outputs": [t.to_json() for t in self.outputs]}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CodegenCheck:
+    """A generated package against onnxruntime on the original model."""
+
+    outputs: tuple[TensorCheck, ...]
+    kernels: tuple[KernelCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.outputs) and all(k.ok for k in self.kernels)
+
+    @property
+    def failing_groups(self) -> list[int]:
+        return sorted({k.group for k in self.kernels if not k.ok})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "outputs": [t.to_json() for t in self.outputs],
+                "kernels": [k.to_json() for k in self.kernels]}  # fmt: skip
+
+
+def compare(name: str, got: np.ndarray, ref: np.ndarray, dtype: str) -> TensorCheck:
+    """``got`` against ``ref`` under the tolerance of ``dtype`` (see the module docstring)."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape:
+        return TensorCheck(name, float("inf"), float("inf"), False)
+    if ref.dtype.kind not in "fc":
+        bad = float(np.count_nonzero(got != ref))
+        return TensorCheck(name, bad, bad, bad == 0)
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    finite = np.isfinite(r)
+    same_special = np.array_equal(np.isfinite(g), finite) and np.array_equal(g[~finite], r[~finite])
+    diff = np.abs(g[finite] - r[finite])
+    scale = float(np.max(np.abs(r[finite]), initial=0.0))
+    rtol = _RTOL.get(dtype, 1e-4)
+    within = bool(np.all(diff <= rtol * np.abs(r[finite]) + rtol * max(scale, 1e-30)))
+    err = float(np.max(diff, initial=0.0))
+    return TensorCheck(name, err, err / scale if scale else err, within and same_special)
+
+
+def reference_values(model: onnx.ModelProto, graph: Graph, feeds: Mapping[str, np.ndarray],
+                     tensors: list[str]) -> dict[str, np.ndarray]:
+    """onnxruntime's values of ``tensors`` (intermediates exposed as extra outputs)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for t in tensors:
+        if t not in have:
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(_np_name(graph.tensors[t].dtype)))
+            m.graph.output.append(helper.make_tensor_value_info(t, elem, None))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, dict(feeds)), strict=True))
+
+
+def _np_name(dtype: str) -> str:
+    return "float32" if dtype == "bfloat16" else dtype
+
+
+def _kernel_check(pkg: Any, k: KernelSource, group: int, values: Mapping[str, np.ndarray],
+                  graph: Graph) -> KernelCheck:
+    import torch
+
+    device = pkg.runner.DEVICE
+    ins = [torch.as_tensor(np.array(values[t], copy=True)).to(device) for t in k.inputs]
+    outs = [torch.empty(graph.tensors[t].static_shape, device=device,
+                        dtype=pkg.runner.torch_dtype(graph.tensors[t].dtype)) for t in k.outputs]
+    fn = getattr(pkg.runner.K, k.name)
+    fn[(k.launch.grid,)](*ins, *outs, **dict(k.launch.constexprs),
+                         num_stages=k.launch.num_stages)
+    checks = tuple(
+        compare(t, o.cpu().numpy(), values[t], graph.tensors[t].dtype)
+        for t, o in zip(k.outputs, outs, strict=True)
+    )
+    return KernelCheck(k.name, group, checks)
+
+
+def check_package(folder: str | Path, model: onnx.ModelProto, program: Program, *,
+                  seed: int = 0) -> CodegenCheck:
+    """Run the package in ``folder`` (written for ``program``) and each of its kernels alone,
+    and compare with onnxruntime on ``model`` with the same seeded inputs."""
+    graph = program.graph
+    feeds = draw_inputs(model, graph, seed)
+    pkg = load_package(folder)
+    wanted = sorted({t for k in program.kernels for t in (*k.inputs, *k.outputs)
+                     if not is_compile_time(graph, t) and t not in feeds})
+    ref = reference_values(model, graph, feeds, wanted)
+    source = ModelSource(model, graph)
+    values: dict[str, np.ndarray] = {**feeds, **ref}
+    for k in program.kernels:
+        for t in k.inputs:
+            if t not in values:
+                values[t] = source.value(t)
+    kernels = tuple(
+        _kernel_check(pkg, s.kernel, s.group, values, graph)
+        for s in program.steps if s.kernel is not None
+    )
+    got = pkg.run({t: feeds[t] for t in graph.inputs})
+    outputs = tuple(compare(t, got[t], ref[t] if t in ref else values[t],
+                            graph.tensors[t].dtype) for t in graph.outputs)
+    return CodegenCheck(outputs, kernels)

@@ -1,0 +1,111 @@
+"""What a kernel reads and writes, its tile's lanes, and what an op handler may ask of the
+value reader (:class:`Reader`, implemented by :class:`autotune.codegen.pull.Pull`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.indexing import Index
+from search_space.ir import Graph, Op
+
+__all__ = ["KernelIO", "Lanes", "Reader", "lanes", "literal", "literals_of"]
+
+
+@dataclass(frozen=True)
+class KernelIO:
+    """What a kernel reads and writes: the group's input tensors as pointer parameters (in
+    order), scalar constants written as literals, and its outputs."""
+
+    graph: Graph
+    ops: frozenset[str]
+    params: Mapping[str, str]  # tensor -> parameter name
+    literals: Mapping[str, str]  # tensor -> literal
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        return self.graph.tensors[tensor].static_shape
+
+    def dtype(self, tensor: str) -> str:
+        return self.graph.tensors[tensor].dtype
+
+    def constant(self, tensor: str) -> np.ndarray:
+        value = self.graph.constants.get(tensor)
+        if value is None:
+            raise Unsupported(f"'{tensor}' is not a compile-time constant")
+        return np.asarray(value)
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """The tile's lane variables: which tile axes each name spans (``m`` spans M, ``mask``
+    spans M and N), and each axis's position and block size."""
+
+    axes: Mapping[str, frozenset[str]]
+    blocks: Mapping[str, tuple[int, str]]
+    rank: int
+
+    def zeros(self, axes: frozenset[str]) -> str:
+        """A zero tile spanning ``axes`` (broadcasting an address to a mask's shape)."""
+        shape = ["1"] * self.rank
+        for a in axes:
+            pos, block = self.blocks[a]
+            shape[pos] = block
+        return f"tl.zeros([{', '.join(shape)}], dtype=tl.int32)"
+
+
+def lanes(blocks: Mapping[str, tuple[int, str]], **axes: str) -> Lanes:
+    """Lanes from ``name="AXES"`` pairs (one letter per axis: ``mask="MN"``)."""
+    rank = 1 + max(pos for pos, _ in blocks.values())
+    spans = {name: frozenset(_axis_names(text, blocks)) for name, text in axes.items()}
+    return Lanes(spans, dict(blocks), rank)
+
+
+def _axis_names(text: str, blocks: Mapping[str, tuple[int, str]]) -> list[str]:
+    out, rest = [], text
+    for name in sorted(blocks, key=len, reverse=True):
+        if name in rest:
+            out.append(name)
+            rest = rest.replace(name, "")
+    return out
+
+
+class Reader(Protocol):
+    """The value reader as op handlers see it."""
+
+    io: KernelIO
+    lanes: Lanes
+
+    def value(self, tensor: str, idx: Index, mask: str) -> str: ...
+
+    def bind(self, expr: str, prefix: str = "t") -> str: ...
+
+    def operand(self, op: Op, pos: int, idx: Index, mask: str) -> str: ...
+
+
+def literal(value: Any, dtype: str) -> str:
+    """A one-element constant as a Triton literal (floats widened to the compute type)."""
+    v = np.asarray(value).ravel()[0]
+    if dtype == "bool":
+        return "1" if bool(v) else "0"
+    if dtype.startswith(("float", "bfloat")):
+        f = float(v)
+        if f != f:
+            return "float('nan')"
+        if f in (float("inf"), float("-inf")):
+            return "float('inf')" if f > 0 else "float('-inf')"
+        return repr(f)
+    return str(int(v))
+
+
+def literals_of(graph: Graph, tensors: Sequence[str]) -> dict[str, str]:
+    """The one-element compile-time constants among ``tensors``, as literals."""
+    out = {}
+    for t in tensors:
+        value = graph.constants.get(t)
+        if value is not None and np.asarray(value).size == 1:
+            out[t] = literal(value, graph.tensors[t].dtype)
+    return out

@@ -1,0 +1,155 @@
+"""How layout ops read their input: views, Transpose, Expand, Slice, Concat, Split, Gather,
+and the per-channel BatchNormalization (an op handler gets the index of its output and asks
+its inputs at the indices it reads)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.indexing import Index, add, broadcast_index, mul, reshape_index
+from autotune.codegen.kernel_io import Reader
+from autotune.codegen.scalar_ops import cast_expr, onnx_dtype
+from autotune.codegen.source import paren
+from search_space.ir import Op
+
+__all__ = ["LAYOUT_HANDLERS", "Handler"]
+
+VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+Handler = Callable[[Reader, Op, str, Index, str], str]
+
+
+def _view(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    src = op.inputs[0]
+    return p.value(src, reshape_index(idx, p.io.shape(t), p.io.shape(src)), mask)
+
+
+def _cast(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    src = op.inputs[0]
+    to = onnx_dtype(int(op.attr("to"))) if op.op_type == "Cast" else p.io.dtype(op.inputs[1])
+    return cast_expr(p.value(src, idx, mask), p.io.dtype(src), to)
+
+
+def _transpose(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    src = op.inputs[0]
+    rank = len(p.io.shape(src))
+    perm = op.attr("perm") or list(reversed(range(rank)))
+    res = ["0"] * rank
+    for out_axis, in_axis in enumerate(perm):
+        res[in_axis] = idx[out_axis]
+    return p.value(src, tuple(res), mask)
+
+
+def _expand(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    src = op.inputs[0]
+    return p.value(src, broadcast_index(idx, p.io.shape(t), p.io.shape(src)), mask)
+
+
+def _slice_params(p: Reader, op: Op) -> list[tuple[int, int, int]]:
+    """(axis, start, step) per sliced axis, normalised as ONNX clamps them."""
+    shape = p.io.shape(op.inputs[0])
+    vals = [
+        p.io.constant(op.inputs[i]).astype(np.int64).ravel().tolist()
+        if len(op.inputs) > i and op.inputs[i]
+        else None
+        for i in range(1, 5)
+    ]
+    starts, _ends, axes, steps = vals
+    axes = axes or list(range(len(starts or [])))
+    steps = steps or [1] * len(axes)
+    out = []
+    for s, a, st in zip(starts or [], axes, steps, strict=True):
+        a %= len(shape)
+        d = shape[a]
+        s = s + d if s < 0 else s
+        s = min(max(s, 0), d if st > 0 else d - 1)
+        out.append((a, s, st))
+    return out
+
+
+def _slice(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    res = list(idx)
+    for axis, start, step in _slice_params(p, op):
+        res[axis] = (
+            add(str(start), mul(idx[axis], step))
+            if step > 0
+            else (f"{start} - {paren(mul(idx[axis], -step))}")
+        )
+    return p.value(op.inputs[0], tuple(res), mask)
+
+
+def _concat(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    rank = len(p.io.shape(t))
+    axis = int(op.attr("axis")) % rank
+    pieces: list[tuple[str, str]] = []
+    start = 0
+    for src in op.inputs:
+        size = p.io.shape(src)[axis]
+        if size == 0:
+            continue
+        local = list(idx)
+        local[axis] = add(idx[axis], str(-start)) if start else idx[axis]
+        inside = f"({paren(idx[axis])} >= {start}) & ({paren(idx[axis])} < {start + size})"
+        cond = p.bind(inside, "inside")
+        pieces.append((cond, p.value(src, tuple(local), p.bind(f"{mask} & {cond}", "mask"))))
+        start += size
+    out = pieces[-1][1]
+    for cond, val in reversed(pieces[:-1]):
+        out = f"tl.where({cond}, {val}, {out})"
+    return out
+
+
+def _split(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    axis = int(op.attr("axis", 0)) % len(p.io.shape(t))
+    before = 0
+    for out in op.outputs:
+        if out == t:
+            break
+        before += p.io.shape(out)[axis]
+    res = list(idx)
+    res[axis] = add(idx[axis], str(before)) if before else idx[axis]
+    return p.value(op.inputs[0], tuple(res), mask)
+
+
+def _gather(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    data, ind = op.inputs[0], op.inputs[1]
+    dshape, ishape = p.io.shape(data), p.io.shape(ind)
+    axis = int(op.attr("axis", 0)) % len(dshape)
+    at = p.value(ind, tuple(idx[axis : axis + len(ishape)]), mask)
+    d = dshape[axis]
+    wrapped = p.body.bind(f"tl.where({at} < 0, {at} + {d}, {at})", "g")
+    res = (*idx[:axis], wrapped, *idx[axis + len(ishape) :])
+    return p.value(data, tuple(res), mask)
+
+
+def _batchnorm(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    x = p.value(op.inputs[0], idx, mask)
+    ch = (idx[1],) if len(idx) > 1 else ("0",)
+    scale, bias, mean, var = (p.operand(op, i, ch, mask) for i in range(1, 5))
+    eps = float(op.attr("epsilon", 1e-5))
+    return f"({x} - {mean}) / tl.sqrt({var} + {eps!r}) * {scale} + {bias}"
+
+
+def _dropout(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    if t != op.outputs[0]:
+        raise Unsupported("Dropout's mask output")
+    return p.value(op.inputs[0], idx, mask)
+
+
+LAYOUT_HANDLERS: dict[str, Handler] = {
+    **{v: _view for v in VIEWS},
+    "Cast": _cast,
+    "CastLike": _cast,
+    "Transpose": _transpose,
+    "Expand": _expand,
+    "Slice": _slice,
+    "Concat": _concat,
+    "Split": _split,
+    "Gather": _gather,
+    "BatchNormalization": _batchnorm,
+    "Dropout": _dropout,
+}
+
+

@@ -1,0 +1,79 @@
+"""Pooling windows read as part of any kernel: MaxPool and AveragePool (any rank, strides,
+dilations, explicit or automatic padding, ceil mode). The window is unrolled: every output
+element reads its kernel_shape inputs, each masked where it falls in the padding."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.indexing import Index, add, mul
+from autotune.codegen.kernel_io import Reader
+from search_space.ir import Op
+
+__all__ = ["WINDOW_HANDLERS", "window_pads"]
+
+MAX_WINDOW = 64  # elements unrolled per output; a larger window is a reduction's job
+
+
+def window_pads(op: Op, in_dims: Sequence[int], out_dims: Sequence[int]) -> list[int]:
+    """Padding before each spatial dim (ONNX: explicit pads, SAME_UPPER/LOWER or VALID)."""
+    k = list(op.attr("kernel_shape"))
+    nd = len(k)
+    strides = list(op.attr("strides") or [1] * nd)
+    dil = list(op.attr("dilations") or [1] * nd)
+    mode = op.attr("auto_pad", "NOTSET") or "NOTSET"
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for i in range(nd):
+            total = max(0, (out_dims[i] - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - in_dims[i])
+            out.append(total // 2 if mode == "SAME_UPPER" else total - total // 2)
+        return out
+    if mode == "VALID":
+        return [0] * nd
+    pads = list(op.attr("pads") or [0] * (2 * nd))
+    return pads[:nd]
+
+
+def _pool(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    if len([o for o in op.outputs if o]) > 1:
+        raise Unsupported("MaxPool's indices output")
+    x = op.inputs[0]
+    in_shape, out_shape = p.io.shape(x), p.io.shape(t)
+    k = list(op.attr("kernel_shape"))
+    if math.prod(k) > MAX_WINDOW:
+        raise Unsupported(f"a {k} pooling window")
+    nd = len(k)
+    strides = list(op.attr("strides") or [1] * nd)
+    dil = list(op.attr("dilations") or [1] * nd)
+    begin = window_pads(op, in_shape[2:], out_shape[2:])
+    end = list(op.attr("pads") or [0] * (2 * nd))[nd:] if len(op.attr("pads") or []) else [0] * nd
+    is_max = op.op_type == "MaxPool"
+    acc, count = "", ""
+    for offs in itertools.product(*(range(kk) for kk in k)):
+        pos = [add(mul(idx[2 + a], strides[a]), str(offs[a] * dil[a] - begin[a]))
+               for a in range(nd)]  # fmt: skip
+        valid = p.bind(" & ".join(f"({q} >= 0) & ({q} < {in_shape[2 + a]})"
+                                  for a, q in enumerate(pos)), "inside")  # fmt: skip
+        v = p.value(x, (idx[0], idx[1], *pos), p.bind(f"{mask} & {valid}", "mask"))
+        fill = "float('-inf')" if is_max else "0.0"
+        term = f"tl.where({valid}, {v}, {fill})"
+        if is_max:
+            acc = p.bind(f"tl.maximum({acc}, {term})" if acc else term, "pool")
+            continue
+        acc = p.bind(f"{acc} + {term}" if acc else term, "pool")
+        counted = valid
+        if op.attr("count_include_pad", 0):
+            counted = " & ".join(f"({q} >= {-begin[a]}) & ({q} < {in_shape[2 + a] + end[a]})"
+                                 for a, q in enumerate(pos))  # fmt: skip
+        one = f"tl.where({counted}, 1.0, 0.0)"
+        count = p.bind(f"{count} + {one}" if count else one, "n")
+    return acc if is_max else f"{acc} / tl.maximum({count}, 1.0)"
+
+
+WINDOW_HANDLERS: dict[str, Callable[[Reader, Op, str, Index, str], str]] = {
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+}

@@ -18,9 +18,11 @@ __all__ = ["WINDOW_HANDLERS", "window_pads"]
 MAX_WINDOW = 64  # elements unrolled per output; a larger window is a reduction's job
 
 
-def window_pads(op: Op, in_dims: Sequence[int], out_dims: Sequence[int]) -> list[int]:
+def window_pads(
+    op: Op, in_dims: Sequence[int], out_dims: Sequence[int], kernel: Sequence[int] | None = None
+) -> list[int]:
     """Padding before each spatial dim (ONNX: explicit pads, SAME_UPPER/LOWER or VALID)."""
-    k = list(op.attr("kernel_shape"))
+    k = list(kernel if kernel is not None else op.attr("kernel_shape"))
     nd = len(k)
     strides = list(op.attr("strides") or [1] * nd)
     dil = list(op.attr("dilations") or [1] * nd)

@@ -4,11 +4,11 @@ row reductions and norms (``reduction``), matmul with prologue and epilogue (``m
 from __future__ import annotations
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.window import WINDOW_HANDLERS
 from autotune.codegen.templates.common import KernelSource
-from autotune.codegen.templates.matmul import MATMULS, matmul_kernel
+from autotune.codegen.templates.matmul import PRODUCTS, matmul_kernel
 from autotune.codegen.templates.pointwise import pointwise_kernel
 from autotune.codegen.templates.reduction import REDUCTIONS, reduction_kernel
+from autotune.codegen.window import WINDOW_HANDLERS
 from search_space.ir import FusionGroup, Graph, KernelConfig, OpClass
 
 __all__ = ["KernelSource", "kernel_for"]
@@ -23,15 +23,21 @@ def kernel_for(name: str, graph: Graph, group: FusionGroup, config: KernelConfig
     ops = [graph.op(o) for o in group.ops]
     cube = [op for op in ops if op.op_class is OpClass.CUBE]
     if cube:
-        if any(op.op_type not in MATMULS for op in cube):
-            raise Unsupported(f"no template for {cube[0].op_type} yet")
-        if len(cube) > 1:
-            raise Unsupported(f"{len(cube)} matmuls in one kernel ({group.kind})")
+        other_cube = [op for op in cube if op.op_type not in PRODUCTS]
+        if other_cube:
+            raise Unsupported(f"no template for {other_cube[0].op_type} yet")
+        if any(op.op_type in ("Softmax", "LogSoftmax") for op in ops):
+            raise Unsupported("attention (matmul, softmax, matmul) has no template yet")
+        if any(op.op_type in REDUCTIONS for op in ops):
+            raise Unsupported("a reduction in a matmul's epilogue")
         return matmul_kernel(name, graph, group, config)
     if any(op.op_type in REDUCTIONS for op in ops):
         return reduction_kernel(name, graph, group, config)
-    other = [op for op in ops if op.op_class in (OpClass.REDUCE, OpClass.OPAQUE)
-             and op.op_type not in WINDOW_HANDLERS]
+    other = [
+        op
+        for op in ops
+        if op.op_class in (OpClass.REDUCE, OpClass.OPAQUE) and op.op_type not in WINDOW_HANDLERS
+    ]
     if other:
         raise Unsupported(f"no template for {other[0].op_type} yet")
     return pointwise_kernel(name, graph, group, config)

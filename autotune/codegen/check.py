@@ -93,7 +93,9 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, dtype: str) -> TensorCh
         return TensorCheck(name, bad, bad, bad == 0)
     g, r = got.astype(np.float64), ref.astype(np.float64)
     finite = np.isfinite(r)
-    same_special = np.array_equal(np.isfinite(g), finite) and np.array_equal(g[~finite], r[~finite])
+    same_special = np.array_equal(np.isfinite(g), finite) and np.array_equal(
+        g[~finite], r[~finite]
+    )
     diff = np.abs(g[finite] - r[finite])
     scale = float(np.max(np.abs(r[finite]), initial=0.0))
     rtol = _RTOL.get(dtype, 1e-4)
@@ -102,8 +104,9 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, dtype: str) -> TensorCh
     return TensorCheck(name, err, err / scale if scale else err, within and same_special)
 
 
-def reference_values(model: onnx.ModelProto, graph: Graph, feeds: Mapping[str, np.ndarray],
-                     tensors: list[str]) -> dict[str, np.ndarray]:
+def reference_values(
+    model: onnx.ModelProto, graph: Graph, feeds: Mapping[str, np.ndarray], tensors: list[str]
+) -> dict[str, np.ndarray]:
     """onnxruntime's values of ``tensors`` (intermediates exposed as extra outputs)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -123,17 +126,23 @@ def _np_name(dtype: str) -> str:
     return "float32" if dtype == "bfloat16" else dtype
 
 
-def _kernel_check(pkg: Any, k: KernelSource, group: int, values: Mapping[str, np.ndarray],
-                  graph: Graph) -> KernelCheck:
+def _kernel_check(
+    pkg: Any, k: KernelSource, group: int, values: Mapping[str, np.ndarray], graph: Graph
+) -> KernelCheck:
     import torch
 
     device = pkg.runner.DEVICE
     ins = [torch.as_tensor(np.array(values[t], copy=True)).to(device) for t in k.inputs]
-    outs = [torch.empty(graph.tensors[t].static_shape, device=device,
-                        dtype=pkg.runner.torch_dtype(graph.tensors[t].dtype)) for t in k.outputs]
+    outs = [
+        torch.empty(
+            graph.tensors[t].static_shape,
+            device=device,
+            dtype=pkg.runner.torch_dtype(graph.tensors[t].dtype),
+        )
+        for t in k.outputs
+    ]
     fn = getattr(pkg.runner.K, k.name)
-    fn[(k.launch.grid,)](*ins, *outs, **dict(k.launch.constexprs),
-                         num_stages=k.launch.num_stages)
+    fn[(k.launch.grid,)](*ins, *outs, **dict(k.launch.constexprs), num_stages=k.launch.num_stages)
     checks = tuple(
         compare(t, o.cpu().numpy(), values[t], graph.tensors[t].dtype)
         for t, o in zip(k.outputs, outs, strict=True)
@@ -141,15 +150,22 @@ def _kernel_check(pkg: Any, k: KernelSource, group: int, values: Mapping[str, np
     return KernelCheck(k.name, group, checks)
 
 
-def check_package(folder: str | Path, model: onnx.ModelProto, program: Program, *,
-                  seed: int = 0) -> CodegenCheck:
+def check_package(
+    folder: str | Path, model: onnx.ModelProto, program: Program, *, seed: int = 0
+) -> CodegenCheck:
     """Run the package in ``folder`` (written for ``program``) and each of its kernels alone,
     and compare with onnxruntime on ``model`` with the same seeded inputs."""
     graph = program.graph
     feeds = draw_inputs(model, graph, seed)
     pkg = load_package(folder)
-    wanted = sorted({t for k in program.kernels for t in (*k.inputs, *k.outputs)
-                     if not is_compile_time(graph, t) and t not in feeds})
+    wanted = sorted(
+        {
+            t
+            for k in program.kernels
+            for t in (*k.inputs, *k.outputs)
+            if not is_compile_time(graph, t) and t not in feeds
+        }
+    )
     ref = reference_values(model, graph, feeds, wanted)
     source = ModelSource(model, graph)
     values: dict[str, np.ndarray] = {**feeds, **ref}
@@ -159,9 +175,12 @@ def check_package(folder: str | Path, model: onnx.ModelProto, program: Program, 
                 values[t] = source.value(t)
     kernels = tuple(
         _kernel_check(pkg, s.kernel, s.group, values, graph)
-        for s in program.steps if s.kernel is not None
+        for s in program.steps
+        if s.kernel is not None
     )
     got = pkg.run({t: feeds[t] for t in graph.inputs})
-    outputs = tuple(compare(t, got[t], ref[t] if t in ref else values[t],
-                            graph.tensors[t].dtype) for t in graph.outputs)
+    outputs = tuple(
+        compare(t, got[t], ref[t] if t in ref else values[t], graph.tensors[t].dtype)
+        for t in graph.outputs
+    )
     return CodegenCheck(outputs, kernels)

@@ -119,7 +119,7 @@ def _gather(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     axis = int(op.attr("axis", 0)) % len(dshape)
     at = p.value(ind, tuple(idx[axis : axis + len(ishape)]), mask)
     d = dshape[axis]
-    wrapped = p.body.bind(f"tl.where({at} < 0, {at} + {d}, {at})", "g")
+    wrapped = p.bind(f"tl.where({at} < 0, {at} + {d}, {at})", "g")
     res = (*idx[:axis], wrapped, *idx[axis + len(ishape) :])
     return p.value(data, tuple(res), mask)
 
@@ -151,5 +151,3 @@ LAYOUT_HANDLERS: dict[str, Handler] = {
     "BatchNormalization": _batchnorm,
     "Dropout": _dropout,
 }
-
-

@@ -157,7 +157,7 @@ def matmul_kernel(
             ("BLOCK_N", _block(tn)),
             ("TILE_K", tk),
             ("BLOCK_K", _block(tk)),
-        ),  # fmt: skip
+        ),
         num_stages=2 if config.double_buffer else 1,
     )
     lines = header(name, group, graph, config, io, group.outputs, META, "matmul")

@@ -127,25 +127,27 @@ def _np_name(dtype: str) -> str:
 
 
 def _kernel_check(
-    pkg: Any, k: KernelSource, group: int, values: Mapping[str, np.ndarray], graph: Graph
+    pkg: Any, k: KernelSource, group: int, values: dict[str, np.ndarray], graph: Graph
 ) -> KernelCheck:
     import torch
 
     device = pkg.runner.DEVICE
     ins = [torch.as_tensor(np.array(values[t], copy=True)).to(device) for t in k.inputs]
+    types = [k.tensor_type(graph, t) for t in k.outputs]
     outs = [
-        torch.empty(
-            graph.tensors[t].static_shape,
-            device=device,
-            dtype=pkg.runner.torch_dtype(graph.tensors[t].dtype),
-        )
-        for t in k.outputs
+        torch.empty(shape, device=device, dtype=pkg.runner.torch_dtype(dtype))
+        for shape, dtype in types
     ]
     fn = getattr(pkg.runner.K, k.name)
     fn[(k.launch.grid,)](*ins, *outs, **dict(k.launch.constexprs), num_stages=k.launch.num_stages)
+    scratch = {s.name for s in k.scratch}
+    for t, o in zip(k.outputs, outs, strict=True):
+        if t in scratch:  # no reference: the next kernel of the group is checked on it
+            values[t] = o.cpu().numpy()
     checks = tuple(
         compare(t, o.cpu().numpy(), values[t], graph.tensors[t].dtype)
         for t, o in zip(k.outputs, outs, strict=True)
+        if t not in scratch
     )
     return KernelCheck(k.name, group, checks)
 
@@ -158,12 +160,13 @@ def check_package(
     graph = program.graph
     feeds = draw_inputs(model, graph, seed)
     pkg = load_package(folder)
+    scratch = {s.name for k in program.kernels for s in k.scratch}
     wanted = sorted(
         {
             t
             for k in program.kernels
             for t in (*k.inputs, *k.outputs)
-            if not is_compile_time(graph, t) and t not in feeds
+            if t not in scratch and not is_compile_time(graph, t) and t not in feeds
         }
     )
     ref = reference_values(model, graph, feeds, wanted)
@@ -171,7 +174,7 @@ def check_package(
     values: dict[str, np.ndarray] = {**feeds, **ref}
     for k in program.kernels:
         for t in k.inputs:
-            if t not in values:
+            if t not in values and t not in scratch:
                 values[t] = source.value(t)
     kernels = tuple(
         _kernel_check(pkg, s.kernel, s.group, values, graph)

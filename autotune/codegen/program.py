@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.templates import kernel_for
+from autotune.codegen.templates import kernels_for
 from autotune.codegen.templates.common import KernelSource
 from search_space.ir import FusionGroup, Graph, KernelConfig, is_compile_time, make_group
 
@@ -83,8 +83,8 @@ def _group_steps(
 ) -> tuple[list[Step], str]:
     """A group's steps: one kernel, or (when no template expresses it) one per op."""
     try:
-        kernel = kernel_for(kernel_name(index, graph, group), graph, group, config)
-        return [Step(index, kernel=kernel)], ""
+        kernels = kernels_for(kernel_name(index, graph, group), graph, group, config)
+        return [Step(index, kernel=k) for k in kernels], ""
     except Unsupported as why:
         reason = str(why)
     if len([o for o in group.ops if not graph.op(o).is_view]) == 1 and len(group.ops) == 1:
@@ -98,7 +98,7 @@ def _group_steps(
         single = make_group(graph, [name], "single")
         try:
             sub = kernel_name(index, graph, single) + f"_{j}"
-            steps.append(Step(index, kernel=kernel_for(sub, graph, single, config)))
+            steps += [Step(index, kernel=k) for k in kernels_for(sub, graph, single, config)]
         except Unsupported as inner:
             steps.append(Step(index, extern=Extern(name, str(inner))))
     return steps, reason
@@ -122,9 +122,13 @@ def _order(graph: Graph, steps: list[Step]) -> list[Step]:
     first: list[int] = []
     for i, step in enumerate(steps):
         ops = _ops_of(step)
-        writes = {t for o in ops for t in graph.op(o).outputs if t}
+        if step.kernel is not None:
+            writes, read = set(step.kernel.outputs), set(step.kernel.inputs)
+        else:
+            writes = {t for o in ops for t in graph.op(o).outputs if t}
+            read = {t for o in ops for t in graph.op(o).inputs if t} - writes
         made.update((t, i) for t in writes)
-        reads.append({t for o in ops for t in graph.op(o).inputs if t} - writes)
+        reads.append(read)
         first.append(min(position[o] for o in ops))
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(steps)))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.codegen.program import Program, Step
+from autotune.codegen.templates.common import Scratch
 from search_space.ir import Graph, is_compile_time
 
 __all__ = ["RunnerNames", "params_of", "runner_source"]
@@ -67,7 +68,7 @@ def params_of(program: Program) -> list[str]:
     out: dict[str, None] = {}
     for step in program.steps:
         for t in _reads(step, g):
-            if t and t not in g.inputs and is_compile_time(g, t):
+            if t in g.tensors and t not in g.inputs and is_compile_time(g, t):
                 out[t] = None
     return list(out)
 
@@ -87,9 +88,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _alloc(graph: Graph, tensor: str) -> str:
-    t = graph.tensors[tensor]
-    return f"torch.empty({tuple(t.static_shape)!r}, dtype=torch_dtype({t.dtype!r}), device=dev)"
+def _alloc(graph: Graph, tensor: str, scratch: Mapping[str, Scratch] | None = None) -> str:
+    if scratch and tensor in scratch:
+        shape, dtype = scratch[tensor].shape, scratch[tensor].dtype
+    else:
+        shape, dtype = graph.tensors[tensor].static_shape, graph.tensors[tensor].dtype
+    return f"torch.empty({tuple(shape)!r}, dtype=torch_dtype({dtype!r}), device=dev)"
 
 
 def _step_lines(step: Step, g: Graph, names: RunnerNames, lines: list[str]) -> None:
@@ -137,7 +141,8 @@ def runner_source(program: Program, meta: Mapping[str, Any]) -> tuple[str, list[
         for t in g.outputs
         if names.of(t).startswith("out") and t not in names.assigned
     ]
-    work = [_alloc(g, t) for t in names.workspace]
+    scratch = {s.name: s for k in program.kernels for s in k.scratch}
+    work = [_alloc(g, t, scratch) for t in names.workspace]
     args = ", ".join(f"{names.names[t]}: torch.Tensor" for t in g.inputs)
     take = [f"{names.names[t]} = {names.names[t]}.contiguous()" for t in g.inputs]
     unpack = [f"{names.of(t)} = ws[{i}]" for i, t in enumerate(names.workspace)]

@@ -4,18 +4,22 @@ row reductions and norms (``reduction``), matmul with prologue and epilogue (``m
 from __future__ import annotations
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.templates.common import KernelSource
+from autotune.codegen.templates.attention import attention_kernels
+from autotune.codegen.templates.common import KernelSource, Scratch
 from autotune.codegen.templates.matmul import PRODUCTS, matmul_kernel
 from autotune.codegen.templates.pointwise import pointwise_kernel
 from autotune.codegen.templates.reduction import REDUCTIONS, reduction_kernel
 from autotune.codegen.window import WINDOW_HANDLERS
 from search_space.ir import FusionGroup, Graph, KernelConfig, OpClass
 
-__all__ = ["KernelSource", "kernel_for"]
+__all__ = ["KernelSource", "Scratch", "kernels_for"]
 
 
-def kernel_for(name: str, graph: Graph, group: FusionGroup, config: KernelConfig) -> KernelSource:
-    """The kernel of one group under one config, from the template its ops call for.
+def kernels_for(
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+) -> list[KernelSource]:
+    """The kernels of one group under one config (one, or two for a split attention), from
+    the template its ops call for.
 
     Raises:
         Unsupported: no template expresses the group (the reason says what).
@@ -27,12 +31,12 @@ def kernel_for(name: str, graph: Graph, group: FusionGroup, config: KernelConfig
         if other_cube:
             raise Unsupported(f"no template for {other_cube[0].op_type} yet")
         if any(op.op_type in ("Softmax", "LogSoftmax") for op in ops):
-            raise Unsupported("attention (matmul, softmax, matmul) has no template yet")
+            return attention_kernels(name, graph, group, config)
         if any(op.op_type in REDUCTIONS for op in ops):
             raise Unsupported("a reduction in a matmul's epilogue")
-        return matmul_kernel(name, graph, group, config)
+        return [matmul_kernel(name, graph, group, config)]
     if any(op.op_type in REDUCTIONS for op in ops):
-        return reduction_kernel(name, graph, group, config)
+        return [reduction_kernel(name, graph, group, config)]
     other = [
         op
         for op in ops
@@ -40,4 +44,4 @@ def kernel_for(name: str, graph: Graph, group: FusionGroup, config: KernelConfig
     ]
     if other:
         raise Unsupported(f"no template for {other[0].op_type} yet")
-    return pointwise_kernel(name, graph, group, config)
+    return [pointwise_kernel(name, graph, group, config)]

@@ -29,6 +29,15 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Scratch:
+    """A buffer a kernel passes to the next kernel of its group (never a graph tensor)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
 class KernelSource:
     """One generated ``@triton.jit`` function and how to call it.
 
@@ -40,6 +49,8 @@ class KernelSource:
         outputs: tensors it writes, in parameter order.
         launch: grid and compile-time parameters.
         template: which template wrote it.
+        scratch: buffers between the kernels of one group (a split attention's partial
+            results), among its inputs or outputs.
     """
 
     name: str
@@ -49,6 +60,15 @@ class KernelSource:
     outputs: tuple[str, ...]
     launch: Launch
     template: str
+    scratch: tuple[Scratch, ...] = ()
+
+    def tensor_type(self, graph: Graph, tensor: str) -> tuple[tuple[int, ...], str]:
+        """Shape and storage type of a tensor the kernel reads or writes (scratch included)."""
+        for s in self.scratch:
+            if s.name == tensor:
+                return s.shape, s.dtype
+        ten = graph.tensors[tensor]
+        return ten.static_shape, ten.dtype
 
 
 def kernel_io(graph: Graph, group: FusionGroup) -> KernelIO:
@@ -81,23 +101,25 @@ def header(
     outputs: Sequence[str],
     meta: Sequence[str],
     template: str,
+    scratch: Sequence[Scratch] = (),
 ) -> list[str]:
-    """The decorator, the def line and a comment naming the ops and the tuned config."""
+    """The decorator, the def line and a docstring naming the ops, the tuned config and every
+    pointer parameter's tensor."""
     ops = [graph.op(o) for o in group.ops]
     listed = ", ".join(f"{op.op_type} '{op.name}'" for op in ops if not op.is_view)
+    extra = {s.name: (s.shape, s.dtype) for s in scratch}
+
+    def describe(t: str) -> str:
+        shape, dtype = extra.get(t) or (graph.tensors[t].static_shape, graph.tensors[t].dtype)
+        return f"{t!r} {list(shape)} {dtype}"
+
     lines = ["@triton.jit", f"def {name}({signature(io, outputs, meta)}):"]
-    lines.append(f'    """{template} kernel of group {group.kind}: {len(ops)} ops.')
+    lines.append(f'    """{template} kernel of a {group.kind} group of {len(ops)} ops.')
     lines.append("")
     lines.append(f"    computes: {listed}")
     lines.append(f"    config: {config.short()}")
-    for t, p in io.params.items():
-        lines.append(
-            f"    {p} = {t!r} {list(graph.tensors[t].static_shape)} {graph.tensors[t].dtype}"
-        )
-    for i, t in enumerate(outputs):
-        lines.append(
-            f"    out{i} = {t!r} {list(graph.tensors[t].static_shape)} {graph.tensors[t].dtype}"
-        )
+    lines += [f"    {p} = {describe(t)}" for t, p in io.params.items()]
+    lines += [f"    out{i} = {describe(t)}" for i, t in enumerate(outputs)]
     lines.append('    """')
     lines.append("    pid = tl.program_id(0)")
     return lines

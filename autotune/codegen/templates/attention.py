@@ -1,0 +1,376 @@
+"""Attention: ``softmax(epilogue(Q @ K^T)) @ V`` as flash attention, one kernel (or two with a
+key split), with the ops that make Q, K and V (transposes, a rotary embedding, the grouped-query
+broadcast of K and V) and the score's ops (scale, additive or boolean mask) read in place.
+
+Each program takes ``TILE_Q`` query rows of one batch (the plan's ``base_m``) and walks the
+keys ``TILE_KV`` at a time (the plan's ``kv_tile``) with the online softmax, so the score
+matrix is never stored. With ``kv_split = S > 1`` (flash-decoding) the keys are cut into S
+ranges, one program each; the first kernel writes each range's unnormalised output and its
+row maximum and sum, and a second kernel combines them and runs the output's epilogue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.indexing import Index, broadcast_index, numel, offset, same_index, unflatten
+from autotune.codegen.pull import KernelIO, Pull, lanes
+from autotune.codegen.source import Body
+from autotune.codegen.templates.common import (
+    KernelSource,
+    Launch,
+    Scratch,
+    check_outputs,
+    header,
+    kernel_io,
+    next_pow2,
+    store,
+)
+from search_space.ir import FusionGroup, Graph, KernelConfig, Op
+
+__all__ = ["attention_kernels"]
+
+LANES = lanes(
+    {"Q": (0, "BLOCK_Q"), "D": (1, "BLOCK_D"), "DR": (0, "BLOCK_D"), "KV": (1, "BLOCK_KV"),
+     "KVR": (0, "BLOCK_KV"), "DV": (1, "BLOCK_DV")},
+    q="Q", d="D", dk="DR", kv="KV", kvr="KVR", dv="DV", qmask="Q", qdmask="QD",
+    ktmask="DRKV", smask="QKV", vmask="KVRDV", omask="QDV",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The attention of a group: its two matmuls, the softmax, and their sizes."""
+
+    qk: Op
+    softmax: Op
+    pv: Op
+    batch: tuple[int, ...]
+    sq: int
+    sk: int
+    d: int
+    dv: int
+
+    @property
+    def nb(self) -> int:
+        return math.prod(self.batch)
+
+    def bidx(self, dims: tuple[int, ...]) -> Index:
+        return broadcast_index(unflatten("b", self.batch), self.batch, dims)
+
+    def env(self, col: str, cols: int) -> dict[str, np.ndarray]:
+        def pick(n: int) -> np.ndarray:
+            return np.unique(np.linspace(0, n - 1, min(n, 61)).astype(np.int64))
+
+        return {"b": pick(self.nb)[:, None, None], "q": pick(self.sq)[None, :, None],
+                col: pick(cols)[None, None, :]}  # fmt: skip
+
+
+def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
+    ops = [graph.op(o) for o in group.ops]
+    soft = [op for op in ops if op.op_type == "Softmax"]
+    mms = [op for op in ops if op.op_type == "MatMul"]
+    if len(soft) != 1 or len(mms) != 2:
+        raise Unsupported("attention other than two matmuls around one softmax")
+    pv = next((m for m in mms if m.inputs[0] == soft[0].outputs[0]), None)
+    if pv is None:
+        raise Unsupported("the softmax's output is not the second matmul's left operand")
+    qk = next(m for m in mms if m is not pv)
+    s_shape, o_shape = io.shape(qk.outputs[0]), io.shape(pv.outputs[0])
+    rank = len(s_shape)
+    if int(soft[0].attr("axis", -1)) % rank != rank - 1 or len(o_shape) != rank:
+        raise Unsupported("a softmax over other than the keys")
+    if s_shape[:-1] != o_shape[:-1] or io.shape(pv.inputs[1])[-2] != s_shape[-1]:
+        raise Unsupported(f"attention shapes {s_shape} and {o_shape} do not line up")
+    d = io.shape(qk.inputs[0])[-1]
+    return _Shape(qk, soft[0], pv, s_shape[:-2], s_shape[-2], s_shape[-1], d, o_shape[-1])
+
+
+def _tiles(config: KernelConfig, att: _Shape) -> tuple[int, int, int]:
+    tq = max(1, min(config.base_m or 16, att.sq))
+    tkv = max(1, min(config.knob("kv_tile", config.base_n or 64), att.sk))
+    split = max(1, min(config.knob("kv_split", 1), math.ceil(att.sk / tkv)))
+    return tq, tkv, split
+
+
+def _block(n: int) -> int:
+    return max(16, next_pow2(n))
+
+
+def _ones(names: tuple[str, str], dims: tuple[int, ...]) -> Index:
+    return tuple("0" if d == 1 else n for n, d in zip(names, dims, strict=True))
+
+
+def _at(att: _Shape, io: KernelIO, tensor: str, cols: tuple[str, str]) -> Index:
+    """The index of a matmul operand or result at the tile's lanes ``cols``."""
+    shape = io.shape(tensor)
+    return att.bidx(shape[:-2]) + _ones(cols, shape[-2:])
+
+
+def _anchor(att: _Shape, io: KernelIO, tensor: str, cols: tuple[str, str], value: str, size: int):
+    expected = _at(att, io, tensor, cols)
+
+    def resolve(pull: Pull, idx: Index, mask: str) -> str:
+        if not same_index(idx, expected, att.env(cols[1], size)):
+            raise Unsupported("the attention's epilogue reads the scores off their tile")
+        return value
+
+    return resolve
+
+
+def _tile_vars(att: _Shape, row: Body, tiles_q: int, split: int) -> None:
+    row.line(f"b = tile // {tiles_q * split}")
+    row.line(f"tq = (tile // {split}) % {tiles_q}" if split > 1 else f"tq = tile % {tiles_q}")
+    if split > 1:
+        row.line(f"sp = tile % {split}")
+    row.line("lane_q = tl.arange(0, BLOCK_Q)[:, None]")
+    row.line("q = tq * TILE_Q + lane_q")
+    row.line(f"qmask = (lane_q < TILE_Q) & (q < {att.sq})")
+    row.line("d = tl.arange(0, BLOCK_D)[None, :]")
+    row.line("dk = tl.arange(0, BLOCK_D)[:, None]")
+    row.line("dv = tl.arange(0, BLOCK_DV)[None, :]")
+    row.line(f"qdmask = qmask & (d < {att.d})")
+    row.line(f"omask = qmask & (dv < {att.dv})")
+
+
+def _dot(pull: Pull, a: str, b: str, b_tensor: str) -> str:
+    dtype = pull.io.dtype(b_tensor)
+    if dtype in ("float16", "bfloat16"):
+        return f"tl.dot({a}.to(tl.{dtype}), {b}.to(tl.{dtype}))"
+    return f'tl.dot({a}, {b}, input_precision="ieee")'
+
+
+def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> None:
+    """The online softmax over this program's keys; leaves ``acc``, ``m_i``, ``l_i``."""
+    qt = Pull(io, row, LANES).value(att.qk.inputs[0], _at(att, io, att.qk.inputs[0],
+                                                           ("q", "d")), "qdmask")  # fmt: skip
+    row.line("m_i = tl.full([BLOCK_Q, 1], float('-inf'), tl.float32)")
+    row.line("l_i = tl.zeros([BLOCK_Q, 1], dtype=tl.float32)")
+    row.line("acc = tl.zeros([BLOCK_Q, BLOCK_DV], dtype=tl.float32)")
+    inner = row.child()
+    start = f"sp * {chunk}" if split > 1 else "0"
+    end = f"sp * {chunk} + {chunk}" if split > 1 else str(att.sk)
+    inner.line("lane_kv = tl.arange(0, BLOCK_KV)")
+    inner.line("kv = k0 + lane_kv[None, :]")
+    inner.line("kvr = k0 + lane_kv[:, None]")
+    inner.line(f"kvmask = (lane_kv[None, :] < TILE_KV) & (kv < {att.sk})")
+    inner.line(f"kvrmask = (lane_kv[:, None] < TILE_KV) & (kvr < {att.sk})")
+    inner.line(f"ktmask = (dk < {att.d}) & kvmask")
+    inner.line("smask = qmask & kvmask")
+    inner.line(f"vmask = kvrmask & (dv < {att.dv})")
+    scores = att.qk.outputs[0]
+    pull = Pull(io, inner, LANES, {scores: _anchor(att, io, scores, ("q", "kv"), "s", att.sk)})
+    kt = pull.value(att.qk.inputs[1], _at(att, io, att.qk.inputs[1], ("dk", "kv")), "ktmask")
+    inner.line(f"s = {_dot(pull, qt, kt, att.qk.inputs[1])}")
+    x = pull.value(att.softmax.inputs[0], _at(att, io, scores, ("q", "kv")), "smask")
+    inner.line(f"x = tl.where(smask, {x}, float('-inf'))")
+    inner.line("m_new = tl.maximum(m_i, tl.max(x, axis=1)[:, None])")
+    inner.line("m_use = tl.where(m_new == float('-inf'), 0.0, m_new)")
+    inner.line("alpha = tl.exp(m_i - m_use)")
+    inner.line("p = tl.exp(x - m_use)")
+    inner.line("l_i = l_i * alpha + tl.sum(p, axis=1)[:, None]")
+    v = pull.value(att.pv.inputs[1], _at(att, io, att.pv.inputs[1], ("kvr", "dv")), "vmask")
+    inner.line(f"acc = acc * alpha + {_dot(pull, 'p', v, att.pv.inputs[1])}")
+    inner.line("m_i = m_new")
+    row.nest(f"for k0 in range({start}, {end}, TILE_KV):", inner)
+
+
+def _out_index(att: _Shape, shape: tuple[int, ...]) -> Index:
+    if shape[-2:] == (att.sq, att.dv) and math.prod(shape[:-2]) == att.nb:
+        return unflatten("b", shape[:-2]) + _ones(("q", "dv"), shape[-2:])
+    return unflatten(f"b * {att.sq * att.dv} + q * {att.dv} + dv", shape)
+
+
+def _epilogue(att: _Shape, io: KernelIO, group: FusionGroup, row: Body, out: str) -> None:
+    o = att.pv.outputs[0]
+    pull = Pull(io, row, LANES, {o: _anchor(att, io, o, ("q", "dv"), out, att.dv)})
+    for pos, t in enumerate(group.outputs):
+        idx = _out_index(att, io.shape(t))
+        value = pull.value(t, idx, "omask")
+        ptr = pull.pointer(f"out{pos}", offset(idx, io.shape(t)), "omask")
+        row.line(store(ptr, io.dtype(t), value, "omask"))
+
+
+META = ("NPROG", "TILE_Q", "BLOCK_Q", "TILE_KV", "BLOCK_KV", "BLOCK_D", "BLOCK_DV")
+
+
+def _constexprs(grid: int, tq: int, tkv: int, att: _Shape) -> tuple[tuple[str, int], ...]:
+    return (
+        ("NPROG", grid),
+        ("TILE_Q", tq),
+        ("BLOCK_Q", _block(tq)),
+        ("TILE_KV", tkv),
+        ("BLOCK_KV", _block(tkv)),
+        ("BLOCK_D", _block(att.d)),
+        ("BLOCK_DV", _block(att.dv)),
+    )
+
+
+def _scratch(name: str, att: _Shape, split: int) -> tuple[Scratch, ...]:
+    rows = (att.nb, split, att.sq)
+    return (
+        Scratch(f"{name}::acc", (*rows, att.dv), "float32"),
+        Scratch(f"{name}::max", rows, "float32"),
+        Scratch(f"{name}::sum", rows, "float32"),
+    )
+
+
+def _partial_store(att: _Shape, row: Body, split: int) -> None:
+    """The split kernel's result: its keys' unnormalised output, row maximum and sum."""
+    base = f"(b * {split} + sp) * {att.sq} + q"
+    row.line(f"tl.store(out0 + ({base}) * {att.dv} + dv, acc, mask=omask)")
+    row.line(f"tl.store(out1 + {base}, m_i, mask=qmask)")
+    row.line(f"tl.store(out2 + {base}, l_i, mask=qmask)")
+
+
+def _combine(att: _Shape, row: Body, split: int, part: dict[str, str]) -> None:
+    """Merge the split kernel's ranges: weights exp(m_s - max) on outputs and sums."""
+    acc, mx, sm = part["acc"], part["max"], part["sum"]
+    base = f"(b * {split} + s) * {att.sq} + q"
+    row.line("m_all = tl.full([BLOCK_Q, 1], float('-inf'), tl.float32)")
+    row.line(f"for s in range(0, {split}):")
+    row.line(
+        f"    m_all = tl.maximum(m_all, tl.load({mx} + {base}, mask=qmask, other=float('-inf')))"
+    )
+    row.line("m_use = tl.where(m_all == float('-inf'), 0.0, m_all)")
+    row.line("num = tl.zeros([BLOCK_Q, BLOCK_DV], dtype=tl.float32)")
+    row.line("den = tl.zeros([BLOCK_Q, 1], dtype=tl.float32)")
+    row.line(f"for s in range(0, {split}):")
+    row.line(f"    w = tl.exp(tl.load({mx} + {base}, mask=qmask, other=float('-inf')) - m_use)")
+    row.line(f"    num = num + w * tl.load({acc} + ({base}) * {att.dv} + dv, mask=omask, other=0)")
+    row.line(f"    den = den + w * tl.load({sm} + {base}, mask=qmask, other=0)")
+    row.line("o = num / tl.where(qmask, den, 1.0)  # lanes past the last query divide by 1")
+
+
+def attention_kernels(
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+) -> list[KernelSource]:
+    """The kernel (or, with a key split, the split and combine kernels) of an attention group.
+
+    Raises:
+        Unsupported: not two matmuls around one softmax over the keys, an output not of the
+            attention's size, or an epilogue that reads the scores or the output off its tile.
+    """
+    check_outputs(graph, group.outputs)
+    io = kernel_io(graph, group)
+    att = _find(graph, group, io)
+    for t in group.outputs:
+        if numel(io.shape(t)) != att.nb * att.sq * att.dv:
+            raise Unsupported(f"output '{t}' is not of the attention's size")
+    tq, tkv, split = _tiles(config, att)
+    tiles_q = math.ceil(att.sq / tq)
+    chunk = math.ceil(math.ceil(att.sk / split) / tkv) * tkv
+    tiles = att.nb * tiles_q * split
+    grid = max(1, min(config.block_dim, tiles))
+    launch = Launch(grid, _constexprs(grid, tq, tkv, att), 2 if config.double_buffer else 1)
+    body = Body(1)
+    row = body.child()
+    _tile_vars(att, row, tiles_q, split)
+    _kv_loop(att, io, row, chunk, split)
+    if split == 1:
+        row.line("o = acc / tl.where(qmask, l_i, 1.0)")
+        _epilogue(att, io, group, row, "o")
+        body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+        text = [
+            *header(name, group, graph, config, io, group.outputs, META, "attention"),
+            *body.lines,
+        ]
+        return [
+            KernelSource(
+                name,
+                "\n".join(text),
+                group.ops,
+                tuple(io.params),
+                group.outputs,
+                launch,
+                "attention",
+            )
+        ]
+    scratch = _scratch(name, att, split)
+    _partial_store(att, row, split)
+    body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+    first = KernelSource(
+        f"{name}_split",
+        "\n".join(
+            [
+                *header(
+                    f"{name}_split",
+                    group,
+                    graph,
+                    config,
+                    io,
+                    [s.name for s in scratch],
+                    META,
+                    "attention (split)",
+                    scratch,
+                ),
+                *body.lines,
+            ]
+        ),
+        group.ops,
+        tuple(io.params),
+        tuple(s.name for s in scratch),
+        launch,
+        "attention",
+        scratch,
+    )
+    return [first, _combine_kernel(name, graph, group, config, io, att, scratch, split)]
+
+
+def _combine_kernel(
+    name: str,
+    graph: Graph,
+    group: FusionGroup,
+    config: KernelConfig,
+    io: KernelIO,
+    att: _Shape,
+    scratch: tuple[Scratch, ...],
+    split: int,
+) -> KernelSource:
+    params = dict(io.params)
+    part = {}
+    for s in scratch:
+        params[s.name] = f"in{len(params)}"
+        part[s.name.rsplit("::", 1)[1]] = params[s.name]
+    cio = KernelIO(io.graph, io.ops, params, io.literals)
+    tiles_q = math.ceil(att.sq / max(1, min(config.base_m or 16, att.sq)))
+    tq = max(1, min(config.base_m or 16, att.sq))
+    tiles = att.nb * tiles_q
+    grid = max(1, min(config.block_dim, tiles))
+    body = Body(1)
+    row = body.child()
+    _tile_vars(att, row, tiles_q, 1)
+    _combine(att, row, split, part)
+    _epilogue(att, cio, group, row, "o")
+    body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+    text = [
+        *header(
+            f"{name}_combine",
+            group,
+            graph,
+            config,
+            cio,
+            group.outputs,
+            META,
+            "attention (combine)",
+            scratch,
+        ),
+        *body.lines,
+    ]
+    launch = Launch(
+        grid, _constexprs(grid, tq, max(1, min(config.knob("kv_tile", 64), att.sk)), att), 1
+    )
+    return KernelSource(
+        f"{name}_combine",
+        "\n".join(text),
+        group.ops,
+        tuple(params),
+        group.outputs,
+        launch,
+        "attention",
+        scratch,
+    )

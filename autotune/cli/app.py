@@ -2,8 +2,9 @@
 
 Exit codes: 0 ok, 1 a user error reported in one line (no traceback), 2 a usage error.
 Commands live in :mod:`.explore` (inspect, estimate, candidates, zoo), :mod:`.tuning` (tune,
-report, apply, verify), :mod:`.dashboard` and :mod:`.costmodel` (calibrate, costmodel eval);
-flags they share are declared once in :mod:`.common`.
+report, apply, verify), :mod:`.codegen` (codegen, run), :mod:`.dashboard` and
+:mod:`.costmodel` (calibrate, costmodel eval); flags they share are declared once in
+:mod:`.common`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli import costmodel, dashboard, explore, tuning
+from autotune.cli import codegen, costmodel, dashboard, explore, tuning
 from autotune.cli.common import out
 
 __all__ = ["app", "main"]
@@ -53,6 +54,8 @@ app.command("tune")(tuning.tune)
 app.command("report")(tuning.report)
 app.command("apply")(tuning.apply)
 app.command("verify")(tuning.verify)
+app.command("codegen")(codegen.codegen)
+app.command("run")(codegen.run)
 app.command("dashboard")(dashboard.dashboard)
 app.command("calibrate")(costmodel.calibrate)
 costmodel_app.command("eval")(costmodel.costmodel_eval)

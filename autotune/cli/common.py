@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,6 +22,12 @@ from rich.markup import escape
 from autotune.zoo import ZooOptions, load_model_spec, resolve_model
 from search_space import AutofusionError, Graph, parse_input_shapes
 from search_space.rules import Policy, load_policy
+
+if TYPE_CHECKING:  # annotations only: loading a model and a plan imports what it runs
+    import onnx
+
+    from costmodel.spec import Target
+    from search_space.space import FusionPlan
 
 __all__ = [
     "FUSION_FLAGS",
@@ -37,6 +43,8 @@ __all__ = [
     "emit_json",
     "err",
     "human",
+    "model_and_plan",
+    "model_and_plan_or_baseline",
     "model_options",
     "out",
     "policy_options",
@@ -301,3 +309,91 @@ def human(n: float, unit: str = "") -> str:
         if abs(n) >= factor:
             return f"{n / factor:.2f} {prefix}{unit}"
     return f"{n:g} {unit}".strip()
+
+
+def _load_model(model: str, opts: ModelOptions) -> tuple[onnx.ModelProto, Graph]:
+    """MODEL with its weights (a ModelProto) and its static graph."""
+    from search_space.onnx import load_graph, read_model_with_data
+
+    source = opts.source(model)
+    return read_model_with_data(source), load_graph(source, input_shapes=opts.input_shapes)
+
+
+def model_and_plan(
+    model: str, opts: ModelOptions, plan: Path
+) -> tuple[onnx.ModelProto, Graph, FusionPlan]:
+    """MODEL with its weights (a ModelProto), its static graph, and the plan checked against
+    it (a plan for another model is one clear error).
+
+    Raises:
+        PlanError: a missing or bad plan file, or a plan for another model;
+        InfeasibleConfig: a config that does not run on the plan's target.
+    """
+    from autotune.estimate import plan_kernels, plan_target
+    from search_space.space import FusionPlan
+
+    proto, graph = _load_model(model, opts)
+    record = FusionPlan.load(plan, graph)
+    plan_kernels(graph, record, plan_target(record))  # every config runs on its target
+    return proto, graph, record
+
+
+def model_and_plan_or_baseline(
+    model: str,
+    opts: ModelOptions,
+    plan: str,
+    target: str | None = None,
+    precision: str | None = None,
+    policy: Policy | None = None,
+) -> tuple[onnx.ModelProto, Graph, FusionPlan, Target]:
+    """As :func:`model_and_plan`, with the target, and PLAN may name a baseline: planned
+    under ``policy`` for ``target`` (default ascend910b) at ``precision`` (default auto), as a
+    record whose ``meta["baseline"]`` names it. A plan file brings its target, which
+    ``target`` and ``precision``, when given, must agree with.
+
+    Raises:
+        PlanError: PLAN is neither a baseline nor a file, or does not fit the model or the
+            target given; SpecError: an unknown target; as :func:`model_and_plan`.
+    """
+    from autotune.estimate import plan_kernels
+    from costmodel.spec import load_target
+    from search_space.space import BASELINES, FusionPlan, PlanError, PlanGroup
+
+    if plan not in BASELINES:
+        if not Path(plan).exists():
+            names = ", ".join(BASELINES)
+            raise PlanError(f"plan '{plan}' is neither a plan file nor a baseline ({names})")
+        proto, graph, record = model_and_plan(model, opts, Path(plan))
+        return proto, graph, record, _plan_file_target(record, target, precision)
+    proto, graph = _load_model(model, opts)
+    source = target or "ascend910b"
+    tgt = load_target(source, (), precision or "auto")
+    groups, kernels = plan_kernels(graph, plan, tgt, policy)
+    configs = [k.config for k in kernels] if kernels else [None] * len(groups)  # no work
+    record = FusionPlan(
+        fingerprint=graph.fingerprint(),
+        target=tgt.spec.name,
+        groups=tuple(PlanGroup(g.ops, g.kind, c) for g, c in zip(groups, configs, strict=True)),
+        precision=tgt.precision,
+        name=plan,
+        meta={"baseline": plan, "target_source": source, "sets": []},
+    )
+    return proto, graph, record, tgt
+
+
+def _plan_file_target(record: FusionPlan, target: str | None, precision: str | None) -> Target:
+    """The target a plan file was tuned for, which ``target`` and ``precision`` (when given)
+    must name: a plan's configs are tuned for one target."""
+    from autotune.estimate import plan_target
+    from costmodel.spec import load_target
+    from search_space.space import PlanError
+
+    tgt = plan_target(record)
+    if target is not None or precision is not None:
+        given = load_target(target or tgt.spec.name, (), precision or tgt.precision)
+        if (given.spec.name, given.precision) != (tgt.spec.name, tgt.precision):
+            raise PlanError(
+                f"plan was tuned for {tgt.spec.name} at precision {tgt.precision}, not "
+                f"{given.spec.name} at {given.precision}; drop --target/--precision or re-tune"
+            )
+    return tgt

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from autotune.cli.codegen import CodegenOpt, PlanArg, PlanPrecisionOpt, PlanTargetOpt
 from autotune.cli.common import (
     POLICY_FLAGS,
     JsonOpt,
@@ -20,6 +21,8 @@ from autotune.cli.common import (
     TargetOpt,
     emit_json,
     err,
+    model_and_plan,
+    model_and_plan_or_baseline,
     model_options,
     out,
     policy_options,
@@ -289,21 +292,6 @@ def _write_html(
     err.print(f"wrote {path}", highlight=False)
 
 
-def _model_and_plan(model: str, opts: ModelOptions, plan: Path) -> tuple[Any, Any, Any]:
-    """MODEL with its weights (a ModelProto), its static graph, and the plan checked against
-    it (a plan for another model is one clear error)."""
-    from autotune.estimate import plan_kernels, plan_target
-    from search_space.onnx import load_graph, read_model_with_data
-    from search_space.space import FusionPlan
-
-    source = opts.source(model)
-    proto = read_model_with_data(source)
-    graph = load_graph(source, input_shapes=opts.input_shapes)
-    record = FusionPlan.load(plan, graph)
-    plan_kernels(graph, record, plan_target(record))  # every config runs on its target
-    return proto, graph, record
-
-
 @user_errors
 @model_options(weights="random")
 def apply(
@@ -332,7 +320,7 @@ def apply(
             "--storage": journal,
         },
     )
-    proto, graph, record = _model_and_plan(model, opts, plan)
+    proto, graph, record = model_and_plan(model, opts, plan)
     fused = apply_plan(proto, graph, record.groups)
     path = save_model(fused, output)
     n = sum(1 for g in record.groups if len(g.ops) > 1)
@@ -344,32 +332,42 @@ def apply(
 
 @user_errors
 @model_options(weights=None)
-@policy_options("strict_safety")
+@policy_options("preset", "strict_safety")
 def verify(
     model: ModelArg,
     opts: ModelOptions,
     policy: PolicyFlags,
-    plan: Annotated[Path, typer.Argument(help="A plan file for this model.")],
+    plan: PlanArg,
     json_out: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    codegen: CodegenOpt = False,
+    target: PlanTargetOpt = None,
+    precision: PlanPrecisionOpt = None,
 ) -> None:
-    """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics."""
+    """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics.
+
+    PLAN may be a baseline; --codegen also checks the Triton kernels `autotune codegen` writes.
+    """
     from autotune.apply import apply_plan
-    from autotune.estimate import plan_target
+    from autotune.cli.codegen import codegen_check, print_codegen_check
     from autotune.verify import Status, graph_equivalence, verify_kernels
 
-    proto, graph, record = _model_and_plan(model, opts, plan)
-    target = plan_target(record)
-    equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
     pol = policy.load()
-    verdicts = verify_kernels(proto, graph, record.groups, target, pol, seed=seed)
+    proto, graph, record, tgt = model_and_plan_or_baseline(
+        model, opts, plan, target, precision, pol
+    )
+    equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
+    verdicts = verify_kernels(proto, graph, record.groups, tgt, pol, seed=seed)
     unverified = sum(v.status is Status.UNVERIFIED for v in verdicts)
+    generated = codegen_check(proto, graph, record, tgt, model, seed) if codegen else None
     ok = bool(equiv["ok"]) and all(v.kept(pol.strict_safety) for v in verdicts)
+    ok = ok and (generated is None or generated.ok)
     result = {
         "ok": ok,
         **equiv,
         "unverified": unverified,
         "kernels": [v.to_json() for v in verdicts],
+        **({"codegen": generated.to_json()} if generated is not None else {}),
     }
     if json_out:
         emit_json(result)
@@ -396,5 +394,7 @@ def verify(
                 f"{unverified} kernel signature(s) could not be verified"
                 + (" (--strict-safety: not ok)" if pol.strict_safety else "")
             )
+        if generated is not None:
+            print_codegen_check(generated)
     if not ok:
         raise typer.Exit(1)

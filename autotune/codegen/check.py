@@ -181,7 +181,7 @@ def check_package(
         for s in program.steps
         if s.kernel is not None
     )
-    got = pkg.run({t: feeds[t] for t in graph.inputs})
+    got = pkg.run({t: feeds[t] for t in pkg.INPUTS})
     outputs = tuple(
         compare(t, got[t], ref[t] if t in ref else values[t], graph.tensors[t].dtype)
         for t in graph.outputs

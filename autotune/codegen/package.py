@@ -101,7 +101,9 @@ def write_package(
         raise CodegenError(
             f"'{target}' exists and is not a generated package; pick a new folder or --force"
         )
-    runner, params = runner_source(program, meta)
+    inits = {t.name for t in model.graph.initializer}
+    fed = [t for t in program.graph.inputs if t not in inits]
+    runner, params = runner_source(program, meta, fed)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         (tmp / "__init__.py").write_text(_INIT.format(model=meta.get("model", "")))

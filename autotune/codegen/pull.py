@@ -93,6 +93,15 @@ class Pull:
             raise Unsupported(f"a tensor of type {dtype}")
         return text
 
+    def tile(self, tensor: str, idx: Index, mask: str) -> str:
+        """``value`` broadcast to the mask's whole tile (a ``tl.dot`` operand must be one,
+        even where the tensor has a dim of 1 the tile spans)."""
+        value = self.value(tensor, idx, mask)
+        need = self.span(mask)
+        if need <= self.span(value):
+            return value
+        return self.bind(f"{value} + {self.lanes.zeros(need)}.to(tl.float32)")
+
     def pointer(self, param: str, off: str, mask: str) -> str:
         """``param + off``, broadcast to the mask's shape where the offset spans fewer axes
         (a store of a row statistic, a tensor with a dim of 1)."""
@@ -114,5 +123,3 @@ class Pull:
 
     def operand(self, op: Op, pos: int, idx: Index, mask: str) -> str:
         return self.value(op.inputs[pos], idx, mask)
-
-

@@ -4,7 +4,7 @@ program's kernels in order (buffers allocated once per device), and ``run(inputs
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +27,14 @@ class RunnerNames:
 
     graph: Graph
     params: list[str]
+    fed: Sequence[str]
     names: dict[str, str] = field(default_factory=dict)
     workspace: list[str] = field(default_factory=list)
     assigned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         used: set[str] = set()
-        for t in self.graph.inputs:
+        for t in self.fed:
             name = _ident(t)
             while name in used or name in ("self", "ws", "K", "torch"):
                 name += "_"
@@ -62,13 +63,13 @@ class RunnerNames:
         return self.names[tensor]
 
 
-def params_of(program: Program) -> list[str]:
-    """Compile-time tensors the program reads, in first-use order (graph inputs excluded)."""
+def params_of(program: Program, fed: Sequence[str]) -> list[str]:
+    """Compile-time tensors the program reads, in first-use order (fed inputs excluded)."""
     g = program.graph
     out: dict[str, None] = {}
     for step in program.steps:
         for t in _reads(step, g):
-            if t in g.tensors and t not in g.inputs and is_compile_time(g, t):
+            if t in g.tensors and t not in fed and is_compile_time(g, t):
                 out[t] = None
     return list(out)
 
@@ -126,11 +127,14 @@ def _step_lines(step: Step, g: Graph, names: RunnerNames, lines: list[str]) -> N
     )
 
 
-def runner_source(program: Program, meta: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """The runner module's text, and the compile-time tensors it loads (``params.npz``)."""
+def runner_source(
+    program: Program, meta: Mapping[str, Any], fed: Sequence[str]
+) -> tuple[str, list[str]]:
+    """The runner module's text, and the compile-time tensors it loads (``params.npz``);
+    ``fed`` are the graph inputs a caller gives (an initializer listed as an input is not)."""
     g = program.graph
-    params = params_of(program)
-    names = RunnerNames(g, params)
+    params = params_of(program, fed)
+    names = RunnerNames(g, params, fed)
     body: list[str] = []
     for step in program.steps:
         _step_lines(step, g, names, body)
@@ -143,10 +147,10 @@ def runner_source(program: Program, meta: Mapping[str, Any]) -> tuple[str, list[
     ]
     scratch = {s.name: s for k in program.kernels for s in k.scratch}
     work = [_alloc(g, t, scratch) for t in names.workspace]
-    args = ", ".join(f"{names.names[t]}: torch.Tensor" for t in g.inputs)
-    take = [f"{names.names[t]} = {names.names[t]}.contiguous()" for t in g.inputs]
+    args = ", ".join(f"{names.names[t]}: torch.Tensor" for t in fed)
+    take = [f"{names.names[t]} = {names.names[t]}.contiguous()" for t in fed]
     unpack = [f"{names.of(t)} = ws[{i}]" for i, t in enumerate(names.workspace)]
-    inputs = {t: (tuple(g.tensors[t].static_shape), g.tensors[t].dtype) for t in g.inputs}
+    inputs = {t: (tuple(g.tensors[t].static_shape), g.tensors[t].dtype) for t in fed}
     text = _TEMPLATE.format(
         model=meta.get("model", g.name),
         plan=meta.get("plan", ""),
@@ -155,12 +159,12 @@ def runner_source(program: Program, meta: Mapping[str, Any]) -> tuple[str, list[
         outputs=repr(tuple(g.outputs)),
         params=repr(params),
         args=args,
-        arg_names=", ".join(names.names[t] for t in g.inputs),
+        arg_names=", ".join(names.names[t] for t in fed),
         workspace="\n".join(f"            {w}," for w in work) or "            ",
         body=_indent(
             [
                 *take,
-                "dev = " + (names.names[g.inputs[0]] + ".device" if g.inputs else "self.device"),
+                "dev = " + (names.names[fed[0]] + ".device" if fed else "self.device"),
                 "ws = self.workspace(dev)",
                 *unpack,
                 *allocs_out,
@@ -185,7 +189,7 @@ kernels are allocated once per device and reused; outputs are fresh on every cal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 

@@ -82,7 +82,8 @@ def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
     qk = next(m for m in mms if m is not pv)
     s_shape, o_shape = io.shape(qk.outputs[0]), io.shape(pv.outputs[0])
     rank = len(s_shape)
-    if int(soft[0].attr("axis", -1)) % rank != rank - 1 or len(o_shape) != rank:
+    default = 1 if graph.opset < 13 else -1  # before opset 13: the input flattened at axis
+    if int(soft[0].attr("axis", default)) % rank != rank - 1 or len(o_shape) != rank:
         raise Unsupported("a softmax over other than the keys")
     if s_shape[:-1] != o_shape[:-1] or io.shape(pv.inputs[1])[-2] != s_shape[-1]:
         raise Unsupported(f"attention shapes {s_shape} and {o_shape} do not line up")
@@ -146,7 +147,7 @@ def _dot(pull: Pull, a: str, b: str, b_tensor: str) -> str:
 
 def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> None:
     """The online softmax over this program's keys; leaves ``acc``, ``m_i``, ``l_i``."""
-    qt = Pull(io, row, LANES).value(att.qk.inputs[0], _at(att, io, att.qk.inputs[0],
+    qt = Pull(io, row, LANES).tile(att.qk.inputs[0], _at(att, io, att.qk.inputs[0],
                                                            ("q", "d")), "qdmask")  # fmt: skip
     row.line("m_i = tl.full([BLOCK_Q, 1], float('-inf'), tl.float32)")
     row.line("l_i = tl.zeros([BLOCK_Q, 1], dtype=tl.float32)")
@@ -164,7 +165,7 @@ def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> No
     inner.line(f"vmask = kvrmask & (dv < {att.dv})")
     scores = att.qk.outputs[0]
     pull = Pull(io, inner, LANES, {scores: _anchor(att, io, scores, ("q", "kv"), "s", att.sk)})
-    kt = pull.value(att.qk.inputs[1], _at(att, io, att.qk.inputs[1], ("dk", "kv")), "ktmask")
+    kt = pull.tile(att.qk.inputs[1], _at(att, io, att.qk.inputs[1], ("dk", "kv")), "ktmask")
     inner.line(f"s = {_dot(pull, qt, kt, att.qk.inputs[1])}")
     x = pull.value(att.softmax.inputs[0], _at(att, io, scores, ("q", "kv")), "smask")
     inner.line(f"x = tl.where(smask, {x}, float('-inf'))")
@@ -173,7 +174,7 @@ def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> No
     inner.line("alpha = tl.exp(m_i - m_use)")
     inner.line("p = tl.exp(x - m_use)")
     inner.line("l_i = l_i * alpha + tl.sum(p, axis=1)[:, None]")
-    v = pull.value(att.pv.inputs[1], _at(att, io, att.pv.inputs[1], ("kvr", "dv")), "vmask")
+    v = pull.tile(att.pv.inputs[1], _at(att, io, att.pv.inputs[1], ("kvr", "dv")), "vmask")
     inner.line(f"acc = acc * alpha + {_dot(pull, 'p', v, att.pv.inputs[1])}")
     inner.line("m_i = m_new")
     row.nest(f"for k0 in range({start}, {end}, TILE_KV):", inner)

@@ -41,7 +41,7 @@ META = ("NPROG", "TILE_M", "BLOCK_M", "TILE_N", "BLOCK_N", "TILE_K", "BLOCK_K")
 
 
 def _operand(pull: Pull, tensor: str, idx: tuple[str, ...], mask: str) -> str:
-    value = pull.value(tensor, idx, mask)
+    value = pull.tile(tensor, idx, mask)
     dtype = pull.io.dtype(tensor)
     if dtype in ("float16", "bfloat16"):  # the cube reads half operands as they are
         return f"{value}.to(tl.{dtype})"

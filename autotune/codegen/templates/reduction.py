@@ -109,6 +109,8 @@ def _axes(op: Op, io: KernelIO, rank: int) -> list[int]:
     if t in ("GlobalAveragePool", "GlobalMaxPool"):
         return list(range(2, rank))
     if t in ("Softmax", "LogSoftmax"):
+        if io.graph.opset < 13:  # the input flattened at axis (default 1): all axes after it
+            return list(range(int(op.attr("axis", 1)) % rank, rank))
         return [int(op.attr("axis", -1)) % rank]
     if t in ("LayerNormalization", "RMSNormalization"):
         return list(range(int(op.attr("axis", -1)) % rank, rank))

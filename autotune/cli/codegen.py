@@ -263,7 +263,9 @@ def run(
     check_feeds(feeds, graph)  # before generating: a bad input costs no kernel
     gen = generate_plan(proto, graph, record, tgt, model)
     with tempfile.TemporaryDirectory(prefix="autotune-run-") as tmp:
-        folder = gen.write(package if package is not None else Path(tmp) / "package")
+        folder = gen.write(
+            package if package is not None else Path(tmp) / "package", force_hint=False
+        )
         result = run_package(folder, feeds)
     path = write_outputs(output, {name: result[name] for name in graph.outputs})
     err.print(

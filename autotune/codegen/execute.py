@@ -44,7 +44,9 @@ def load_package(folder: str | Path) -> ModuleType:
     packages load side by side)."""
     root = Path(folder).resolve()
     read_manifest(root)
-    name = "autotune_generated_" + hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    # keyed by the folder and its kernels' text: a package rewritten in place loads anew
+    stamp = str(root) + (root / "kernels.py").read_text() + (root / "runner.py").read_text()
+    name = "autotune_generated_" + hashlib.sha256(stamp.encode()).hexdigest()[:16]
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(

@@ -17,7 +17,7 @@ from autotune.estimate import plan_kernels
 from costmodel.kernel import Kernel
 from costmodel.registry import make_cost_model
 from costmodel.spec import HardwareSpec, Target
-from search_space.ir import Graph
+from search_space.ir import Graph, KernelConfig
 from search_space.rules import Policy
 from search_space.space import FusionPlan
 
@@ -33,8 +33,16 @@ class Generated:
     meta: Mapping[str, Any]
     predicted: Mapping[int, float] = field(default_factory=dict)
 
-    def write(self, out: str | Path, *, force: bool = False) -> Path:
-        return write_package(out, self.model, self.program, self.meta, self.predicted, force=force)
+    def write(self, out: str | Path, *, force: bool = False, force_hint: bool = True) -> Path:
+        return write_package(
+            out,
+            self.model,
+            self.program,
+            self.meta,
+            self.predicted,
+            force=force,
+            force_hint=force_hint,
+        )
 
 
 def check_cores(kernels: list[Kernel], spec: HardwareSpec) -> None:
@@ -69,7 +77,9 @@ def generate(
     """
     groups, kernels = plan_kernels(graph, plan, target, policy)
     check_cores(kernels, target.spec)
-    program = build_program(graph, groups, [k.config for k in kernels])
+    # a model with an empty tensor has no kernels: its ops run in the framework
+    configs = [k.config for k in kernels] or [KernelConfig(block_dim=1)] * len(groups)
+    program = build_program(graph, groups, configs)
     costs = make_cost_model("analytic", target).evaluate(kernels) if kernels else []
     predicted = {i: c.device_us for i, c in enumerate(costs)}
     meta = {

@@ -87,6 +87,7 @@ def write_package(
     predicted: Mapping[int, float] | None = None,
     *,
     force: bool = False,
+    force_hint: bool = True,
 ) -> Path:
     """Write the package to ``out`` (a new folder, or one this command wrote before).
 
@@ -99,7 +100,8 @@ def write_package(
         raise CodegenError(f"folder '{target.parent}' does not exist; create it first")
     if target.exists() and not force and not _is_package(target):
         raise CodegenError(
-            f"'{target}' exists and is not a generated package; pick a new folder or --force"
+            f"'{target}' exists and is not a generated package; pick a new folder"
+            + (" or pass --force" if force_hint else "")
         )
     inits = {t.name for t in model.graph.initializer}
     fed = [t for t in program.graph.inputs if t not in inits]

@@ -17,7 +17,7 @@ from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, broadcast_index, offset
 from autotune.codegen.kernel_io import KernelIO, Lanes, lanes, literals_of
 from autotune.codegen.layout import LAYOUT_HANDLERS
-from autotune.codegen.scalar_ops import TRITON_DTYPES, elementwise
+from autotune.codegen.scalar_ops import ELEMENTWISE, TRITON_DTYPES, elementwise
 from autotune.codegen.source import Body, paren
 from autotune.codegen.window import WINDOW_HANDLERS
 from search_space.ir import Op
@@ -73,6 +73,8 @@ class Pull:
         handler = _HANDLERS.get(op.op_type)
         if handler is not None:
             return handler(self, op, tensor, idx, mask)
+        if op.op_type not in ELEMENTWISE:
+            raise Unsupported(f"no template computes {op.op_type} here")
         return self._elementwise(op, tensor, idx, mask)
 
     def load(self, tensor: str, idx: Index, mask: str) -> str:

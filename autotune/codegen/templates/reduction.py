@@ -134,9 +134,9 @@ def _reduction(op: Op, io: KernelIO) -> Reduction:
     reduced = [i for i in axes if shape[i] != 1]
     if kept and reduced and max(kept) > min(reduced):
         raise Unsupported(f"{op.op_type} over axes {sorted(axes)} that are not the last")
-    k = min(axes) if axes else len(shape)
-    while k > 0 and shape[k - 1] == 1 and (k - 1) in axes:
-        k -= 1
+    # the R x C split: C spans the reduced dims of more than one element (dims of 1 move
+    # freely), so a reduction over dims of 1 alone has C = 1
+    k = min(reduced) if reduced else len(shape)
     return Reduction(op, x, shape, k)
 
 

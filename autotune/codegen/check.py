@@ -21,9 +21,9 @@ from onnx import helper
 
 from autotune.codegen.execute import load_package
 from autotune.codegen.program import Program
+from autotune.codegen.runtime import load_params
 from autotune.codegen.templates.common import KernelSource
 from autotune.verify import draw_inputs
-from autotune.verify.sources import ModelSource
 from search_space.ir import Graph, is_compile_time
 
 __all__ = ["CodegenCheck", "KernelCheck", "TensorCheck", "check_package", "compare"]
@@ -94,7 +94,7 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, dtype: str) -> TensorCh
     g, r = got.astype(np.float64), ref.astype(np.float64)
     finite = np.isfinite(r)
     same_special = np.array_equal(np.isfinite(g), finite) and np.array_equal(
-        g[~finite], r[~finite]
+        g[~finite], r[~finite], equal_nan=True
     )
     diff = np.abs(g[finite] - r[finite])
     scale = float(np.max(np.abs(r[finite]), initial=0.0))
@@ -152,6 +152,12 @@ def _kernel_check(
     return KernelCheck(k.name, group, checks)
 
 
+def _package_params(pkg: Any, folder: str | Path) -> dict[str, np.ndarray]:
+    """The compile-time tensors the package holds, by tensor name (what its runner loads)."""
+    stored = load_params(Path(folder) / "params.npz")
+    return {name: stored[f"t{i}"] for i, name in enumerate(pkg.runner.PARAMS)}
+
+
 def check_package(
     folder: str | Path, model: onnx.ModelProto, program: Program, *, seed: int = 0
 ) -> CodegenCheck:
@@ -170,12 +176,7 @@ def check_package(
         }
     )
     ref = reference_values(model, graph, feeds, wanted)
-    source = ModelSource(model, graph)
-    values: dict[str, np.ndarray] = {**feeds, **ref}
-    for k in program.kernels:
-        for t in k.inputs:
-            if t not in values and t not in scratch:
-                values[t] = source.value(t)
+    values: dict[str, np.ndarray] = {**feeds, **ref, **_package_params(pkg, folder)}
     kernels = tuple(
         _kernel_check(pkg, s.kernel, s.group, values, graph)
         for s in program.steps

@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, add, mul
 from autotune.codegen.kernel_io import Reader
+from autotune.codegen.source import paren
 from search_space.ir import Op
 
-__all__ = ["WINDOW_HANDLERS", "window_pads"]
+__all__ = ["WINDOW_HANDLERS", "is_depthwise", "window_pads"]
 
 MAX_WINDOW = 64  # elements unrolled per output; a larger window is a reduction's job
 
@@ -75,7 +76,42 @@ def _pool(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     return acc if is_max else f"{acc} / tl.maximum({count}, 1.0)"
 
 
+def is_depthwise(op: Op, weight_shape: Sequence[int]) -> bool:
+    """A convolution of one input channel per group: vector work, read as a window."""
+    return op.op_type == "Conv" and len(weight_shape) > 2 and weight_shape[1] == 1
+
+
+def _depthwise(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    x, w = op.inputs[0], op.inputs[1]
+    in_shape, out_shape, w_shape = p.io.shape(x), p.io.shape(t), p.io.shape(w)
+    if not is_depthwise(op, w_shape):
+        raise Unsupported("a convolution over more than one input channel per group")
+    k = list(w_shape[2:])
+    if math.prod(k) > MAX_WINDOW:
+        raise Unsupported(f"a {k} convolution window")
+    nd = len(k)
+    strides = list(op.attr("strides") or [1] * nd)
+    dil = list(op.attr("dilations") or [1] * nd)
+    begin = window_pads(op, in_shape[2:], out_shape[2:], k)
+    per_group = out_shape[1] // int(op.attr("group", 1))
+    channel = idx[1] if per_group == 1 else f"{paren(idx[1])} // {per_group}"
+    acc = ""
+    for offs in itertools.product(*(range(kk) for kk in k)):
+        pos = [add(mul(idx[2 + a], strides[a]), str(offs[a] * dil[a] - begin[a]))
+               for a in range(nd)]  # fmt: skip
+        valid = p.bind(" & ".join(f"({q} >= 0) & ({q} < {in_shape[2 + a]})"
+                                  for a, q in enumerate(pos)), "inside")  # fmt: skip
+        v = p.value(x, (idx[0], channel, *pos), p.bind(f"{mask} & {valid}", "mask"))
+        wv = p.value(w, (idx[1], "0", *(str(o) for o in offs)), mask)
+        term = f"tl.where({valid}, {v} * {wv}, 0.0)"
+        acc = p.bind(f"{acc} + {term}" if acc else term, "conv")
+    if len(op.inputs) > 2 and op.inputs[2]:
+        return f"{acc} + {p.value(op.inputs[2], (idx[1],), mask)}"
+    return acc
+
+
 WINDOW_HANDLERS: dict[str, Callable[[Reader, Op, str, Index, str], str]] = {
     "MaxPool": _pool,
     "AveragePool": _pool,
+    "Conv": _depthwise,
 }

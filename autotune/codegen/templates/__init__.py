@@ -9,7 +9,7 @@ from autotune.codegen.templates.common import KernelSource, Scratch
 from autotune.codegen.templates.matmul import PRODUCTS, matmul_kernel
 from autotune.codegen.templates.pointwise import pointwise_kernel
 from autotune.codegen.templates.reduction import REDUCTIONS, reduction_kernel
-from autotune.codegen.window import WINDOW_HANDLERS
+from autotune.codegen.window import WINDOW_HANDLERS, is_depthwise
 from search_space.ir import FusionGroup, Graph, KernelConfig, OpClass
 
 __all__ = ["KernelSource", "Scratch", "kernels_for"]
@@ -25,7 +25,12 @@ def kernels_for(
         Unsupported: no template expresses the group (the reason says what).
     """
     ops = [graph.op(o) for o in group.ops]
-    cube = [op for op in ops if op.op_class is OpClass.CUBE]
+    cube = [
+        op
+        for op in ops
+        if op.op_class is OpClass.CUBE
+        and not is_depthwise(op, graph.tensors[op.inputs[1]].static_shape)
+    ]
     if cube:
         other_cube = [op for op in cube if op.op_type not in PRODUCTS]
         if other_cube:
@@ -41,7 +46,7 @@ def kernels_for(
         op
         for op in ops
         if op.op_class in (OpClass.REDUCE, OpClass.OPAQUE) and op.op_type not in WINDOW_HANDLERS
-    ]
+    ]  # a depthwise convolution is a window, read inside any vector kernel
     if other:
         raise Unsupported(f"no template for {other[0].op_type} yet")
     return [pointwise_kernel(name, graph, group, config)]

@@ -1,0 +1,65 @@
+"""Shared by the code-generation tests: generate a package for a model and plan, check it
+against onnxruntime (the independent oracle), and say which kernel failed if one did."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import onnx
+
+from autotune.codegen.check import CodegenCheck, check_package
+from autotune.codegen.generate import Generated, generate
+from autotune.codegen.package import write_package
+from autotune.codegen.program import Program, build_program
+from costmodel.spec import load_target
+from search_space import load_graph
+from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
+
+__all__ = ["check_groups", "check_plan", "describe", "single_group"]
+
+
+def describe(result: CodegenCheck) -> str:
+    """The failures of a check, for an assertion message."""
+    bad = [
+        f"{k.kernel}: "
+        + ", ".join(f"{t.name} rel {t.max_rel_err:.3g}" for t in k.outputs if not t.ok)
+        for k in result.kernels
+        if not k.ok
+    ]
+    bad += [f"output {t.name}: rel {t.max_rel_err:.3g}" for t in result.outputs if not t.ok]
+    return "; ".join(bad)
+
+
+def check_plan(
+    model: onnx.ModelProto,
+    plan: object,
+    folder: Path,
+    *,
+    target: str = "ascend910b",
+    input_shapes: dict[str, tuple[int, ...]] | None = None,
+) -> tuple[Generated, CodegenCheck]:
+    """Generate ``model`` under ``plan`` (a baseline name or a FusionPlan), write it to
+    ``folder`` and check it."""
+    graph = load_graph(model, input_shapes=input_shapes)
+    gen = generate(model, graph, plan, load_target(target, (), "auto"))  # type: ignore[arg-type]
+    path = gen.write(folder)
+    return gen, check_package(path, model, gen.program)
+
+
+def single_group(graph: Graph, kind: str | None = None) -> list[FusionGroup]:
+    """Every op that does work in one group (the whole graph as one kernel)."""
+    return [make_group(graph, [op.name for op in graph.ops], kind)]
+
+
+def check_groups(
+    model: onnx.ModelProto,
+    groups: Sequence[FusionGroup],
+    configs: Sequence[KernelConfig],
+    folder: Path,
+) -> tuple[Program, CodegenCheck]:
+    """Generate hand-chosen groups and configs (no plan) and check them."""
+    graph = load_graph(model)
+    program = build_program(graph, groups, configs)
+    path = write_package(folder, model, program, {"model": "test"})
+    return program, check_package(path, model, program)

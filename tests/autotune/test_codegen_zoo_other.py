@@ -1,0 +1,50 @@
+"""Generated code for the zoo's encoders and CNNs, the real torch exports in
+tests/fixtures/exports, and a short tuned study's plan: every kernel alone and the whole
+runner reproduce onnxruntime's outputs."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from codegen_helpers import check_plan, describe
+from conftest import EXPORTS, export_shapes
+
+from autotune import tune
+from autotune.zoo.catalog import build
+from search_space.onnx import read_model_with_data
+
+MODELS = {
+    "bert-base": {"layers": 1, "seq_len": 8},
+    "transformer-base": {"layers": 1, "seq_len": 8},
+    "vit-b16": {"layers": 1},
+    "resnet50": {},
+    "mobilenetv3": {},
+}
+EXPORTED = ["bert_dynamo.onnx", "gpt2_legacy_op14.onnx", "llama_dynamo.onnx",
+            "resnet18_dynamo.onnx"]  # fmt: skip
+
+
+@pytest.mark.parametrize("plan", ["none", "greedy", "max"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_generated_model_reproduces_onnxruntime(name: str, plan: str, tmp_path) -> None:
+    model = build(name, weights="random", scale=0.05, batch=1, **MODELS[name])
+    gen, result = check_plan(model, plan, tmp_path / "pkg")
+    assert result.ok, describe(result)
+    assert len(result.kernels) == len(gen.program.kernels) > 0
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_real_exports_generate_and_reproduce_onnxruntime(name: str, tmp_path) -> None:
+    model = read_model_with_data(EXPORTS / name)
+    shapes = export_shapes(name, 1, 8)
+    _, result = check_plan(model, "greedy", tmp_path / "pkg", input_shapes=shapes)
+    assert result.ok, describe(result)
+
+
+def test_a_tuned_plan_generates_and_reproduces_onnxruntime(tmp_path) -> None:
+    model = build("bert-base", weights="random", scale=0.05, batch=1, layers=1, seq_len=8)
+    path = tmp_path / "bert.onnx"
+    onnx.save(model, path)
+    plan = tune(str(path), trials=4, cost="analytic", storage=str(tmp_path / "s.journal"))
+    _, result = check_plan(model, plan.record, tmp_path / "pkg")
+    assert result.ok, describe(result)

@@ -30,6 +30,7 @@ from autotune.codegen.templates.common import (
     next_pow2,
     store,
 )
+from autotune.codegen.templates.placement import placed_index
 from search_space.ir import FusionGroup, Graph, KernelConfig, Op
 
 __all__ = ["attention_kernels"]
@@ -190,7 +191,7 @@ def _epilogue(att: _Shape, io: KernelIO, group: FusionGroup, row: Body, out: str
     o = att.pv.outputs[0]
     pull = Pull(io, row, LANES, {o: _anchor(att, io, o, ("q", "dv"), out, att.dv)})
     for pos, t in enumerate(group.outputs):
-        idx = _out_index(att, io.shape(t))
+        idx = placed_index(io, t, o, _at(att, io, o, ("q", "dv"))) or _out_index(att, io.shape(t))
         value = pull.value(t, idx, "omask")
         ptr = pull.pointer(f"out{pos}", offset(idx, io.shape(t)), "omask")
         row.line(store(ptr, io.dtype(t), value, "omask"))

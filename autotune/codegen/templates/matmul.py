@@ -28,6 +28,7 @@ from autotune.codegen.templates.common import (
     next_pow2,
     store,
 )
+from autotune.codegen.templates.placement import placed_index
 from autotune.codegen.templates.products import PRODUCTS, Product, product
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
@@ -110,7 +111,10 @@ def _products(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Product]:
 def _epilogue(prods: list[Product], io: KernelIO, group: FusionGroup, row: Body) -> None:
     pull = Pull(io, row, LANES, {p.out: p.result for p in prods})
     for pos, t in enumerate(group.outputs):
-        idx = prods[0].out_index(io.shape(t))
+        idx = None
+        for p in prods:
+            idx = idx or placed_index(io, t, p.out, p.out_index(io.shape(p.out)))
+        idx = idx or prods[0].out_index(io.shape(t))
         value = pull.value(t, idx, "mask")
         ptr = pull.pointer(f"out{pos}", offset(idx, io.shape(t)), "mask")
         row.line(store(ptr, io.dtype(t), value, "mask"))

@@ -1,0 +1,269 @@
+"""Each template on graphs built for it: generated kernels against onnxruntime, on the
+paths a zoo model may not take (looped reductions, Gemm's transposes and scalars, grouped and
+dilated convolutions, pooling's padding rules, split attention, grouped-query heads), and
+the groups a template must refuse, which then run as their ops and stay correct."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+from codegen_helpers import check_groups, describe
+from conftest import f32, i64, make
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from onnx import helper
+
+from search_space import load_graph
+from search_space.ir import KernelConfig, make_group
+
+FEW = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+RNG = np.random.default_rng(0)
+
+
+def _vi(name: str, shape: list[int], elem: int = T.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _one_group(model: onnx.ModelProto, config: KernelConfig, tmp_path, kind: str | None = None):
+    graph = load_graph(model)
+    ops = [op.name for op in graph.ops if not op.constant]
+    group = make_group(graph, ops, kind)
+    return check_groups(model, [group], [config], tmp_path / "pkg")
+
+
+@pytest.mark.parametrize("ub_cols", [16, 24, 128])
+def test_add_layernorm_and_softmax_rows_looped_or_whole(ub_cols: int, tmp_path) -> None:
+    nodes = [
+        helper.make_node("Add", ["x", "r"], ["s"], name="add"),
+        helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], name="ln", axis=-1),
+        helper.make_node("Softmax", ["y"], ["p"], name="soft", axis=-1),
+    ]
+    inits = [f32("g", RNG.normal(1, 0.1, 80)), f32("b", RNG.normal(0, 0.1, 80))]
+    model = make(nodes, [_vi("x", [2, 5, 80]), _vi("r", [1, 5, 80])],
+                 [_vi("s", [2, 5, 80]), _vi("p", [2, 5, 80])], inits)  # fmt: skip
+    config = KernelConfig(block_dim=3, ub_rows=4, ub_cols=ub_cols)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and len(program.kernels) == 1
+    looped = "for c0 in range" in program.kernels[0].text
+    assert looped == (ub_cols < 80)
+
+
+def test_a_reduction_over_a_leading_axis_runs_as_its_ops(tmp_path) -> None:
+    nodes = [
+        helper.make_node("Exp", ["x"], ["e"], name="exp"),
+        helper.make_node("ReduceSum", ["e", "axes"], ["s"], name="sum", keepdims=1),
+        helper.make_node("Div", ["e", "s"], ["y"], name="div"),
+    ]
+    model = make(nodes, [_vi("x", [6, 4, 8])], [_vi("y", [6, 4, 8])], [i64("axes", [0])])
+    program, result = _one_group(model, KernelConfig(block_dim=2, ub_rows=2, ub_cols=8), tmp_path)
+    assert result.ok, describe(result)
+    assert program.unfused and "not the last" in program.unfused[0][1]
+
+
+@pytest.mark.parametrize(("ta", "tb", "alpha", "beta", "c_shape"), [
+    (0, 0, 1.0, 1.0, [24]), (1, 0, 0.5, 2.0, [10, 1]), (0, 1, 1.0, 0.0, [10, 24]),
+    (1, 1, -1.5, 1.0, [1]),
+])  # fmt: skip
+def test_gemm_transposes_scalars_and_bias(ta, tb, alpha, beta, c_shape, tmp_path) -> None:
+    a_shape, b_shape = ([40, 10] if ta else [10, 40]), ([24, 40] if tb else [40, 24])
+    node = helper.make_node("Gemm", ["a", "w", "c"], ["g"], name="gemm", transA=ta,
+                            transB=tb, alpha=alpha, beta=beta)  # fmt: skip
+    relu = helper.make_node("Relu", ["g"], ["y"], name="relu")
+    inits = [f32("w", RNG.normal(size=b_shape)), f32("c", RNG.normal(size=c_shape))]
+    model = make([node, relu], [_vi("a", a_shape)], [_vi("y", [10, 24])], inits)
+    config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert [k.template for k in program.kernels] == ["matmul"]
+
+
+def test_batched_matmul_broadcasts_and_shares_its_input(tmp_path) -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["a"], name="mm1"),
+        helper.make_node("MatMul", ["x", "w2"], ["b"], name="mm2"),
+        helper.make_node("Sigmoid", ["a"], ["sa"], name="sig"),
+        helper.make_node("Mul", ["a", "sa"], ["silu"], name="mul1"),
+        helper.make_node("Mul", ["silu", "b"], ["y"], name="mul2"),
+    ]
+    inits = [f32(w, RNG.normal(size=[3, 1, 12, 20])) for w in ("w1", "w2")]
+    model = make(nodes, [_vi("x", [2, 7, 12])], [_vi("y", [3, 2, 7, 20])], inits)
+    config = KernelConfig(block_dim=5, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    text = program.kernels[0].text
+    assert text.count("tl.dot(") == 2 and text.count("for k0 in range") == 1
+
+
+@FEW
+@given(
+    groups=st.sampled_from([1, 2, 4]), kernel=st.integers(1, 3), stride=st.integers(1, 2),
+    dilation=st.integers(1, 2), pad=st.integers(0, 2), bias=st.booleans(),
+)  # fmt: skip
+def test_convolution_as_implicit_gemm_with_bn_and_relu(
+    groups, kernel, stride, dilation, pad, bias, tmp_path_factory
+) -> None:
+    cin, cout = 4, 8
+    w = f32("w", RNG.normal(size=[cout, cin // groups, kernel, kernel]) / 3)
+    ins = ["x", "w", "cb"] if bias else ["x", "w"]
+    conv = helper.make_node("Conv", ins, ["c"], name="conv", group=groups, strides=[stride] * 2,
+                            dilations=[dilation] * 2, pads=[pad] * 4)  # fmt: skip
+    bn = helper.make_node("BatchNormalization", ["c", "s", "o", "mu", "var"], ["n"], name="bn")
+    relu = helper.make_node("Relu", ["n"], ["y"], name="relu")
+    params = [f32(k, RNG.normal(1 if k in ("s", "var") else 0, 0.1, cout) ** (2 if k == "var"
+                                                                          else 1))
+              for k in ("s", "o", "mu", "var", "cb")]  # fmt: skip
+    probe = make([conv], [_vi("x", [2, cin, 9, 9])], [_vi("c", None)], [w, *params])
+    out = onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape
+    shape = [d.dim_value for d in out.dim]
+    if min(shape) <= 0:
+        return
+    model = make([conv, bn, relu], [_vi("x", [2, cin, 9, 9])], [_vi("y", shape)], [w, *params])
+    config = KernelConfig(block_dim=6, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path_factory.mktemp("conv"))
+    assert result.ok, describe(result)
+    assert not program.unfused
+
+
+@FEW
+@given(
+    kind=st.sampled_from(["MaxPool", "AveragePool"]), kernel=st.integers(2, 3),
+    stride=st.integers(1, 3), pad=st.integers(0, 1), ceil=st.integers(0, 1),
+    include=st.integers(0, 1),
+)  # fmt: skip
+def test_pooling_windows_padding_and_ceil_mode(
+    kind, kernel, stride, pad, ceil, include, tmp_path_factory
+) -> None:
+    attrs = {"kernel_shape": [kernel] * 2, "strides": [stride] * 2, "pads": [pad] * 4,
+             "ceil_mode": ceil}  # fmt: skip
+    if kind == "AveragePool":
+        attrs["count_include_pad"] = include
+    pool = helper.make_node(kind, ["x"], ["p"], name="pool", **attrs)
+    probe = make([pool], [_vi("x", [1, 3, 7, 8])], [_vi("p", None)])
+    dims = onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape.dim
+    # onnxruntime drops a ceil-mode window that starts in the end padding, onnx's shape
+    # inference keeps it: the two disagree on the output's shape, so no oracle there
+    assume(
+        all(
+            (d.dim_value - 1) * stride < size + pad
+            for d, size in zip(dims[2:], (7, 8), strict=True)
+        )
+    )
+    model = make([pool, helper.make_node("Neg", ["p"], ["y"], name="neg")],
+                 [_vi("x", [1, 3, 7, 8])], [_vi("y", [d.dim_value for d in dims])])  # fmt: skip
+    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=1, ub_cols=32),
+                                 tmp_path_factory.mktemp("pool"))  # fmt: skip
+    assert result.ok, describe(result)
+    assert not program.unfused
+
+
+def _attention(heads: int, kv_heads: int, sq: int, sk: int) -> onnx.ModelProto:
+    d, rep = 16, heads // kv_heads
+    nodes = [
+        helper.make_node("Unsqueeze", ["k", "ax2"], ["k5"], name="uk"),
+        helper.make_node("Expand", ["k5", "kshape"], ["ke"], name="ek"),
+        helper.make_node("Reshape", ["ke", "full"], ["kf"], name="rk"),
+        helper.make_node("Unsqueeze", ["v", "ax2"], ["v5"], name="uv"),
+        helper.make_node("Expand", ["v5", "kshape"], ["ve"], name="ev"),
+        helper.make_node("Reshape", ["ve", "full"], ["vf"], name="rv"),
+        helper.make_node("Transpose", ["kf"], ["kt"], name="tk", perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+        helper.make_node("Mul", ["s", "scale"], ["ss"], name="scale_mul"),
+        helper.make_node("Add", ["ss", "mask"], ["sm"], name="mask_add"),
+        helper.make_node("Softmax", ["sm"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "vf"], ["o"], name="pv"),
+        helper.make_node("Transpose", ["o"], ["y"], name="out_t", perm=[0, 2, 1, 3]),
+    ]
+    causal = np.triu(np.full((sq, sk), -1e9, np.float32), k=1 + sk - sq)
+    inits = [
+        i64("ax2", [2]), i64("kshape", [1, kv_heads, rep, sk, d]),
+        i64("full", [1, heads, sk, d]), f32("scale", np.float32(d**-0.5)),
+        f32("mask", causal),
+    ]  # fmt: skip
+    ins = [_vi("q", [1, heads, sq, d]), _vi("k", [1, kv_heads, sk, d]),
+           _vi("v", [1, kv_heads, sk, d])]  # fmt: skip
+    return make(nodes, ins, [_vi("y", [1, sq, heads, d])], inits)
+
+
+@pytest.mark.parametrize(("split", "sq", "sk"), [(1, 9, 9), (2, 9, 40), (3, 1, 40), (4, 2, 70)])
+def test_attention_with_grouped_queries_a_causal_mask_and_a_key_split(
+    split, sq, sk, tmp_path
+) -> None:
+    model = _attention(4, 2, sq, sk)
+    config = KernelConfig(block_dim=8, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16,
+                          knobs=(("kv_split", split), ("kv_tile", 16)))  # fmt: skip
+    program, result = _one_group(model, config, tmp_path, kind="attention")
+    assert result.ok, describe(result)
+    templates = [k.template for k in program.kernels]
+    attention = [k for k in program.kernels if k.template == "attention"]
+    assert len(attention) == (1 if split == 1 else 2), templates
+    assert all(len(k.ops) > 1 for k in attention)
+
+
+def test_an_epilogue_that_reads_the_product_off_its_tile_runs_as_its_ops(tmp_path) -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+        helper.make_node("Slice", ["a", "s0", "s1", "ax"], ["lo"], name="lo"),
+        helper.make_node("Slice", ["a", "s1", "s2", "ax"], ["hi"], name="hi"),
+        helper.make_node("Neg", ["hi"], ["nh"], name="neg"),
+        helper.make_node("Concat", ["nh", "lo"], ["y"], name="rot", axis=-1),
+    ]
+    inits = [f32("w", RNG.normal(size=[8, 16])), i64("s0", [0]), i64("s1", [8]),
+             i64("s2", [16]), i64("ax", [-1])]  # fmt: skip
+    model = make(nodes, [_vi("x", [5, 8])], [_vi("y", [5, 16])], inits)
+    config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert "off its tile" in program.unfused[0][1]
+    assert {k.template for k in program.kernels} == {"matmul", "pointwise"}
+
+
+def test_a_model_with_an_empty_tensor_runs_in_the_framework(tmp_path) -> None:
+    from codegen_helpers import check_plan
+
+    model = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [0, 4])],
+                 [_vi("y", [0, 4])])  # fmt: skip
+    gen, result = check_plan(model, "greedy", tmp_path / "pkg")
+    assert result.ok and not gen.program.kernels and len(gen.program.externs) == 1
+
+
+def test_a_config_with_more_programs_than_cores_is_refused_naming_the_group() -> None:
+    from autotune.codegen import CodegenError
+    from autotune.codegen.generate import check_cores
+    from autotune.estimate import plan_kernels
+    from autotune.zoo.catalog import build
+    from costmodel.spec import load_target
+
+    graph = load_graph(build("bert-base", weights="random", scale=0.05, layers=1, seq_len=8))
+    target = load_target("ascend910b", (), "auto")
+    _, kernels = plan_kernels(graph, "greedy", target)
+    check_cores(kernels, target.spec)  # the plan's own configs fit
+    cube = next(i for i, k in enumerate(kernels) if k.unit == "cube")
+    too_many = dataclasses.replace(kernels[cube].config, block_dim=target.spec.cube_cores + 1)
+    kernels[cube] = dataclasses.replace(kernels[cube], config=too_many)
+    with pytest.raises(CodegenError, match=rf"group {cube} .*{kernels[cube].ops[0]}"):
+        check_cores(kernels, target.spec)
+
+
+def test_a_package_is_written_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
+    from autotune.codegen import package
+
+    model = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [3, 4])],
+                 [_vi("y", [3, 4])])  # fmt: skip
+    graph = load_graph(model)
+    from autotune.codegen import build_program
+
+    group = make_group(graph, ["relu"])
+    program = build_program(graph, [group], [KernelConfig(block_dim=2, ub_rows=1, ub_cols=8)])
+
+    def broken(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(package.np, "savez", broken)
+    with pytest.raises(OSError):
+        package.write_package(tmp_path / "pkg", model, program, {})
+    assert list(tmp_path.iterdir()) == []

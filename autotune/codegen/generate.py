@@ -15,6 +15,7 @@ from autotune.codegen.package import write_package
 from autotune.codegen.program import Program, build_program
 from autotune.estimate import plan_kernels
 from costmodel.kernel import Kernel
+from costmodel.lower import Lowering
 from costmodel.registry import make_cost_model
 from costmodel.spec import HardwareSpec, Target
 from search_space.ir import Graph, KernelConfig
@@ -79,7 +80,8 @@ def generate(
     check_cores(kernels, target.spec)
     # a model with an empty tensor has no kernels: its ops run in the framework
     configs = [k.config for k in kernels] or [KernelConfig(block_dim=1)] * len(groups)
-    program = build_program(graph, groups, configs)
+    lowering = Lowering(graph, target)
+    program = build_program(graph, groups, configs, lowering.default)
     costs = make_cost_model("analytic", target).evaluate(kernels) if kernels else []
     predicted = {i: c.device_us for i, c in enumerate(costs)}
     meta = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -78,10 +78,18 @@ def kernel_name(index: int, graph: Graph, group: FusionGroup) -> str:
     return f"k{index}_{tail}"
 
 
+DefaultConfig = Callable[[FusionGroup], KernelConfig]
+
+
 def _group_steps(
-    index: int, graph: Graph, group: FusionGroup, config: KernelConfig
+    index: int,
+    graph: Graph,
+    group: FusionGroup,
+    config: KernelConfig,
+    default: DefaultConfig | None,
 ) -> tuple[list[Step], str]:
-    """A group's steps: one kernel, or (when no template expresses it) one per op."""
+    """A group's steps: one kernel, or (when no template expresses it) the fewest kernels
+    that do: the longest leading run of its ops a template expresses, then the rest alike."""
     try:
         kernels = kernels_for(kernel_name(index, graph, group), graph, group, config)
         return [Step(index, kernel=k) for k in kernels], ""
@@ -89,19 +97,41 @@ def _group_steps(
         reason = str(why)
     if len([o for o in group.ops if not graph.op(o).is_view]) == 1 and len(group.ops) == 1:
         return [Step(index, extern=Extern(group.ops[0], reason))], reason
-    steps = []
-    for j, name in enumerate(group.ops):
-        op = graph.op(name)
-        if op.is_view:
-            steps.append(Step(index, view=View(name, op.inputs[0], op.outputs[0])))
-            continue
-        single = make_group(graph, [name], "single")
-        try:
-            sub = kernel_name(index, graph, single) + f"_{j}"
-            steps += [Step(index, kernel=k) for k in kernels_for(sub, graph, single, config)]
-        except Unsupported as inner:
-            steps.append(Step(index, extern=Extern(name, str(inner))))
+    steps: list[Step] = []
+    start = 0
+    while start < len(group.ops):
+        part, start = _longest_part(index, graph, group, start, config, default)
+        steps += part
     return steps, reason
+
+
+def _longest_part(
+    index: int,
+    graph: Graph,
+    group: FusionGroup,
+    start: int,
+    config: KernelConfig,
+    default: DefaultConfig | None,
+) -> tuple[list[Step], int]:
+    """Steps for the longest run of ``group``'s ops from ``start`` that one template expresses
+    (a leading view is a view; a lone op no template computes runs in the framework). A run of
+    a convex group's ops in its topological order is convex: no path leaves and re-enters it."""
+    ops = group.ops
+    first = graph.op(ops[start])
+    if first.is_view:
+        return [Step(index, view=View(first.name, first.inputs[0], first.outputs[0]))], start + 1
+    for end in range(len(ops), start, -1):
+        if end < len(ops) and graph.op(ops[end - 1]).is_view:
+            continue  # a run never ends on a view: the view goes with what reads it
+        part = make_group(graph, ops[start:end])
+        cfg = config if part.kind == group.kind or default is None else default(part)
+        try:
+            name = f"{kernel_name(index, graph, part)}_{start}"
+            return [Step(index, kernel=k) for k in kernels_for(name, graph, part, cfg)], end
+        except Unsupported as why:
+            if end == start + 1:
+                return [Step(index, extern=Extern(first.name, str(why)))], end
+    raise AssertionError("unreachable: a run of one op either has a kernel or an extern")
 
 
 def _views(graph: Graph, grouped: set[str]) -> list[Step]:
@@ -147,16 +177,23 @@ def _ops_of(step: Step) -> list[str]:
 
 
 def build_program(
-    graph: Graph, groups: Sequence[FusionGroup], configs: Sequence[KernelConfig]
+    graph: Graph,
+    groups: Sequence[FusionGroup],
+    configs: Sequence[KernelConfig],
+    default: DefaultConfig | None = None,
 ) -> Program:
-    """Kernels for every group of a plan, in launch order."""
+    """Kernels for every group of a plan, in launch order; ``default`` gives the config of a
+    part of a group that runs as several kernels when the part is of another kind (a
+    reduction after a matmul: the cost model's default for it)."""
     steps: list[Step] = []
     unfused = []
     for i, (group, config) in enumerate(zip(groups, configs, strict=True)):
-        group_steps, reason = _group_steps(i, graph, group, config)
+        group_steps, reason = _group_steps(i, graph, group, config, default)
         steps += group_steps
         if reason:
-            log.info("group %d (%s) runs as its ops: %s", i, group.kind, reason)
+            log.info(
+                "group %d (%s) runs as %d kernels: %s", i, group.kind, len(group_steps), reason
+            )
             unfused.append((i, reason))
     grouped = {o for g in groups for o in g.ops}
     steps += _views(graph, grouped)

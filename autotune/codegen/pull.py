@@ -18,6 +18,7 @@ from autotune.codegen.indexing import Index, broadcast_index, offset
 from autotune.codegen.kernel_io import KernelIO, Lanes, lanes, literals_of
 from autotune.codegen.layout import LAYOUT_HANDLERS
 from autotune.codegen.scalar_ops import ELEMENTWISE, TRITON_DTYPES, elementwise
+from autotune.codegen.scatter import SCATTER_HANDLERS
 from autotune.codegen.source import Body, paren
 from autotune.codegen.window import WINDOW_HANDLERS
 from search_space.ir import Op
@@ -26,7 +27,7 @@ __all__ = ["Anchor", "KernelIO", "Lanes", "Pull", "lanes", "literals_of"]
 
 _TL = re.compile(r"tl\.\w+|float\('-?inf'\)|float\('nan'\)|\.to\(|\d+\.?\d*(e[-+]?\d+)?")
 _NAME = re.compile(r"[A-Za-z_]\w*")
-_HANDLERS = {**LAYOUT_HANDLERS, **WINDOW_HANDLERS}
+_HANDLERS = {**LAYOUT_HANDLERS, **WINDOW_HANDLERS, **SCATTER_HANDLERS}
 Anchor = Callable[["Pull", Index, str], str]  # (pull, index, mask) -> the anchor's value
 
 

@@ -267,3 +267,25 @@ def test_a_package_is_written_whole_or_not_at_all(tmp_path, monkeypatch) -> None
     with pytest.raises(OSError):
         package.write_package(tmp_path / "pkg", model, program, {})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["slot", "diagonal", "shuffled"])
+def test_a_kv_cache_update_scatters_in_a_kernel(kind: str, tmp_path) -> None:
+    b, h, slots, d = 2, 3, 6, 8
+    idx = np.zeros((b, h, 1, 3), np.int64)
+    idx[..., 0] = np.arange(b)[:, None, None]
+    idx[..., 1] = np.arange(h)[None, :, None]
+    idx[..., 2] = {"slot": -2, "diagonal": np.arange(h)[None, :, None],
+                   "shuffled": np.array([[5, 0, 3], [1, 4, 2]])[:, :, None]}[kind]  # fmt: skip
+    nodes = [
+        helper.make_node("Mul", ["new", "two"], ["upd"], name="scale"),
+        helper.make_node("ScatterND", ["past", "slot", "upd"], ["present"], name="scatter"),
+    ]
+    model = make(nodes, [_vi("past", [b, h, slots, d]), _vi("new", [b, h, 1, d])],
+                 [_vi("present", [b, h, slots, d])],
+                 [i64("slot", idx), f32("two", np.float32(2.0))])  # fmt: skip
+    program, result = _one_group(model, KernelConfig(block_dim=4, ub_rows=1, ub_cols=32),
+                                 tmp_path)  # fmt: skip
+    assert result.ok, describe(result)
+    # shuffled slots name no row by its index: the scatter runs in the framework
+    assert bool(program.externs) == (kind == "shuffled")

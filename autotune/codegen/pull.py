@@ -75,6 +75,8 @@ class Pull:
         if handler is not None:
             return handler(self, op, tensor, idx, mask)
         if op.op_type not in ELEMENTWISE:
+            if op.op_class.value == "cube":
+                raise Unsupported(f"a {op.op_type} is read off its tile")
             raise Unsupported(f"no template computes {op.op_type} here")
         return self._elementwise(op, tensor, idx, mask)
 

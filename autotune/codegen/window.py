@@ -85,7 +85,7 @@ def _depthwise(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     x, w = op.inputs[0], op.inputs[1]
     in_shape, out_shape, w_shape = p.io.shape(x), p.io.shape(t), p.io.shape(w)
     if not is_depthwise(op, w_shape):
-        raise Unsupported("a convolution over more than one input channel per group")
+        raise Unsupported("a Conv is read off its tile")
     k = list(w_shape[2:])
     if math.prod(k) > MAX_WINDOW:
         raise Unsupported(f"a {k} convolution window")

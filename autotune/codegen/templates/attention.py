@@ -11,6 +11,7 @@ row maximum and sum, and a second kernel combines them and runs the output's epi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from autotune.codegen.templates.common import (
     store,
 )
 from autotune.codegen.templates.placement import placed_index
+from autotune.codegen.templates.pointwise import side_outputs
 from search_space.ir import FusionGroup, Graph, KernelConfig, Op
 
 __all__ = ["attention_kernels"]
@@ -190,7 +192,10 @@ def _out_index(att: _Shape, shape: tuple[int, ...]) -> Index:
 def _epilogue(att: _Shape, io: KernelIO, group: FusionGroup, row: Body, out: str) -> None:
     o = att.pv.outputs[0]
     pull = Pull(io, row, LANES, {o: _anchor(att, io, o, ("q", "dv"), out, att.dv)})
+    size = att.nb * att.sq * att.dv
     for pos, t in enumerate(group.outputs):
+        if numel(io.shape(t)) != size:
+            continue  # written by its own loop (side_outputs)
         idx = placed_index(io, t, o, _at(att, io, o, ("q", "dv"))) or _out_index(att, io.shape(t))
         value = pull.value(t, idx, "omask")
         ptr = pull.pointer(f"out{pos}", offset(idx, io.shape(t)), "omask")
@@ -260,9 +265,6 @@ def attention_kernels(
     check_outputs(graph, group.outputs)
     io = kernel_io(graph, group)
     att = _find(graph, group, io)
-    for t in group.outputs:
-        if numel(io.shape(t)) != att.nb * att.sq * att.dv:
-            raise Unsupported(f"output '{t}' is not of the attention's size")
     tq, tkv, split = _tiles(config, att)
     tiles_q = math.ceil(att.sq / tq)
     chunk = math.ceil(math.ceil(att.sk / split) / tkv) * tkv
@@ -277,8 +279,11 @@ def attention_kernels(
         row.line("o = acc / tl.where(qmask, l_i, 1.0)")
         _epilogue(att, io, group, row, "o")
         body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+        side = side_outputs(io, group, att.nb * att.sq * att.dv, body)
+        launch = dataclasses.replace(launch, constexprs=(*launch.constexprs, *side))
+        meta = [*META, *(n for n, _ in side)]
         text = [
-            *header(name, group, graph, config, io, group.outputs, META, "attention"),
+            *header(name, group, graph, config, io, group.outputs, meta, "attention"),
             *body.lines,
         ]
         return [
@@ -349,23 +354,15 @@ def _combine_kernel(
     _combine(att, row, split, part)
     _epilogue(att, cio, group, row, "o")
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+    side = side_outputs(cio, group, att.nb * att.sq * att.dv, body)
+    meta = [*META, *(n for n, _ in side)]
     text = [
-        *header(
-            f"{name}_combine",
-            group,
-            graph,
-            config,
-            cio,
-            group.outputs,
-            META,
-            "attention (combine)",
-            scratch,
-        ),
+        *header(f"{name}_combine", group, graph, config, cio, group.outputs, meta,
+                "attention (combine)", scratch),
         *body.lines,
-    ]
-    launch = Launch(
-        grid, _constexprs(grid, tq, max(1, min(config.knob("kv_tile", 64), att.sk)), att), 1
-    )
+    ]  # fmt: skip
+    tkv = max(1, min(config.knob("kv_tile", 64), att.sk))
+    launch = Launch(grid, (*_constexprs(grid, tq, tkv, att), *side), 1)
     return KernelSource(
         f"{name}_combine",
         "\n".join(text),

@@ -29,6 +29,7 @@ from autotune.codegen.templates.common import (
     store,
 )
 from autotune.codegen.templates.placement import placed_index
+from autotune.codegen.templates.pointwise import side_outputs
 from autotune.codegen.templates.products import PRODUCTS, Product, product
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
@@ -102,15 +103,12 @@ def _products(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Product]:
             raise Unsupported("products of different tile shapes in one kernel")
         if type(p) is not type(first):
             raise Unsupported("a convolution beside a matmul")
-    for t in group.outputs:
-        if numel(io.shape(t)) != first.nb * first.M * first.N:
-            raise Unsupported(f"output '{t}' is not of the product's size")
     return prods
 
 
-def _epilogue(prods: list[Product], io: KernelIO, group: FusionGroup, row: Body) -> None:
+def _epilogue(prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], row: Body) -> None:
     pull = Pull(io, row, LANES, {p.out: p.result for p in prods})
-    for pos, t in enumerate(group.outputs):
+    for pos, t in outs:
         idx = None
         for p in prods:
             idx = idx or placed_index(io, t, p.out, p.out_index(io.shape(p.out)))
@@ -147,9 +145,12 @@ def matmul_kernel(
     _tile_vars(first, row, tiles_m, tiles_n)
     for depth in sorted({p.K for p in prods}):
         _k_loop([p for p in prods if p.K == depth], io, row)
-    _epilogue(prods, io, group, row)
+    size = first.nb * first.M * first.N
+    _epilogue(prods, io, [(p, t) for p, t in enumerate(group.outputs)
+                          if numel(io.shape(t)) == size], row)  # fmt: skip
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+    side = side_outputs(io, group, size, body)
     grid = max(1, min(config.block_dim, tiles))
     launch = Launch(
         grid=grid,
@@ -161,9 +162,11 @@ def matmul_kernel(
             ("BLOCK_N", _block(tn)),
             ("TILE_K", tk),
             ("BLOCK_K", _block(tk)),
+            *side,
         ),
         num_stages=2 if config.double_buffer else 1,
     )
-    lines = header(name, group, graph, config, io, group.outputs, META, "matmul")
+    meta = [*META, *(n for n, _ in side)]
+    lines = header(name, group, graph, config, io, group.outputs, meta, "matmul")
     return KernelSource(name, "\n".join([*lines, *body.lines]), group.ops, tuple(io.params),
                         group.outputs, launch, "matmul")  # fmt: skip

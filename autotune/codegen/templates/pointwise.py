@@ -24,7 +24,7 @@ from autotune.codegen.templates.common import (
 )
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
-__all__ = ["pointwise_kernel"]
+__all__ = ["LANES", "META", "flat_loop", "pointwise_kernel", "side_outputs", "tile_of"]
 
 META = ("NPROG", "TILE", "BLOCK")
 LANES = lanes({"X": (0, "BLOCK")}, x="X", lane="X", mask="X")
@@ -36,7 +36,10 @@ def tile_of(config: KernelConfig, size: int) -> int:
     return max(1, min(tile, size))
 
 
-def _loop(io: KernelIO, outputs: list[tuple[int, str]], body: Body, tile: int) -> None:
+def flat_loop(io: KernelIO, outputs: list[tuple[int, str]], body: Body, tile: int) -> None:
+    """A loop over the elements of ``outputs`` (all of one size), ``TILE`` per step; used
+    also by the cube templates for an output that is not of their anchor's size (a prologue
+    tensor another kernel reads), which it computes again from its own inputs."""
     shape0 = io.shape(outputs[0][1])
     size = numel(shape0)
     inner = body.child()
@@ -68,7 +71,7 @@ def pointwise_kernel(
     tile = tile_of(config, largest)
     body = Body(1)
     for size in sorted(by_size, reverse=True):
-        _loop(io, by_size[size], body, tile)
+        flat_loop(io, by_size[size], body, tile)
     lines = header(name, group, graph, config, io, group.outputs, META, "pointwise")
     tiles = math.ceil(largest / tile)
     grid = max(1, min(config.block_dim, tiles))
@@ -86,3 +89,20 @@ def pointwise_kernel(
         launch,
         "pointwise",
     )
+
+
+def side_outputs(
+    io: KernelIO, group: FusionGroup, size: int, body: Body
+) -> tuple[tuple[str, int], ...]:
+    """Loops for the outputs not of the anchor's size (each computed again from its own
+    inputs); the constexprs they add."""
+    by_size: dict[int, list[tuple[int, str]]] = {}
+    for pos, t in enumerate(group.outputs):
+        if numel(io.shape(t)) != size:
+            by_size.setdefault(numel(io.shape(t)), []).append((pos, t))
+    if not by_size:
+        return ()
+    tile = max(1, min(1024, max(by_size)))
+    for n in sorted(by_size, reverse=True):
+        flat_loop(io, by_size[n], body, tile)
+    return (("TILE", tile), ("BLOCK", next_pow2(tile)))

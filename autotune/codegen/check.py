@@ -9,6 +9,7 @@ Non-finite elements must match (a masked ``-inf`` is ``-inf`` in both).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from autotune.codegen.runtime import load_params
 from autotune.codegen.templates.common import KernelSource
 from autotune.verify import draw_inputs
 from search_space.ir import Graph, is_compile_time
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CodegenCheck", "KernelCheck", "TensorCheck", "check_package", "compare"]
 
@@ -178,13 +181,32 @@ def check_package(
     ref = reference_values(model, graph, feeds, wanted)
     values: dict[str, np.ndarray] = {**feeds, **ref, **_package_params(pkg, folder)}
     kernels = tuple(
-        _kernel_check(pkg, s.kernel, s.group, values, graph)
+        _isolated(pkg, s.kernel, s.group, values, graph)
         for s in program.steps
         if s.kernel is not None
     )
-    got = pkg.run({t: feeds[t] for t in pkg.INPUTS})
+    try:
+        got = pkg.run({t: feeds[t] for t in pkg.INPUTS})
+    except Exception as err:  # a failing run is a failed check, never a lost one
+        log.warning("the generated package failed to run: %s", err)
+        failed = float("inf")
+        return CodegenCheck(tuple(TensorCheck(t, failed, failed, False) for t in graph.outputs),
+                            kernels)  # fmt: skip
     outputs = tuple(
         compare(t, got[t], ref[t] if t in ref else values[t], graph.tensors[t].dtype)
         for t in graph.outputs
     )
     return CodegenCheck(outputs, kernels)
+
+
+def _isolated(
+    pkg: Any, k: KernelSource, group: int, values: dict[str, np.ndarray], graph: Graph
+) -> KernelCheck:
+    """A kernel's check; a kernel that raises fails it (with every output marked)."""
+    try:
+        return _kernel_check(pkg, k, group, values, graph)
+    except Exception as err:
+        log.warning("kernel %s failed to run: %s", k.name, err)
+        failed = float("inf")
+        return KernelCheck(k.name, group, tuple(TensorCheck(t, failed, failed, False)
+                                                for t in k.outputs))  # fmt: skip

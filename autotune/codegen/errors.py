@@ -12,6 +12,6 @@ class CodegenError(AutofusionError):
     the unified buffer, more programs than cores), or inputs of the wrong shape or dtype."""
 
 
-class Unsupported(Exception):
+class Unsupported(AutofusionError):
     """A group (or op) that no template expresses; the message is the reason, and the group
     runs as its ops instead. Internal: it never reaches a user as an error."""

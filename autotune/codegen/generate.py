@@ -80,8 +80,8 @@ def generate(
     check_cores(kernels, target.spec)
     # a model with an empty tensor has no kernels: its ops run in the framework
     configs = [k.config for k in kernels] or [KernelConfig(block_dim=1)] * len(groups)
-    lowering = Lowering(graph, target)
-    program = build_program(graph, groups, configs, lowering.default)
+    default = Lowering(graph, target).default if kernels else None
+    program = build_program(graph, groups, configs, default)
     costs = make_cost_model("analytic", target).evaluate(kernels) if kernels else []
     predicted = {i: c.device_us for i, c in enumerate(costs)}
     meta = {

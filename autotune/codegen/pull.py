@@ -99,13 +99,15 @@ class Pull:
         return text
 
     def tile(self, tensor: str, idx: Index, mask: str) -> str:
-        """``value`` broadcast to the mask's whole tile (a ``tl.dot`` operand must be one,
-        even where the tensor has a dim of 1 the tile spans)."""
+        """``value`` broadcast to the mask's whole tile and zero outside the mask (a ``tl.dot``
+        operand must be one, even where the tensor has a dim of 1 the tile spans)."""
         value = self.value(tensor, idx, mask)
         need = self.span(mask)
-        if need <= self.span(value):
-            return value
-        return self.bind(f"{value} + {self.lanes.zeros(need)}.to(tl.float32)")
+        if not need <= self.span(value):
+            value = f"{value} + {self.lanes.zeros(need)}.to(tl.float32)"
+        # zero where masked: a masked lane of a broadcast value or a computed prologue is not
+        # zero by itself, and a dot would add it (a K of 1 read 16 times)
+        return self.bind(f"tl.where({mask}, {value}, 0.0)")
 
     def pointer(self, param: str, off: str, mask: str) -> str:
         """``param + off``, broadcast to the mask's shape where the offset spans fewer axes

@@ -1,8 +1,8 @@
 """What every op family of the PyTorch fallback shares: the error it raises, the wrapper of an
 op's inputs in ONNX positions, the table of ONNX element types, the type aliases of an op
 function, and the small helpers that read an attribute or an axis the way ONNX defines them.
-Like the rest of the package it imports only torch and the standard library, since generated
-code imports it at run time.
+Like the rest of the package it imports torch, the standard library and the tool's error base
+only: generated code imports it at run time.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from search_space.exceptions import AutofusionError
 
 Tensor = torch.Tensor
 Attrs = Mapping[str, Any]
@@ -23,7 +25,7 @@ DTYPES = {1: torch.float32, 2: torch.uint8, 3: torch.int8, 5: torch.int16, 6: to
           16: torch.bfloat16}  # fmt: skip
 
 
-class ExternError(ValueError):
+class ExternError(AutofusionError, ValueError):
     """An op type, or an attribute value of a known op, that the fallback does not handle."""
 
 

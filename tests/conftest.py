@@ -247,3 +247,16 @@ def rmsnorm_model(rows: int, cols: int) -> onnx.ModelProto:
         helper.make_node("Mul", ["xn", "gamma"], ["y"], name="scale"),
     ]
     return make(nodes, [x], [y], [gamma, eps, i64("axes", [1])], opset=18, name="rms")
+
+
+@pytest.fixture(autouse=True)
+def _codegen_check_budget(request, monkeypatch):
+    """Studies in tests skip safe mode's generated-code check (policy codegen_check = auto:
+    its work budget is set to 0) unless the test file is about code generation: each check runs
+    the kernels under Triton's CPU interpreter, tens of seconds per study, and
+    tests/autotune/test_safety_codegen.py covers it."""
+    if "codegen" in Path(str(request.node.fspath)).name:
+        return
+    from autotune.tuner import safety_codegen
+
+    monkeypatch.setattr(safety_codegen, "CODEGEN_CHECK_FLOPS", 0)

@@ -3,7 +3,8 @@ mean the same everywhere (declared once here).
 
 MODEL flags (``--input-shape`` and the zoo build flags) reach a command as one
 :class:`ModelOptions` through :func:`model_options`, policy flags as one :class:`PolicyFlags`
-through :func:`policy_options`; target and output flags are ``Annotated`` aliases.
+through :func:`policy_options` (both declared in :mod:`autotune.cli.flags`); target and output
+flags are ``Annotated`` aliases.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from autotune.cli.flags import FLAGS, FUSION_FLAGS, POLICY_FLAGS
 from autotune.zoo import ZooOptions, load_model_spec, resolve_model
 from search_space import AutofusionError, Graph, parse_input_shapes
 from search_space.rules import Policy, load_policy
@@ -115,110 +117,6 @@ class ModelOptions:
         return resolve_model(model, self.zoo)
 
 
-# every bundled flag once: (parameter, default, typer annotation)
-_FLAGS: dict[str, tuple[Any, Any]] = {
-    "input_shape": (
-        None,
-        Annotated[
-            list[str] | None,
-            typer.Option(
-                "--input-shape", help="Static shape of a dynamic input, NAME=1x128 (repeat)."
-            ),
-        ],
-    ),
-    "weights": (
-        "inputs",
-        Annotated[str, typer.Option(help="Zoo weights: 'inputs' (shape-only) or 'random'.")],
-    ),
-    "scale": (1.0, Annotated[float, typer.Option(help="Zoo: shrink the model, 0 < scale <= 1.")]),
-    "layers": (
-        None,
-        Annotated[int | None, typer.Option(help="Zoo: number of layers/blocks to build.")],
-    ),
-    "batch": (None, Annotated[int | None, typer.Option(help="Zoo: batch size.")]),
-    "seq_len": (
-        None,
-        Annotated[int | None, typer.Option("--seq-len", help="Zoo: sequence length.")],
-    ),
-    "cache_len": (
-        None,
-        Annotated[
-            int | None,
-            typer.Option("--cache-len", help="Zoo decode steps: tokens already in the KV cache."),
-        ],
-    ),
-    "cache_form": (
-        None,
-        Annotated[
-            str | None,
-            typer.Option(
-                "--cache-form",
-                help="Zoo decode steps: 'static' (preallocated, ScatterND; default) or 'concat'.",
-            ),
-        ],
-    ),
-    "config": (
-        None,
-        Annotated[
-            Path | None,
-            typer.Option("--config", help="A TOML config file ([policy], [[rules]])."),
-        ],
-    ),
-    "preset": (
-        None,
-        Annotated[str | None, typer.Option(help="Rule preset: transformer, cnn or all.")],
-    ),
-    "fusion_level": (
-        None,
-        Annotated[
-            int | None, typer.Option("--fusion-level", help="0 none .. 3 everything legal.")
-        ],
-    ),
-    "no_fusion_ops": (
-        None,
-        Annotated[
-            str | None,
-            typer.Option("--no-fusion-ops", help="Op types that never fuse, comma-separated."),
-        ],
-    ),
-    "max_fused_ops": (
-        None,
-        Annotated[int | None, typer.Option("--max-fused-ops", help="Largest group, in ops.")],
-    ),
-    "benefit_threshold": (
-        None,
-        Annotated[
-            float | None,
-            typer.Option(
-                "--benefit-threshold", help="Skip fusions saving less than this fraction."
-            ),
-        ],
-    ),
-    "strict_safety": (
-        None,
-        Annotated[
-            bool | None,
-            typer.Option(
-                "--strict-safety",
-                help="Safe mode also unfuses kernels it could not verify (default: keeps "
-                "them, counted as unverified).",
-            ),
-        ],
-    ),
-}
-POLICY_FLAGS = (
-    "preset",
-    "fusion_level",
-    "no_fusion_ops",
-    "max_fused_ops",
-    "benefit_threshold",
-    "strict_safety",
-)
-FUSION_FLAGS = tuple(
-    f for f in POLICY_FLAGS if f != "strict_safety"
-)  # commands that verify nothing
-
-
 def _bundle(
     name: str, flags: Mapping[str, Any], make: Callable[[dict[str, Any]], Any]
 ) -> Callable[[F], F]:
@@ -226,7 +124,7 @@ def _bundle(
     command line; the command receives ``make(values of those flags)`` as ``name``."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     extra = [
-        inspect.Parameter(f, kind, default=default, annotation=_FLAGS[f][1])
+        inspect.Parameter(f, kind, default=default, annotation=FLAGS[f][1])
         for f, default in flags.items()
     ]
 
@@ -255,7 +153,7 @@ def model_options(weights: str | None = "inputs", shapes: bool = True) -> Callab
     ``opts: ModelOptions``."""
     names = [*(["input_shape"] if shapes else []), *(["weights"] if weights else [])]
     names += ["scale", "layers", "batch", "seq_len", "cache_len", "cache_form"]
-    flags = {f: weights if f == "weights" else _FLAGS[f][0] for f in names}
+    flags = {f: weights if f == "weights" else FLAGS[f][0] for f in names}
 
     def make(v: dict[str, Any]) -> ModelOptions:
         zoo = ZooOptions(

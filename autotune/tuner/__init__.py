@@ -5,7 +5,9 @@ Modules: :mod:`.config` (settings), :mod:`.records` (MeasureResult, Candidate, T
 :mod:`.evaluator` (scoring, measuring, the measure-retrain rows), :mod:`.study` (storage,
 sampler, opening a study), :mod:`.search` (local search in the model), :mod:`.pareto`,
 :mod:`.session` (the state the steps share), :mod:`.steps` (the named steps),
-:mod:`.output` (the plan record) and :mod:`.loop` (:func:`tune_graph`).
+:mod:`.safety` and :mod:`.safety_codegen` (safe mode: kernel numerics of every measured plan,
+the generated code of the output plan), :mod:`.output` (the plan record) and :mod:`.loop`
+(:func:`tune_graph`).
 """
 
 from __future__ import annotations

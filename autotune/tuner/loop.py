@@ -9,8 +9,10 @@ trials are not replayed. Evaluations are cached by plan hash (many trials repair
 
 The loop reads as its steps (:mod:`autotune.tuner.steps`): warm start, trials (with measurement,
 refits and local search on schedule), a last measurement, polish, the rule-based candidates,
-settle, pick, safe mode, and the plan record. In safe mode every plan is verified before it is
-measured, and a kernel signature that fails is forbidden in the space for the trials after.
+settle, pick, safe mode, the code-generation check, and the plan record. In safe mode every plan
+is verified before it is measured, and a kernel signature that fails is forbidden in the space for
+the trials after; the plan the study outputs also has its generated kernels checked
+(:mod:`autotune.tuner.safety_codegen`, once: Triton's CPU interpreter is slow).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from autotune.tuner.ledger import publish, stored
 from autotune.tuner.output import census, no_work, plan_record
 from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.safety import Safety
+from autotune.tuner.safety_codegen import codegen_safe, require_codegen_extra
 from autotune.tuner.session import Session
 from search_space.ir import Graph, empty_tensors
 
@@ -83,12 +86,16 @@ def tune_graph(
         progress, on_phase: told (trials done, best predicted) after each trial; the phase.
         safety: verification hook (safe mode): every plan the study measures is checked
             first, with its failing kernels unfused, and their signatures are forbidden in
-            the study's space from then on.
+            the study's space from then on; the output plan's generated code is checked too
+            (as the policy's ``codegen_check`` says).
 
     Raises:
-        AutotuneError: bad settings (sampler, objective, storage...), or no plan simulated.
+        AutotuneError: bad settings (sampler, objective, storage...), ``codegen_check = on``
+            without the [codegen] extra, or no plan simulated.
     """
     config.check()
+    if safety is not None:
+        require_codegen_extra(config.policy)
     if empty_tensors(graph):
         return no_work(graph, config, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
@@ -114,13 +121,16 @@ def tune_graph(
             winner, report, verdicts, greedy = steps.safe_pick(s, winner, candidates, safety)
         baseline_us["greedy"] = greedy.measured.latency_us
         compared_with["greedy"] = greedy.source
+    with clock.phase("codegen check"):
+        winner, report, verdicts, codegen = codegen_safe(s, winner, safety, report, verdicts)
     with clock.phase("report"):
         report = {**census(s), **report, "forbidden": len(s.space.forbidden)}
         report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
         record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
         describe_outcome(s, winner, candidates, baseline_us)  # and the measured study
         s.ev.save_rows(s.dataset)
-    record = dataclasses.replace(record, meta={**record.meta, "timing_s": clock.seconds()})
+    meta = {**record.meta, "codegen_check": codegen, "timing_s": clock.seconds()}
+    record = dataclasses.replace(record, meta=meta)
     return TuneResult(
         plan=record,
         study=s.study_name,

@@ -1,13 +1,15 @@
 """Safe mode: verify a plan's fused kernels numerically and unfuse the failures.
 
 The study runs every plan it measures through this check (:meth:`Session.measure`), and the
-signatures that fail become constraints of its space (:meth:`SearchSpace.forbid`)."""
+signatures that fail become constraints of its space (:meth:`SearchSpace.forbid`). The plan it
+outputs also has its generated code checked (:mod:`autotune.tuner.safety_codegen`), on the
+same model values (:attr:`Safety.model`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,7 @@ from search_space.onnx import read_model
 from search_space.rules import Policy
 from search_space.space import PlanGroup, SpacePlan
 
-__all__ = ["Checked", "Safety", "make_safety"]
+__all__ = ["Checked", "Safety", "make_safety", "replanned"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,34 @@ class Checked:
     failed: dict[str, KernelVerdict] = field(default_factory=dict)
 
 
-Safety = Callable[[SpacePlan], Checked]
+@dataclass(frozen=True)
+class Safety:
+    """Safe mode's checks of one model (:func:`make_safety`). Called on a plan, it verifies
+    the plan's fused kernels numerically and unfuses the failures (:class:`Checked`).
+
+    Attributes:
+        check: that verification (the call).
+        model: the model with the values every check runs on (read once, on first use).
+    """
+
+    check: Callable[[SpacePlan], Checked]
+    model: Callable[[], onnx.ModelProto]
+
+    def __call__(self, plan: SpacePlan) -> Checked:
+        return self.check(plan)
+
+
+def replanned(
+    graph: Graph, target: Target, plan: SpacePlan, groups: Sequence[PlanGroup]
+) -> SpacePlan:
+    """``plan`` regrouped as ``groups`` (some of its groups unfused into single ops): a kept
+    group keeps its config, a new one gets its default config."""
+    new_groups = tuple(make_group(graph, g.ops, g.kind) for g in groups)
+    configs_by_ops = {g.ops: c for g, c in zip(plan.groups, plan.configs, strict=True)}
+    low = Lowering(graph, target)
+    return SpacePlan(
+        new_groups, tuple(configs_by_ops.get(g.ops) or low.default(g) for g in new_groups)
+    )
 
 
 def make_safety(
@@ -52,13 +81,14 @@ def make_safety(
     policy: Policy,
     target: Target,
 ) -> Safety:
-    """A verification hook for :func:`autotune.tuner.tune_graph`.
+    """Safe mode's checks for :func:`autotune.tuner.tune_graph` (:class:`Safety`).
 
     Zoo models are rebuilt with random weights (verification needs values; a model too large
     for that keeps its weights as inputs, and each check draws the ones it reads); files are
     read as given. The model is read once and every kernel checked once per signature and the part
     of its config its arithmetic depends on (:func:`~autotune.verify.numerics.numerics_key`):
-    a study checks many plans that share kernels.
+    a study checks many plans that share kernels. The same model feeds the code-generation
+    check of the study's output plan (:mod:`autotune.tuner.safety_codegen`).
     """
     known: dict[tuple[str, Any], KernelVerdict] = {}
 
@@ -83,10 +113,6 @@ def make_safety(
         failed = {v.signature: v for v in verdicts if not v.kept(policy.strict_safety)}
         if len(kept) == len(groups):
             return Checked(plan, counts, by_ops, failed)
-        new_groups = tuple(make_group(graph, g.ops, g.kind) for g in kept)
-        configs_by_ops = {g.ops: c for g, c in zip(plan.groups, plan.configs, strict=True)}
-        low = Lowering(graph, target)
-        configs = tuple(configs_by_ops.get(g.ops) or low.default(g) for g in new_groups)
-        return Checked(SpacePlan(new_groups, configs), counts, by_ops, failed)
+        return Checked(replanned(graph, target, plan, kept), counts, by_ops, failed)
 
-    return check
+    return Safety(check, proto)

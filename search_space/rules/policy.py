@@ -11,6 +11,7 @@ Example ``autotune.toml``::
     max_mem_usage = "2GiB"    # peak bytes of live intermediates (a constraint on plans)
     safe_mode = true
     strict_safety = false     # safe mode also unfuses kernels it could not verify
+    codegen_check = "auto"    # safe mode runs the output plan's generated kernels: auto|on|off
     share_repeated = true
 
     [policy.patterns]         # per rule: always | never | search
@@ -53,6 +54,7 @@ __all__ = [
 
 MODES = ("always", "never", "search")
 PRESETS = ("all", "transformer", "cnn")
+CODEGEN_CHECKS = ("auto", "on", "off")
 
 
 class PolicyError(AutofusionError):
@@ -72,6 +74,7 @@ class Policy:
     max_mem_usage: int | None = None
     safe_mode: bool = True
     strict_safety: bool = False
+    codegen_check: str = "auto"
     share_repeated: bool = True
     cosine_min: float = 0.999
     max_abs_err: float = 0.05
@@ -122,6 +125,25 @@ def parse_bytes(value: Any) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+def _choices(values: Mapping[str, Any], out: dict[str, Any], problems: list[str]) -> None:
+    """The fields that name one of a few choices: ``preset`` and ``codegen_check``."""
+    if "preset" in values:
+        if values["preset"] in PRESETS:
+            out["preset"] = values["preset"]
+        else:
+            problems.append(
+                f"unknown preset {values['preset']!r}; available: {', '.join(sorted(PRESETS))}"
+            )
+    if "codegen_check" in values:
+        if values["codegen_check"] in CODEGEN_CHECKS:
+            out["codegen_check"] = values["codegen_check"]
+        else:
+            problems.append(
+                f"codegen_check must be one of {', '.join(CODEGEN_CHECKS)}, "
+                f"but got {values['codegen_check']!r}"
+            )
+
+
 def _validate(values: dict[str, Any], origin: str) -> Policy:
     problems: list[str] = []
     names = {f.name for f in dataclasses.fields(Policy)}
@@ -159,13 +181,7 @@ def _validate(values: dict[str, Any], origin: str) -> Policy:
                 out[key] = values[key]
             else:
                 problems.append(f"{key} must be true or false, but got {values[key]!r}")
-    if "preset" in values:
-        if values["preset"] in PRESETS:
-            out["preset"] = values["preset"]
-        else:
-            problems.append(
-                f"unknown preset {values['preset']!r}; available: {', '.join(sorted(PRESETS))}"
-            )
+    _choices(values, out, problems)
     if "no_fusion_ops" in values:
         v = values["no_fusion_ops"]
         if isinstance(v, str):

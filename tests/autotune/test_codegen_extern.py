@@ -252,6 +252,7 @@ def _norms() -> list[Any]:
         c("GroupNormalization", x, f(4), f(4), num_groups=2, epsilon=1e-3, opset=21),
         c("GroupNormalization", x, f(2), f(2), num_groups=2, opset=18),
         c("InstanceNormalization", x, f(4), f(4), epsilon=1e-4),
+        c("InstanceNormalization", f(2, 4, 1, 1), f(4), f(4)),  # one spatial element
         c("RMSNormalization", x, f(5), opset=23),
         c("RMSNormalization", x, f(3, 5), axis=-2, epsilon=1e-3, opset=23),
         c("LpNormalization", x, axis=1, p=1),

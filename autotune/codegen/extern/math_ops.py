@@ -254,8 +254,9 @@ MATH_OPS: dict[str, OpFn] = {
     "LogSoftmax": lambda a, x, n: torch.log_softmax(x[0], a.get("axis", -1)),
     "LayerNormalization": _layer_norm,
     "GroupNormalization": _group_norm,
-    "InstanceNormalization": lambda a, x, n: F.instance_norm(
-        x[0], weight=x[1], bias=x[2], eps=a.get("epsilon", 1e-5)
+    # a group per channel: F.instance_norm refuses one spatial element, which ONNX allows
+    "InstanceNormalization": lambda a, x, n: F.group_norm(
+        x[0], x[0].size(1), x[1], x[2], a.get("epsilon", 1e-5)
     ),
     "RMSNormalization": _rms_norm,
     "LpNormalization": _lp_norm,

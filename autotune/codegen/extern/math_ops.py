@@ -194,6 +194,17 @@ def _group_norm(a: Attrs, x: Args, n: int) -> Result:
     return F.group_norm(data, groups, scale, bias, a.get("epsilon", 1e-5))
 
 
+def _instance_norm(a: Attrs, x: Args, n: int) -> Result:
+    """Written out: F.instance_norm refuses one spatial element, which ONNX allows."""
+    data = x[0]
+    dims = tuple(range(2, data.dim()))
+    centred = data - data.mean(dims, keepdim=True)
+    var = (centred * centred).mean(dims, keepdim=True)
+    shape = (1, -1) + (1,) * (data.dim() - 2)
+    scaled = centred / torch.sqrt(var + a.get("epsilon", 1e-5))
+    return scaled * x[1].view(shape) + x[2].view(shape)
+
+
 def _rms_norm(a: Attrs, x: Args, n: int) -> Result:
     shape = x[0].shape[resolve_axis(a.get("axis", -1), x[0].dim()) :]
     return F.rms_norm(x[0], shape, x[1].expand(shape), a.get("epsilon", 1e-5))
@@ -254,10 +265,7 @@ MATH_OPS: dict[str, OpFn] = {
     "LogSoftmax": lambda a, x, n: torch.log_softmax(x[0], a.get("axis", -1)),
     "LayerNormalization": _layer_norm,
     "GroupNormalization": _group_norm,
-    # a group per channel: F.instance_norm refuses one spatial element, which ONNX allows
-    "InstanceNormalization": lambda a, x, n: F.group_norm(
-        x[0], x[0].size(1), x[1], x[2], a.get("epsilon", 1e-5)
-    ),
+    "InstanceNormalization": _instance_norm,
     "RMSNormalization": _rms_norm,
     "LpNormalization": _lp_norm,
     "ArgMax": _arg(torch.argmax),

@@ -25,7 +25,9 @@ from search_space.ir import Op
 
 __all__ = ["Anchor", "KernelIO", "Lanes", "Pull", "lanes", "literals_of"]
 
-_TL = re.compile(r"tl\.\w+|float\('-?inf'\)|float\('nan'\)|\.to\(|\d+\.?\d*(e[-+]?\d+)?")
+# what a span ignores: tl functions, float literals, conversions and numbers (whole words, so
+# the digits of a name such as t12 stay with it)
+_TL = re.compile(r"tl\.\w+|float\('-?inf'\)|float\('nan'\)|\.to\(|\b\d+\.?\d*(e[-+]?\d+)?\b")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _HANDLERS = {**LAYOUT_HANDLERS, **WINDOW_HANDLERS, **SCATTER_HANDLERS}
 Anchor = Callable[["Pull", Index, str], str]  # (pull, index, mask) -> the anchor's value

@@ -7,8 +7,10 @@ numpy to prove two indices equal (:func:`same_index`).
 
 from __future__ import annotations
 
+import ast
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -131,6 +133,35 @@ def reshape_index(idx: Index, out_shape: Sequence[int], in_shape: Sequence[int])
     return tuple(res)
 
 
+def _evaluate(expr: str, env: dict[str, np.ndarray]) -> np.ndarray:
+    """An index expression (names, integers, ``+ - * // %``, parentheses) on numpy arrays,
+    read with ``ast`` (never ``eval``); anything else raises ValueError."""
+
+    def walk(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in env:
+            return env[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -walk(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](walk(node.left), walk(node.right))
+        raise ValueError(f"not index arithmetic: {ast.dump(node)[:60]}")
+
+    return np.asarray(walk(ast.parse(expr, mode="eval")))
+
+
+_OPS: dict[type, Any] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+}
+
+
 def same_index(a: Index, b: Index, env: dict[str, np.ndarray]) -> bool:
     """Whether two indices name the same element at every point of ``env`` (numpy arrays of
     the tile's index variables); an index that is not plain arithmetic is never the same."""
@@ -142,14 +173,11 @@ def same_index(a: Index, b: Index, env: dict[str, np.ndarray]) -> bool:
         if x == y:
             continue
         try:
-            vx = eval(x, {"__builtins__": {}}, env)
-            vy = eval(y, {"__builtins__": {}}, env)
-        except (NameError, SyntaxError, TypeError, AttributeError):
+            vx, vy = _evaluate(x, env), _evaluate(y, env)
+        except (ValueError, SyntaxError):
             return False
-        if not np.array_equal(
-            np.broadcast_to(vx, np.broadcast_shapes(np.shape(vx), np.shape(vy))),
-            np.broadcast_to(vy, np.broadcast_shapes(np.shape(vx), np.shape(vy))),
-        ):
+        shape = np.broadcast_shapes(vx.shape, vy.shape)
+        if not np.array_equal(np.broadcast_to(vx, shape), np.broadcast_to(vy, shape)):
             return False
     return True
 

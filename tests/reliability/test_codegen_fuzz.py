@@ -18,7 +18,7 @@ from costmodel.spec import load_target
 from search_space import load_graph
 
 FIXED = settings(
-    max_examples=25,
+    max_examples=12,
     deadline=None,
     derandomize=True,
     database=None,

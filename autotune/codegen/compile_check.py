@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import io
 import itertools
 import json
@@ -31,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from autotune.codegen.errors import CodegenError
+from autotune.codegen.execute import import_path
 from autotune.codegen.program import Program
 from autotune.codegen.templates.common import KernelSource
 from search_space.ir import Graph
@@ -149,18 +149,7 @@ def _compiler_env() -> Iterator[None]:
 
 def _import_fresh(path: Path) -> ModuleType:
     """``path`` as a new module (a name no earlier import used), decorated as it is now."""
-    name = f"autotune_compile_check_{os.getpid()}_{next(_SERIAL)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import '{path}'")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # as a normal import would, while its code runs
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    return import_path(f"autotune_compile_check_{os.getpid()}_{next(_SERIAL)}", path)
 
 
 def signature(kernel: KernelSource, graph: Graph) -> dict[str, str]:

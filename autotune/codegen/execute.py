@@ -17,7 +17,7 @@ import numpy as np
 from autotune.codegen.errors import CodegenError
 from autotune.codegen.package import FORMAT, MANIFEST
 
-__all__ = ["load_package", "read_manifest", "run_package"]
+__all__ = ["import_path", "load_package", "read_manifest", "run_package"]
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
@@ -49,11 +49,21 @@ def load_package(folder: str | Path) -> ModuleType:
     name = "autotune_generated_" + hashlib.sha256(stamp.encode()).hexdigest()[:16]
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, root / "__init__.py", submodule_search_locations=[str(root)]
-    )
+    return import_path(name, root / "__init__.py", package_dir=root)
+
+
+def import_path(name: str, path: Path, package_dir: Path | None = None) -> ModuleType:
+    """The file ``path`` imported as module ``name`` (a package when ``package_dir`` is its
+    folder, so its relative imports resolve); registered in ``sys.modules`` while its code runs,
+    and removed again if that code raises.
+
+    Raises:
+        ImportError: the file cannot be read as a module.
+    """
+    search = [str(package_dir)] if package_dir is not None else None
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=search)
     if spec is None or spec.loader is None:
-        raise CodegenError(f"cannot import the package in '{folder}'")
+        raise ImportError(f"cannot import '{path}'")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:

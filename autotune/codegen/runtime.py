@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from autotune.codegen.extern import extern_op
+
 __all__ = [
     "check_inputs",
     "extern_op",
@@ -44,18 +46,6 @@ def pick_device(prefer: str | None = None) -> str:
     if choice == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     return choice
-
-
-def extern_op(
-    op_type: str,
-    attrs: Mapping[str, Any],
-    inputs: Sequence[torch.Tensor | None],
-    n_outputs: int = 1,
-) -> tuple[torch.Tensor, ...]:
-    """One op run by PyTorch (:mod:`autotune.codegen.extern`), imported on first use."""
-    from autotune.codegen.extern import extern_op as run_op
-
-    return run_op(op_type, attrs, inputs, n_outputs)
 
 
 def torch_dtype(name: str) -> torch.dtype:

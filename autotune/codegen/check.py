@@ -25,6 +25,7 @@ from autotune.codegen.program import Program
 from autotune.codegen.runtime import load_params
 from autotune.codegen.templates.common import KernelSource
 from autotune.verify import draw_inputs
+from autotune.verify.sources import np_dtype
 from search_space.ir import Graph, is_compile_time
 
 log = logging.getLogger(__name__)
@@ -116,17 +117,13 @@ def reference_values(
     have = {o.name for o in m.graph.output}
     for t in tensors:
         if t not in have:
-            elem = helper.np_dtype_to_tensor_dtype(np.dtype(_np_name(graph.tensors[t].dtype)))
+            elem = helper.np_dtype_to_tensor_dtype(np_dtype(graph.tensors[t].dtype))
             m.graph.output.append(helper.make_tensor_value_info(t, elem, None))
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(None, dict(feeds)), strict=True))
-
-
-def _np_name(dtype: str) -> str:
-    return "float32" if dtype == "bfloat16" else dtype
 
 
 def _kernel_check(

@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from autotune.verify.sources import ModelSource
+from autotune.verify.sources import ModelSource, np_dtype
 from search_space.ir import Graph
 
 __all__ = ["constant_values"]
@@ -64,15 +64,12 @@ def _evaluate(model: onnx.ModelProto, graph: Graph, names: list[str]) -> dict[st
     m = helper.make_model(sub, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {t: np.zeros(graph.tensors[t].static_shape, _np(graph, t)) for t in fed}
+    feeds = {
+        t: np.zeros(graph.tensors[t].static_shape, np_dtype(graph.tensors[t].dtype)) for t in fed
+    }
     values = sess.run(None, feeds)
     return {t: np.ascontiguousarray(v) for t, v in zip(names, values, strict=True)}
 
 
-def _np(graph: Graph, tensor: str) -> np.dtype:
-    dtype = graph.tensors[tensor].dtype
-    return np.dtype("float32" if dtype == "bfloat16" else dtype)
-
-
 def _elem(graph: Graph, tensor: str) -> int:
-    return int(helper.np_dtype_to_tensor_dtype(_np(graph, tensor)))
+    return int(helper.np_dtype_to_tensor_dtype(np_dtype(graph.tensors[tensor].dtype)))

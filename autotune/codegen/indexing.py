@@ -20,11 +20,12 @@ __all__ = [
     "Index",
     "add",
     "broadcast_index",
-    "flatten",
+    "lane_index",
     "mul",
     "offset",
     "reshape_index",
     "same_index",
+    "sample",
     "strides",
     "unflatten",
 ]
@@ -67,9 +68,6 @@ def offset(idx: Index, shape: Sequence[int]) -> str:
         if d != 1:
             out = add(out, mul(i, st))
     return out
-
-
-flatten = offset
 
 
 def _flat_name(idx: Index) -> str:
@@ -180,6 +178,17 @@ def same_index(a: Index, b: Index, env: dict[str, np.ndarray]) -> bool:
         if not np.array_equal(np.broadcast_to(vx, shape), np.broadcast_to(vy, shape)):
             return False
     return True
+
+
+def sample(n: int, most: int = 61) -> np.ndarray:
+    """At most ``most`` points of ``range(n)``, both ends included, evenly spread: where
+    :func:`same_index` compares two indices."""
+    return np.unique(np.linspace(0, n - 1, min(n, most)).astype(np.int64))
+
+
+def lane_index(names: Sequence[str], dims: Sequence[int]) -> Index:
+    """The tile's lane variables as the index of trailing dims ``dims`` (a dim of 1: ``0``)."""
+    return tuple("0" if d == 1 else n for n, d in zip(names, dims, strict=True))
 
 
 def numel(shape: Sequence[int]) -> int:

@@ -13,11 +13,10 @@ from autotune.codegen.indexing import Index, add, broadcast_index, mul, reshape_
 from autotune.codegen.kernel_io import Reader
 from autotune.codegen.scalar_ops import cast_expr, onnx_dtype
 from autotune.codegen.source import paren
-from search_space.ir import Op
+from search_space.ir import VIEW_OPS, Op
 
 __all__ = ["LAYOUT_HANDLERS", "Handler"]
 
-VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 Handler = Callable[[Reader, Op, str, Index, str], str]
 
 
@@ -139,7 +138,7 @@ def _dropout(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
 
 
 LAYOUT_HANDLERS: dict[str, Handler] = {
-    **{v: _view for v in VIEWS},
+    **{v: _view for v in VIEW_OPS},
     "Cast": _cast,
     "CastLike": _cast,
     "Transpose": _transpose,

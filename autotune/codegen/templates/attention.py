@@ -11,22 +11,29 @@ row maximum and sum, and a second kernel combines them and runs the output's epi
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.indexing import Index, broadcast_index, numel, offset, same_index, unflatten
+from autotune.codegen.indexing import (
+    Index,
+    broadcast_index,
+    lane_index,
+    numel,
+    offset,
+    same_index,
+    sample,
+    unflatten,
+)
 from autotune.codegen.pull import KernelIO, Pull, lanes
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
-    Launch,
     Scratch,
     check_outputs,
-    header,
+    finish,
     kernel_io,
     next_pow2,
     store,
@@ -66,11 +73,8 @@ class _Shape:
         return broadcast_index(unflatten("b", self.batch), self.batch, dims)
 
     def env(self, col: str, cols: int) -> dict[str, np.ndarray]:
-        def pick(n: int) -> np.ndarray:
-            return np.unique(np.linspace(0, n - 1, min(n, 61)).astype(np.int64))
-
-        return {"b": pick(self.nb)[:, None, None], "q": pick(self.sq)[None, :, None],
-                col: pick(cols)[None, None, :]}  # fmt: skip
+        return {"b": sample(self.nb)[:, None, None], "q": sample(self.sq)[None, :, None],
+                col: sample(cols)[None, None, :],}  # fmt: skip
 
 
 def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
@@ -105,14 +109,10 @@ def _block(n: int) -> int:
     return max(16, next_pow2(n))
 
 
-def _ones(names: tuple[str, str], dims: tuple[int, ...]) -> Index:
-    return tuple("0" if d == 1 else n for n, d in zip(names, dims, strict=True))
-
-
 def _at(att: _Shape, io: KernelIO, tensor: str, cols: tuple[str, str]) -> Index:
     """The index of a matmul operand or result at the tile's lanes ``cols``."""
     shape = io.shape(tensor)
-    return att.bidx(shape[:-2]) + _ones(cols, shape[-2:])
+    return att.bidx(shape[:-2]) + lane_index(cols, shape[-2:])
 
 
 def _anchor(att: _Shape, io: KernelIO, tensor: str, cols: tuple[str, str], value: str, size: int):
@@ -185,7 +185,7 @@ def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> No
 
 def _out_index(att: _Shape, shape: tuple[int, ...]) -> Index:
     if shape[-2:] == (att.sq, att.dv) and math.prod(shape[:-2]) == att.nb:
-        return unflatten("b", shape[:-2]) + _ones(("q", "dv"), shape[-2:])
+        return unflatten("b", shape[:-2]) + lane_index(("q", "dv"), shape[-2:])
     return unflatten(f"b * {att.sq * att.dv} + q * {att.dv} + dv", shape)
 
 
@@ -202,12 +202,8 @@ def _epilogue(att: _Shape, io: KernelIO, group: FusionGroup, row: Body, out: str
         row.line(store(ptr, io.dtype(t), value, "omask"))
 
 
-META = ("NPROG", "TILE_Q", "BLOCK_Q", "TILE_KV", "BLOCK_KV", "BLOCK_D", "BLOCK_DV")
-
-
-def _constexprs(grid: int, tq: int, tkv: int, att: _Shape) -> tuple[tuple[str, int], ...]:
+def _constexprs(tq: int, tkv: int, att: _Shape) -> tuple[tuple[str, int], ...]:
     return (
-        ("NPROG", grid),
         ("TILE_Q", tq),
         ("BLOCK_Q", _block(tq)),
         ("TILE_KV", tkv),
@@ -269,8 +265,7 @@ def attention_kernels(
     tiles_q = math.ceil(att.sq / tq)
     chunk = math.ceil(math.ceil(att.sk / split) / tkv) * tkv
     tiles = att.nb * tiles_q * split
-    grid = max(1, min(config.block_dim, tiles))
-    launch = Launch(grid, _constexprs(grid, tq, tkv, att), 2 if config.double_buffer else 1)
+    blocks = _constexprs(tq, tkv, att)
     body = Body(1)
     row = body.child()
     _tile_vars(att, row, tiles_q, split)
@@ -280,52 +275,14 @@ def attention_kernels(
         _epilogue(att, io, group, row, "o")
         body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
         side = side_outputs(io, group, att.nb * att.sq * att.dv, body)
-        launch = dataclasses.replace(launch, constexprs=(*launch.constexprs, *side))
-        meta = [*META, *(n for n, _ in side)]
-        text = [
-            *header(name, group, graph, config, io, group.outputs, meta, "attention"),
-            *body.lines,
-        ]
-        return [
-            KernelSource(
-                name,
-                "\n".join(text),
-                group.ops,
-                tuple(io.params),
-                group.outputs,
-                launch,
-                "attention",
-            )
-        ]
+        return [finish(name, graph, group, config, io, body, tiles, (*blocks, *side),
+                       "attention")]  # fmt: skip
     scratch = _scratch(name, att, split)
     _partial_store(att, row, split)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    first = KernelSource(
-        f"{name}_split",
-        "\n".join(
-            [
-                *header(
-                    f"{name}_split",
-                    group,
-                    graph,
-                    config,
-                    io,
-                    [s.name for s in scratch],
-                    META,
-                    "attention (split)",
-                    scratch,
-                ),
-                *body.lines,
-            ]
-        ),
-        group.ops,
-        tuple(io.params),
-        tuple(s.name for s in scratch),
-        launch,
-        "attention",
-        scratch,
-    )
-    return [first, _combine_kernel(name, graph, group, config, io, att, scratch, split)]
+    first = finish(f"{name}_split", graph, group, config, io, body, tiles, blocks, "attention",
+                   outputs=[s.name for s in scratch], scratch=scratch)  # fmt: skip
+    return [first, _combine_kernel(name, graph, group, config, io, att, scratch, blocks)]
 
 
 def _combine_kernel(
@@ -336,40 +293,25 @@ def _combine_kernel(
     io: KernelIO,
     att: _Shape,
     scratch: tuple[Scratch, ...],
-    split: int,
+    blocks: tuple[tuple[str, int], ...],
 ) -> KernelSource:
+    """Merges the split kernel's partial results (read from scratch) and runs the epilogue:
+    one program per query tile, the split kernel's tiles and blocks."""
     params = dict(io.params)
     part = {}
     for s in scratch:
         params[s.name] = f"in{len(params)}"
         part[s.name.rsplit("::", 1)[1]] = params[s.name]
     cio = KernelIO(io.graph, io.ops, params, io.literals)
-    tiles_q = math.ceil(att.sq / max(1, min(config.base_m or 16, att.sq)))
-    tq = max(1, min(config.base_m or 16, att.sq))
-    tiles = att.nb * tiles_q
-    grid = max(1, min(config.block_dim, tiles))
+    split = scratch[0].shape[1]
+    tiles_q = math.ceil(att.sq / dict(blocks)["TILE_Q"])
     body = Body(1)
     row = body.child()
     _tile_vars(att, row, tiles_q, 1)
     _combine(att, row, split, part)
     _epilogue(att, cio, group, row, "o")
+    tiles = att.nb * tiles_q
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     side = side_outputs(cio, group, att.nb * att.sq * att.dv, body)
-    meta = [*META, *(n for n, _ in side)]
-    text = [
-        *header(f"{name}_combine", group, graph, config, cio, group.outputs, meta,
-                "attention (combine)", scratch),
-        *body.lines,
-    ]  # fmt: skip
-    tkv = max(1, min(config.knob("kv_tile", 64), att.sk))
-    launch = Launch(grid, (*_constexprs(grid, tq, tkv, att), *side), 1)
-    return KernelSource(
-        f"{name}_combine",
-        "\n".join(text),
-        group.ops,
-        tuple(params),
-        group.outputs,
-        launch,
-        "attention",
-        scratch,
-    )
+    return finish(f"{name}_combine", graph, group, config, cio, body, tiles, (*blocks, *side),
+                  "attention", scratch=scratch)  # fmt: skip

@@ -9,9 +9,10 @@ from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import numel
 from autotune.codegen.pull import KernelIO, literals_of
 from autotune.codegen.scalar_ops import TRITON_DTYPES
+from autotune.codegen.source import Body
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
-__all__ = ["KernelSource", "Launch", "kernel_io", "next_pow2", "store"]
+__all__ = ["KernelSource", "Launch", "Scratch", "finish", "kernel_io", "next_pow2", "store"]
 
 
 def next_pow2(n: int) -> int:
@@ -123,6 +124,34 @@ def header(
     lines.append('    """')
     lines.append("    pid = tl.program_id(0)")
     return lines
+
+
+def finish(
+    name: str,
+    graph: Graph,
+    group: FusionGroup,
+    config: KernelConfig,
+    io: KernelIO,
+    body: Body,
+    tiles: int,
+    tile_constexprs: Sequence[tuple[str, int]],
+    template: str,
+    *,
+    outputs: Sequence[str] | None = None,
+    scratch: tuple[Scratch, ...] = (),
+) -> KernelSource:
+    """A template's kernel record from its body: the grid (the plan's block_dim, never more
+    programs than tiles), the compile-time parameters in the order the function takes them,
+    and the header. ``outputs`` default to the group's; ``scratch`` are buffers between the
+    kernels of one group among the inputs (``io``) or outputs."""
+    grid = max(1, min(config.block_dim, tiles))
+    constexprs = (("NPROG", grid), *tile_constexprs)
+    launch = Launch(grid, constexprs, 2 if config.double_buffer else 1)
+    outs = tuple(group.outputs if outputs is None else outputs)
+    meta = [n for n, _ in constexprs]
+    lines = header(name, group, graph, config, io, outs, meta, template, scratch)
+    text = "\n".join([*lines, *body.lines])
+    return KernelSource(name, text, group.ops, tuple(io.params), outs, launch, template, scratch)
 
 
 def store(ptr: str, dtype: str, value: str, mask: str) -> str:

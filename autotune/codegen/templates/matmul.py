@@ -21,9 +21,8 @@ from autotune.codegen.pull import KernelIO, Pull, lanes
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
-    Launch,
     check_outputs,
-    header,
+    finish,
     kernel_io,
     next_pow2,
     store,
@@ -39,7 +38,6 @@ LANES = lanes(
     {"M": (0, "BLOCK_M"), "N": (1, "BLOCK_N"), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
     m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA", bmask="KBN",
 )  # fmt: skip
-META = ("NPROG", "TILE_M", "BLOCK_M", "TILE_N", "BLOCK_N", "TILE_K", "BLOCK_K")
 
 
 def _operand(pull: Pull, tensor: str, idx: tuple[str, ...], mask: str) -> str:
@@ -87,10 +85,11 @@ def _tile_vars(prod: Product, row: Body, tiles_m: int, tiles_n: int) -> None:
     row.line("mask = mmask & nmask")
 
 
-def _tiles(config: KernelConfig, prod: Product) -> tuple[int, int, int]:
-    tm = max(1, min(config.base_m or config.m or 16, prod.M))
-    tn = max(1, min(config.base_n or config.n or 16, prod.N))
-    tk = max(1, min(config.base_k or config.k or 16, max(p.K for p in [prod])))
+def _tiles(config: KernelConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """The plan's L1 block (its L0 tile where no block is set), never over the product."""
+    tm = max(1, min(config.base_m or config.m or 16, m))
+    tn = max(1, min(config.base_n or config.n or 16, n))
+    tk = max(1, min(config.base_k or config.k or 16, k))
     return tm, tn, tk
 
 
@@ -137,8 +136,7 @@ def matmul_kernel(
     io = kernel_io(graph, group)
     prods = _products(graph, group, io)
     first = prods[0]
-    tm, tn, tk = _tiles(config, first)
-    tk = max(1, min(config.base_k or config.k or 16, max(p.K for p in prods)))
+    tm, tn, tk = _tiles(config, first.M, first.N, max(p.K for p in prods))
     tiles_m, tiles_n = math.ceil(first.M / tm), math.ceil(first.N / tn)
     body = Body(1)
     row = body.child()
@@ -151,22 +149,9 @@ def matmul_kernel(
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     side = side_outputs(io, group, size, body)
-    grid = max(1, min(config.block_dim, tiles))
-    launch = Launch(
-        grid=grid,
-        constexprs=(
-            ("NPROG", grid),
-            ("TILE_M", tm),
-            ("BLOCK_M", _block(tm)),
-            ("TILE_N", tn),
-            ("BLOCK_N", _block(tn)),
-            ("TILE_K", tk),
-            ("BLOCK_K", _block(tk)),
-            *side,
-        ),
-        num_stages=2 if config.double_buffer else 1,
-    )
-    meta = [*META, *(n for n, _ in side)]
-    lines = header(name, group, graph, config, io, group.outputs, meta, "matmul")
-    return KernelSource(name, "\n".join([*lines, *body.lines]), group.ops, tuple(io.params),
-                        group.outputs, launch, "matmul")  # fmt: skip
+    blocks = [
+        (f"{kind}_{axis}", tile if kind == "TILE" else _block(tile))
+        for axis, tile in (("M", tm), ("N", tn), ("K", tk))
+        for kind in ("TILE", "BLOCK")
+    ]
+    return finish(name, graph, group, config, io, body, tiles, [*blocks, *side], "matmul")

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from autotune.codegen.indexing import Index, reshape_index
 from autotune.codegen.kernel_io import KernelIO
-from search_space.ir import Op
+from search_space.ir import VIEW_OPS, Op
 
 __all__ = ["placed_index"]
-
-_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 
 def _path(io: KernelIO, tensor: str, anchor: str) -> list[Op] | None:
@@ -22,7 +20,7 @@ def _path(io: KernelIO, tensor: str, anchor: str) -> list[Op] | None:
     op = io.graph.producer(tensor)
     if op is None or op.name not in io.ops:
         return None
-    if op.op_type in _VIEWS or op.op_type == "Transpose":
+    if op.op_type in VIEW_OPS or op.op_type == "Transpose":
         rest = _path(io, op.inputs[0], anchor)
         return None if rest is None else [op, *rest]
     if op.op_class.value != "elementwise":
@@ -40,7 +38,7 @@ def _forward(io: KernelIO, op: Op, idx: Index) -> Index:
     if op.op_type == "Transpose":
         perm = op.attr("perm") or list(reversed(range(len(src))))
         return tuple(idx[p] for p in perm)
-    if op.op_type in _VIEWS:
+    if op.op_type in VIEW_OPS:
         return reshape_index(idx, src, dst)
     return idx  # elementwise of the same shape
 

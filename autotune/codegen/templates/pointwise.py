@@ -15,18 +15,16 @@ from autotune.codegen.pull import KernelIO, Pull, lanes
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
-    Launch,
     check_outputs,
-    header,
+    finish,
     kernel_io,
     next_pow2,
     store,
 )
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
-__all__ = ["LANES", "META", "flat_loop", "pointwise_kernel", "side_outputs", "tile_of"]
+__all__ = ["LANES", "flat_loop", "pointwise_kernel", "side_outputs", "tile_of"]
 
-META = ("NPROG", "TILE", "BLOCK")
 LANES = lanes({"X": (0, "BLOCK")}, x="X", lane="X", mask="X")
 
 
@@ -72,23 +70,9 @@ def pointwise_kernel(
     body = Body(1)
     for size in sorted(by_size, reverse=True):
         flat_loop(io, by_size[size], body, tile)
-    lines = header(name, group, graph, config, io, group.outputs, META, "pointwise")
     tiles = math.ceil(largest / tile)
-    grid = max(1, min(config.block_dim, tiles))
-    launch = Launch(
-        grid=grid,
-        constexprs=(("NPROG", grid), ("TILE", tile), ("BLOCK", next_pow2(tile))),
-        num_stages=2 if config.double_buffer else 1,
-    )
-    return KernelSource(
-        name,
-        "\n".join([*lines, *body.lines]),
-        group.ops,
-        tuple(io.params),
-        group.outputs,
-        launch,
-        "pointwise",
-    )
+    blocks = (("TILE", tile), ("BLOCK", next_pow2(tile)))
+    return finish(name, graph, group, config, io, body, tiles, blocks, "pointwise")
 
 
 def side_outputs(

@@ -19,9 +19,11 @@ from autotune.codegen.indexing import (
     Index,
     add,
     broadcast_index,
+    lane_index,
     mul,
     offset,
     same_index,
+    sample,
     unflatten,
 )
 from autotune.codegen.kernel_io import KernelIO, Reader
@@ -71,13 +73,10 @@ class Product:
         raise NotImplementedError
 
     def env(self) -> dict[str, np.ndarray]:
-        def pick(n: int) -> np.ndarray:
-            return np.unique(np.linspace(0, n - 1, min(n, 61)).astype(np.int64))
-
         return {
-            "b": pick(self.nb)[:, None, None],
-            "m": pick(self.M)[None, :, None],
-            "n": pick(self.N)[None, None, :],
+            "b": sample(self.nb)[:, None, None],
+            "m": sample(self.M)[None, :, None],
+            "n": sample(self.N)[None, None, :],
         }
 
     def check(self, idx: Index) -> None:
@@ -92,10 +91,6 @@ class Product:
         """The element (b, m, n) of a tensor of the product's size but another shape."""
         own = self.out_index(self.io.shape(self.out))
         return unflatten(offset(own, self.io.shape(self.out)), shape)
-
-
-def _ones(names: tuple[str, str], dims: tuple[int, ...]) -> Index:
-    return tuple("0" if d == 1 else n for n, d in zip(names, dims, strict=True))
 
 
 class MatMul(Product):
@@ -118,16 +113,20 @@ class MatMul(Product):
     def a_index(self) -> Index:
         a = self.io.shape(self.a)
         mk = ("ka", "m") if self.ta else ("m", "ka")
-        return broadcast_index(unflatten("b", self.batch), self.batch, a[:-2]) + _ones(mk, a[-2:])
+        return broadcast_index(unflatten("b", self.batch), self.batch, a[:-2]) + lane_index(
+            mk, a[-2:]
+        )
 
     def b_index(self) -> Index:
         b = self.io.shape(self.b)
         kn = ("n", "kb") if self.tb else ("kb", "n")
-        return broadcast_index(unflatten("b", self.batch), self.batch, b[:-2]) + _ones(kn, b[-2:])
+        return broadcast_index(unflatten("b", self.batch), self.batch, b[:-2]) + lane_index(
+            kn, b[-2:]
+        )
 
     def out_index(self, shape: tuple[int, ...]) -> Index:
         if shape[-2:] == (self.M, self.N) and math.prod(shape[:-2]) == self.nb:
-            return unflatten("b", shape[:-2]) + _ones(("m", "n"), shape[-2:])
+            return unflatten("b", shape[:-2]) + lane_index(("m", "n"), shape[-2:])
         return unflatten(f"b * {self.M * self.N} + m * {self.N} + n", shape)
 
     def result(self, pull: Reader, idx: Index, mask: str) -> str:

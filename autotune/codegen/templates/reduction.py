@@ -25,6 +25,7 @@ from autotune.codegen.indexing import (
     numel,
     offset,
     same_index,
+    sample,
     unflatten,
 )
 from autotune.codegen.pull import Anchor, KernelIO, Pull, lanes
@@ -32,9 +33,8 @@ from autotune.codegen.scalar_ops import is_float
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
-    Launch,
     check_outputs,
-    header,
+    finish,
     kernel_io,
     next_pow2,
     store,
@@ -157,8 +157,7 @@ class _Rows:
     def __init__(self, reds: list[Reduction], io: KernelIO, rows: int, cols: int):
         self.reds, self.io, self.R, self.C = reds, io, rows, cols
         self.stats: dict[tuple[str, str], str] = {}
-        r = np.unique(np.linspace(0, rows - 1, min(rows, 97)).astype(np.int64))
-        c = np.unique(np.linspace(0, cols - 1, min(cols, 97)).astype(np.int64))
+        r, c = sample(rows, 97), sample(cols, 97)
         self.env = {"r": r[:, None], "c": c[None, :]}
 
     def check(self, idx: Index, expected: Index, what: str) -> None:
@@ -295,9 +294,6 @@ def _reductions(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Reductio
     return reds
 
 
-META = ("NPROG", "TILE_R", "BLOCK_R", "TILE_C", "BLOCK_C")
-
-
 def reduction_kernel(
     name: str, graph: Graph, group: FusionGroup, config: KernelConfig
 ) -> KernelSource:
@@ -334,25 +330,6 @@ def reduction_kernel(
         _store_outputs(rows, io, per_row, row, Pull(io, row, LANES, rows.anchors()))
     tiles = math.ceil(rows.R / tile_r)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    grid = max(1, min(config.block_dim, tiles))
-    launch = Launch(
-        grid=grid,
-        constexprs=(
-            ("NPROG", grid),
-            ("TILE_R", tile_r),
-            ("BLOCK_R", next_pow2(tile_r)),
-            ("TILE_C", tile_c),
-            ("BLOCK_C", next_pow2(tile_c)),
-        ),
-        num_stages=2 if config.double_buffer else 1,
-    )
-    lines = header(name, group, graph, config, io, group.outputs, META, "reduction")
-    return KernelSource(
-        name,
-        "\n".join([*lines, *body.lines]),
-        group.ops,
-        tuple(io.params),
-        group.outputs,
-        launch,
-        "reduction",
-    )
+    blocks = (("TILE_R", tile_r), ("BLOCK_R", next_pow2(tile_r)),
+              ("TILE_C", tile_c), ("BLOCK_C", next_pow2(tile_c)))  # fmt: skip
+    return finish(name, graph, group, config, io, body, tiles, blocks, "reduction")

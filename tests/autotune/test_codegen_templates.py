@@ -289,3 +289,14 @@ def test_a_kv_cache_update_scatters_in_a_kernel(kind: str, tmp_path) -> None:
     assert result.ok, describe(result)
     # shuffled slots name no row by its index: the scatter runs in the framework
     assert bool(program.externs) == (kind == "shuffled")
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_average_pool_counts_automatic_padding_on_both_sides(auto_pad: str, tmp_path) -> None:
+    pool = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[3, 2],
+                            strides=[2, 3], auto_pad=auto_pad, count_include_pad=1)  # fmt: skip
+    model = make([pool], [_vi("x", [1, 2, 8, 7])], [_vi("y", [1, 2, 4, 3])])
+    program, result = _one_group(model, KernelConfig(block_dim=2, ub_rows=1, ub_cols=16),
+                                 tmp_path)  # fmt: skip
+    assert result.ok, describe(result)
+    assert not program.unfused and not program.externs

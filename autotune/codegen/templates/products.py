@@ -154,7 +154,7 @@ class Conv(Product):
         nd = len(self.window)
         self.strides = list(op.attr("strides") or [1] * nd)
         self.dil = list(op.attr("dilations") or [1] * nd)
-        self.pads = window_pads(op, x[2:], y[2:], self.window)
+        self.pads = window_pads(op, x[2:], y[2:], self.window)[0]
         self.images, self.cig, self.cog = x[0], w[1], w[0] // self.groups
         self.sin, self.sout = x[2:], y[2:]
         self.batch = (self.groups,)

@@ -16,7 +16,7 @@ from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 
-__all__ = ["check_groups", "check_plan", "describe", "single_group"]
+__all__ = ["check_groups", "check_plan", "check_zoo_model", "describe", "single_group"]
 
 
 def describe(result: CodegenCheck) -> str:
@@ -63,3 +63,29 @@ def check_groups(
     program = build_program(graph, groups, configs)
     path = write_package(folder, model, program, {"model": "test"})
     return program, check_package(path, model, program)
+
+
+def check_zoo_model(name: str, plan: str, folder: Path, **zoo: int) -> None:
+    """A zoo model at small scale under ``plan``: the package reproduces onnxruntime, and its
+    steps compute every op of the graph that does work, each group's ops in that group's steps
+    (a group that runs as several kernels still computes all of them, none twice)."""
+    from autotune.zoo.catalog import build
+
+    model = build(name, weights="random", scale=0.05, batch=1, **zoo)
+    gen, result = check_plan(model, plan, folder)
+    assert result.ok, describe(result)
+    assert len(result.kernels) == len(gen.program.kernels) > 0
+    assert all(reason for _, reason in gen.program.unfused)  # every split group says why
+    graph = gen.program.graph
+    by_group: dict[int, set[str]] = {}
+    for step in gen.program.steps:
+        if step.kernel is not None:
+            ops: tuple[str, ...] = step.kernel.ops
+        else:
+            ops = (step.extern.op,) if step.extern is not None else ()
+        by_group.setdefault(step.group, set()).update(o for o in ops if not graph.op(o).is_view)
+    work = {op.name for op in graph.ops if not op.is_view and not op.constant}
+    computed = set().union(*(ops for g, ops in by_group.items() if g >= 0))
+    assert computed == work
+    groups = [ops for g, ops in by_group.items() if g >= 0]
+    assert sum(len(ops) for ops in groups) == len(work)  # no op in two groups

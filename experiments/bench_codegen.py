@@ -47,7 +47,6 @@ from autotune import tune
 from autotune.codegen.generate import Generated, generate
 from autotune.estimate import plan_target
 from autotune.zoo import build, list_models
-from autotune.zoo.catalog import _spec  # has_seq / has_cache: which length a model takes
 from costmodel.spec import Target, load_target
 from search_space import Graph, load_graph
 from search_space.rules import Policy
@@ -79,15 +78,15 @@ def accelerator() -> str | None:
 
 def build_zoo(name: str, args: argparse.Namespace) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """A zoo model at the requested scale, with random weights; and how it was built."""
-    spec = _spec(name)
+    info = next(i for i in list_models() if i.name == name)
     kw: dict[str, Any] = {}
-    if spec.family == "transformer":
-        kw["layers"] = min(args.layers, spec.default_layers)
+    if info.family == "transformer":
+        kw["layers"] = min(args.layers, info.layers)
     elif args.blocks is not None:
-        kw["layers"] = max(spec.min_layers, min(args.blocks, spec.default_layers))
-    if spec.has_seq:
+        kw["layers"] = max(info.min_layers, min(args.blocks, info.layers))
+    if info.takes_seq_len:
         kw["seq_len"] = args.seq_len
-    if spec.has_cache:
+    if info.takes_cache_len:
         kw["cache_len"] = args.cache_len
     model = build(name, weights="random", scale=args.scale, batch=args.batch, **kw)
     return model, kw

@@ -49,6 +49,9 @@ class ZooInfo:
         params: trainable parameter count at scale 1 (BatchNorm running statistics and fixed
             tables such as sinusoidal positions or rotary cos/sin are not parameters).
         layers: default number of layers (per stack for encoder-decoders) or blocks.
+        min_layers: the fewest layers or blocks ``build`` takes.
+        takes_seq_len: ``build`` takes ``seq_len`` (the prompt models).
+        takes_cache_len: ``build`` takes ``cache_len`` and ``cache_form`` (the decode steps).
     """
 
     name: str
@@ -57,6 +60,9 @@ class ZooInfo:
     default_batch: int
     params: int
     layers: int
+    min_layers: int
+    takes_seq_len: bool
+    takes_cache_len: bool
 
 
 def _spec(name: str) -> ModelSpec:
@@ -77,6 +83,9 @@ def _info(name: str) -> ZooInfo:
         spec.default_batch,
         params,
         spec.default_layers,
+        spec.min_layers,
+        spec.has_seq,
+        spec.has_cache,
     )
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from autotune.codegen.constants import constant_values
 from autotune.codegen.errors import CodegenError
 from autotune.codegen.program import Program
 from autotune.codegen.runner_source import runner_source
+from autotune.verify.sources import ModelSource
 
 __all__ = ["MANIFEST", "kernels_source", "manifest", "write_package"]
 
@@ -75,8 +75,8 @@ def manifest(
 
 
 def _params(model: onnx.ModelProto, program: Program, names: list[str]) -> dict[str, np.ndarray]:
-    values = constant_values(model, program.graph, names)
-    return {f"t{i}": values[t] for i, t in enumerate(names)}
+    source = ModelSource(model, program.graph)
+    return {f"t{i}": np.ascontiguousarray(source.value(t)) for i, t in enumerate(names)}
 
 
 def write_package(

@@ -21,6 +21,7 @@ import onnx
 from onnx import external_data_helper, inliner, numpy_helper
 
 from autotune.verify.numerics import stable_rng
+from autotune.verify.slices import slice_values
 from autotune.zoo import INPUT_RANGES_KEY
 from search_space.ir import Graph, Op, OpClass, alias_root, is_compile_time
 from search_space.onnx import attributes_of, evaluate, node_names
@@ -63,8 +64,8 @@ class ModelSource:
             else:
                 ins = [self.value(t) if t else None for t in node.input]
                 outs = evaluate(node, ins, self.imports, g.opset)
-                if outs is None:
-                    raise ValueError(f"cannot evaluate compile-time tensor '{name}'")
+                if outs is None:  # an op the folding evaluator does not know
+                    return self._values.setdefault(name, slice_values(self.model, g, [name])[name])
                 for t, o in zip(node.output, outs, strict=False):
                     self._values[t] = o
                 return self._values[name]

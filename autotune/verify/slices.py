@@ -1,41 +1,21 @@
-"""Values of the compile-time tensors a generated package holds: weights, folded constants,
-and outputs of constant-only ops (evaluated here by the loader's folding, or by onnxruntime on
-the slice of the model that computes them when folding does not know the op)."""
+"""Compile-time tensors the loader folded from static shapes but the folding evaluator cannot
+compute (an op it does not know): onnxruntime on the slice of the model that computes them."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from autotune.verify.sources import ModelSource, np_dtype
 from search_space.ir import Graph
 
-__all__ = ["constant_values"]
+__all__ = ["slice_values"]
 
 
-def constant_values(
-    model: onnx.ModelProto, graph: Graph, names: Sequence[str]
-) -> dict[str, np.ndarray]:
-    """``names`` -> their values (contiguous arrays)."""
-    source = ModelSource(model, graph)
-    out: dict[str, np.ndarray] = {}
-    missing = []
-    for t in names:
-        try:
-            out[t] = np.ascontiguousarray(source.value(t))
-        except ValueError:
-            missing.append(t)
-    if missing:
-        out.update(_evaluate(model, graph, missing))
-    return out
-
-
-def _evaluate(model: onnx.ModelProto, graph: Graph, names: list[str]) -> dict[str, np.ndarray]:
-    """onnxruntime on the nodes that compute ``names`` from initializers and constants."""
+def slice_values(model: onnx.ModelProto, graph: Graph, names: list[str]) -> dict[str, np.ndarray]:
+    """onnxruntime on the nodes that compute ``names`` from initializers and constants (graph
+    inputs they read only for their shapes are fed zeros of their static shapes)."""
     producer = {t: n for n in model.graph.node for t in n.output if t}
     inits = {t.name: t for t in model.graph.initializer}
     nodes: list[onnx.NodeProto] = []
@@ -64,12 +44,15 @@ def _evaluate(model: onnx.ModelProto, graph: Graph, names: list[str]) -> dict[st
     m = helper.make_model(sub, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {
-        t: np.zeros(graph.tensors[t].static_shape, np_dtype(graph.tensors[t].dtype)) for t in fed
-    }
+    feeds = {t: np.zeros(graph.tensors[t].static_shape, _np(graph, t)) for t in fed}
     values = sess.run(None, feeds)
     return {t: np.ascontiguousarray(v) for t, v in zip(names, values, strict=True)}
 
 
+def _np(graph: Graph, tensor: str) -> np.dtype:
+    dtype = graph.tensors[tensor].dtype
+    return np.dtype("float32" if dtype == "bfloat16" else dtype)
+
+
 def _elem(graph: Graph, tensor: str) -> int:
-    return int(helper.np_dtype_to_tensor_dtype(np_dtype(graph.tensors[tensor].dtype)))
+    return int(helper.np_dtype_to_tensor_dtype(_np(graph, tensor)))

@@ -45,21 +45,22 @@ class RunnerNames:
 
     def bound(self, tensor: str) -> str:
         """A name for a tensor the runner assigns (a view, a framework op's result)."""
-        if tensor not in self.names:
-            if tensor in self.graph.outputs:
-                self.names[tensor] = f"out{self.graph.outputs.index(tensor)}"
-            else:
-                self.names[tensor] = f"v{len(self.names)}"
         self.assigned.add(tensor)
-        return self.names[tensor]
+        return self._name(tensor, slot=False)
 
     def of(self, tensor: str) -> str:
+        """A tensor's name; a new one written by a kernel gets a workspace slot."""
+        return self._name(tensor, slot=True)
+
+    def _name(self, tensor: str, slot: bool) -> str:
         if tensor not in self.names:
             if tensor in self.graph.outputs:
                 self.names[tensor] = f"out{self.graph.outputs.index(tensor)}"
-            else:
+            elif slot:
                 self.names[tensor] = f"buf{len(self.workspace)}"
                 self.workspace.append(tensor)
+            else:
+                self.names[tensor] = f"v{len(self.names)}"
         return self.names[tensor]
 
 

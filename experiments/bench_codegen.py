@@ -231,40 +231,29 @@ def totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ok = [r for r in rows if "groups" in r]  # generated (timing or check may have failed)
     for plan in dict.fromkeys(r["plan"] for r in ok):
         part = [r for r in ok if r["plan"] == plan]
-        groups = sum(r["groups"] for r in part)
-        one = sum(r["one_kernel"] for r in part)
-        out.append(
-            {
-                "model": "total",
-                "plan": plan,
-                "groups": groups,
-                "kernels": sum(r["kernels"] for r in part),
-                "one_kernel": one,
-                "one_kernel_share": _pct(one, groups),
-                "unfused": sum(r["unfused"] for r in part),
-                "reasons": sorted({x for r in part for x in r["reasons"]}),
-                "framework_ops": sum(r["framework_ops"] for r in part),
-                "pred_us": round(sum(r["pred_us"] for r in part), 2),
-                "pred_x": _geomean([r.get("pred_x", math.nan) for r in part]),
-                "meas_x": _geomean([r.get("meas_x", math.nan) for r in part]),
-            }
-        )
-    groups = sum(r["groups"] for r in ok)
-    one = sum(r["one_kernel"] for r in ok)
-    out.append(
-        {
-            "model": "total",
-            "plan": "all",
-            "groups": groups,
-            "kernels": sum(r["kernels"] for r in ok),
-            "one_kernel": one,
-            "one_kernel_share": _pct(one, groups),
-            "unfused": sum(r["unfused"] for r in ok),
-            "reasons": sorted({x for r in ok for x in r["reasons"]}),
-            "framework_ops": sum(r["framework_ops"] for r in ok),
-        }
-    )
+        out.append({**_total(part, plan),
+                    "pred_us": round(sum(r["pred_us"] for r in part), 2),
+                    "pred_x": _geomean([r.get("pred_x", math.nan) for r in part]),
+                    "meas_x": _geomean([r.get("meas_x", math.nan) for r in part])})  # fmt: skip
+    out.append(_total(ok, "all"))
     return out
+
+
+def _total(rows: list[dict[str, Any]], plan: str) -> dict[str, Any]:
+    """The counts of ``rows`` summed, as a total row for ``plan``."""
+    groups = sum(r["groups"] for r in rows)
+    one = sum(r["one_kernel"] for r in rows)
+    return {
+        "model": "total",
+        "plan": plan,
+        "groups": groups,
+        "kernels": sum(r["kernels"] for r in rows),
+        "one_kernel": one,
+        "one_kernel_share": _pct(one, groups),
+        "unfused": sum(r["unfused"] for r in rows),
+        "reasons": sorted({x for r in rows for x in r["reasons"]}),
+        "framework_ops": sum(r["framework_ops"] for r in rows),
+    }
 
 
 def show(rows: list[dict[str, Any]], cols: Sequence[str], legend: dict[str, int]) -> None:

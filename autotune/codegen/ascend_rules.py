@@ -9,19 +9,25 @@ tile footprint is estimated, and every rule in full: docs/codegen-ascend-rules.m
 from __future__ import annotations
 
 import ast
-import math
 import re
-import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from autotune.codegen.kernel_text import (
+    KernelText,
+    arg,
+    created_dtype,
+    footprint,
+    text_of,
+    tl_call,
+    tl_dtype,
+)
 from autotune.codegen.program import Program
 from autotune.codegen.templates.common import KernelSource
 from costmodel.spec import HardwareSpec
 from search_space.ir import Graph
 
-__all__ = ["RULES", "TL_SUPPORTED", "Footprint", "Rule", "RuleViolation", "check_ascend",
-           "check_kernel", "footprint"]  # fmt: skip
+__all__ = ["RULES", "TL_SUPPORTED", "Rule", "RuleViolation", "check_ascend", "check_kernel"]
 
 _API = "docs/zh/triton_api"
 _OUTLINE = "docs/sources/python-api/outline.md"
@@ -52,9 +58,6 @@ parallel sync_block_set sync_block_wait int1 constexpr tensor dtype
 TL_SUPPORTED = frozenset(re.findall(r"\w+", _API_LIST)) | _ZEROS
 _METHODS = "to cast trans reshape broadcast_to expand_dims permute ravel view split shape dtype T"
 _TENSOR_ATTRS = {*_METHODS.split(" "), "element_ty"}
-_REDUCTIONS = {"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum"}
-# element bytes in a footprint; int8, uint8 and bool count 2 (the overview: they take more)
-_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -66,168 +69,21 @@ class RuleViolation:
     detail: str
 
 
-@dataclass(frozen=True)
-class Footprint:
-    """Bytes of one program's tiles: vector side (unified buffer), cube side (L1)."""
-
-    vector: int
-    cube: int
-    double: bool
-
-
-class _Kernel:
-    """One kernel's parsed text and what the rules read from it."""
-
-    def __init__(self, kernel: KernelSource, graph: Graph):
-        self.k, self.graph, self.consts = kernel, graph, dict(kernel.launch.constexprs)
-        ins = {f"in{i}": t for i, t in enumerate(kernel.inputs)}
-        outs = {f"out{i}": t for i, t in enumerate(kernel.outputs)}
-        self.dtypes = {p: kernel.tensor_type(graph, t)[1] for p, t in (ins | outs).items()}
-        tree = ast.parse(textwrap.dedent(kernel.text))
-        self.fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
-        self.shapes: dict[str, tuple[str, ...]] = {}
-        self.values: dict[str, list[ast.expr]] = {}  # every value each name is assigned
-        for stmt in _statements(self.fn.body):
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
-                self.shapes[stmt.targets[0].id] = self.shape(stmt.value)
-                self.values.setdefault(stmt.targets[0].id, []).append(stmt.value)
-            elif isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name):
-                self.shapes[stmt.target.id] = ()
-        self.calls = [n for n in ast.walk(self.fn) if isinstance(n, ast.Call)]
-
-    def shape(self, expr: ast.AST) -> tuple[str, ...]:
-        """A value's tile shape: one lane extent per dimension (a constexpr name, a literal,
-        or '1'), through names, indexing with None, broadcasting, tl.dot and reductions."""
-        if isinstance(expr, ast.Name):
-            return self.shapes.get(expr.id, ())
-        if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Tuple):
-            dims = iter(self.shape(expr.value))
-            return tuple("1" if _text(e) == "None" else next(dims, "1") for e in expr.slice.elts)
-        if not isinstance(expr, ast.Call):
-            return _broadcast([self.shape(c) for c in ast.iter_child_nodes(expr)])
-        kind, args = _tl_call(expr), expr.args
-        if kind == "arange" and len(args) > 1:
-            return (ast.unparse(args[1]),)
-        if kind in ("zeros", "full") and args and isinstance(args[0], ast.List | ast.Tuple):
-            return tuple(ast.unparse(e) for e in args[0].elts)
-        if kind == "dot" and len(args) > 1:
-            a, b = self.shape(args[0]), self.shape(args[1])
-            return (*a[:-1], *b[-1:]) if a and b else ()
-        if kind in _REDUCTIONS and args:
-            x, axis = self.shape(args[0]), _arg(expr, 1, "axis")
-            if not (x and isinstance(axis, ast.Constant) and isinstance(axis.value, int)):
-                return ()
-            return tuple(d for i, d in enumerate(x) if i != axis.value % len(x))
-        parts = [self.shape(a) for a in [*args, *(kw.value for kw in expr.keywords)]]
-        if isinstance(expr.func, ast.Attribute) and not kind:
-            parts.append(self.shape(expr.func.value))  # x.to(...): x's shape
-        return () if kind in ("program_id", "num_programs") else _broadcast(parts)
-
-    def extent(self, dim: str) -> int | None:
-        """A lane extent's value: a constexpr of the launch or a literal (None: neither)."""
-        return self.consts[dim] if dim in self.consts else int(dim) if dim.isdigit() else None
-
-    def elements(self, expr: ast.AST) -> int:
-        return math.prod(self.extent(d) or 1 for d in self.shape(expr))
-
-    def pointer(self, call: ast.Call) -> str:
-        """The kernel parameter a load addresses ('' if it names none)."""
-        names = [n.id for a in call.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)]
-        return next((n for n in names if n in self.dtypes), "")
-
-    def feeding(self, *exprs: ast.expr) -> Iterator[ast.Call]:
-        """The tl calls that make the values of ``exprs``, through the names they read."""
-        todo, seen = list(exprs), set[str]()
-        while todo:
-            for node in ast.walk(todo.pop()):
-                if isinstance(node, ast.Call) and _tl_call(node):
-                    yield node
-                elif isinstance(node, ast.Name) and node.id in self.values.keys() - seen:
-                    seen.add(node.id)
-                    todo += self.values[node.id]
-
-    def tl_calls(self, *names: str) -> Iterator[ast.Call]:
-        return (c for c in self.calls if _tl_call(c) in names)
-
-
-def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Statements in source order, into loop and branch bodies."""
-    for stmt in body:
-        yield stmt
-        for attr in ("body", "orelse"):
-            yield from _statements(getattr(stmt, attr, []))
-
-
-def _text(node: ast.expr | None) -> str:
-    return ast.unparse(node) if node is not None else ""
-
-
-def _broadcast(shapes: list[tuple[str, ...]]) -> tuple[str, ...]:
-    """Right-aligned broadcasting of tile shapes ('1' gives way to any other extent)."""
-    rank = max((len(s) for s in shapes), default=0)
-    out = ["1"] * rank
-    for s in shapes:
-        for i, d in enumerate(s, start=rank - len(s)):
-            out[i] = d if out[i] == "1" else out[i]
-    return tuple(out)
-
-
-def _tl_call(node: ast.AST) -> str:
-    """``xxx`` for a call of ``tl.xxx``, else ''."""
-    return _tl_dtype(node.func) if isinstance(node, ast.Call) else ""
-
-
-def _tl_dtype(expr: ast.AST | None) -> str:
-    """``float16`` for ``tl.float16`` (any ``tl.xxx`` attribute), else ''."""
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-        return expr.attr if expr.value.id == "tl" else ""
-    return ""
-
-
-def _arg(call: ast.Call, pos: int, name: str) -> ast.expr | None:
-    found = [kw.value for kw in call.keywords if kw.arg == name]
-    return found[0] if found else (call.args[pos] if len(call.args) > pos else None)
-
-
-def _created_dtype(node: ast.expr) -> str:
-    """The dtype a ``tl.zeros`` or ``tl.full`` names ('' for another value, or none named)."""
-    kind = _tl_call(node)
-    if isinstance(node, ast.Call) and kind in ("zeros", "full"):
-        return _tl_dtype(_arg(node, 1 if kind == "zeros" else 2, "dtype"))
-    return ""
-
-
-def footprint(kernel: KernelSource, graph: Graph) -> Footprint:
-    """One kernel's tile footprint, estimated as docs/codegen-ascend-rules.md says."""
-    kc = _Kernel(kernel, graph)
-    operands = {id(c) for c in kc.feeding(*(a for d in kc.tl_calls("dot") for a in d.args[:2]))}
-    double = kc.k.launch.num_stages > 1
-    sides = [0, 0]  # vector, cube
-    for call in kc.tl_calls("load", "zeros", "full"):
-        kind = _tl_call(call)
-        if kind == "load":  # a second buffer when double-buffered
-            size = _BYTES.get(kc.dtypes.get(kc.pointer(call), "float32"), 2) * (1 + double)
-        else:
-            size = _BYTES.get(_created_dtype(call) or "float32", 2)
-        sides[id(call) in operands] += kc.elements(call) * size
-    return Footprint(sides[0], sides[1], double)
-
-
-def _grid_1d(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _grid_1d(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for call in kc.tl_calls("program_id", "num_programs"):
-        axis = _arg(call, 0, "axis")
+        axis = arg(call, 0, "axis")
         if not (isinstance(axis, ast.Constant) and axis.value == 0):
-            yield f"tl.{_tl_call(call)} of axis {_text(axis) or '?'}"
+            yield f"tl.{tl_call(call)} of axis {text_of(axis) or '?'}"
 
 
-def _grid_cores(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _grid_cores(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     dot = any(kc.tl_calls("dot"))
     unit, cores = ("cube", spec.cube_cores) if dot else ("vector", spec.vector_cores)
     if kc.k.launch.grid > cores:
         yield f"grid {kc.k.launch.grid} > {cores} {unit} cores of {spec.name}"
 
 
-def _ub_footprint(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _ub_footprint(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     fp = footprint(kc.k, kc.graph)
     how = "double-buffered" if fp.double else "single-buffered"
     if fp.vector > spec.ub_bytes:
@@ -236,74 +92,74 @@ def _ub_footprint(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
         yield f"{how} tl.dot operand tiles of {fp.cube} B > {spec.l1_bytes} B of L1"
 
 
-def _tl_api(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _tl_api(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for node in ast.walk(ast.Module(kc.fn.body, [])):  # the body: not @triton.jit
         if not isinstance(node, ast.Attribute) or isinstance(node.value, ast.Attribute):
             continue  # tl.math.exp: its inner tl.math is the one reported
-        if _tl_dtype(node) and node.attr not in TL_SUPPORTED:
+        if tl_dtype(node) and node.attr not in TL_SUPPORTED:
             yield f"tl.{node.attr} is not a documented triton-ascend API (line {node.lineno})"
-        elif not _tl_dtype(node) and node.attr not in _TENSOR_ATTRS:
+        elif not tl_dtype(node) and node.attr not in _TENSOR_ATTRS:
             yield f".{node.attr} is not a documented tensor method (line {node.lineno})"
 
 
-def _io_dtype(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _io_dtype(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for param, dtype in kc.dtypes.items():
         if dtype not in _LOAD_STORE:
             yield f"{param} is {dtype}, which tl.load/tl.store do not support"
 
 
-def _dot_operands(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _dot_operands(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for op in (kc.graph.op(name) for name in kc.k.ops):
         for t in op.inputs[:2] if op.op_type in ("MatMul", "Gemm", "Conv") else ():
             if kc.graph.tensors[t].dtype not in _DOT_OPERANDS:
                 yield f"{op.op_type} '{op.name}' operand '{t}' is {kc.graph.tensors[t].dtype}"
     for dot in kc.tl_calls("dot"):
-        if _arg(dot, 5, "max_num_imprecise_acc") is not None:
+        if arg(dot, 5, "max_num_imprecise_acc") is not None:
             yield f"tl.dot with max_num_imprecise_acc (line {dot.lineno})"
-        if _tl_dtype(_arg(dot, 6, "out_dtype")) not in ("", "float32", "int32"):
+        if tl_dtype(arg(dot, 6, "out_dtype")) not in ("", "float32", "int32"):
             yield f"tl.dot out_dtype {ast.unparse(dot)} (line {dot.lineno})"
-        acc = _arg(dot, 2, "acc")
+        acc = arg(dot, 2, "acc")
         for init in kc.values.get(acc.id, []) if isinstance(acc, ast.Name) else []:
-            if _created_dtype(init) in ("float16", "bfloat16"):
-                yield f"tl.dot accumulates in {_created_dtype(init)} (line {dot.lineno})"
+            if created_dtype(init) in ("float16", "bfloat16"):
+                yield f"tl.dot accumulates in {created_dtype(init)} (line {dot.lineno})"
 
 
-def _dtype_args(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _dtype_args(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for call in kc.calls:
-        name = _tl_call(call)
+        name = tl_call(call)
         if not name and isinstance(call.func, ast.Attribute) and call.func.attr in ("to", "cast"):
             name = "to"  # x.to(dtype), x.cast(dtype): the dtype comes first
         if name in _DTYPE_ARGS:
             pos, allowed = _DTYPE_ARGS[name]
-            dtype = _tl_dtype(_arg(call, pos, "dtype"))
+            dtype = tl_dtype(arg(call, pos, "dtype"))
             if dtype and dtype not in allowed:
                 yield f"{name} to {dtype} (line {call.lineno})"
 
 
-def _call_args(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _call_args(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for call in kc.tl_calls("load", "store"):
         for kw in call.keywords:
             if kw.arg in ("cache_modifier", "eviction_policy", "volatile"):
-                yield f"tl.{_tl_call(call)} with {kw.arg} (line {call.lineno})"
+                yield f"tl.{tl_call(call)} with {kw.arg} (line {call.lineno})"
     for call in kc.tl_calls("max", "min"):
-        axis, idx = _arg(call, 1, "axis"), _arg(call, 2, "return_indices")
-        if _text(axis) in ("", "None") and _text(idx) == "True":
-            yield f"tl.{_tl_call(call)} with return_indices and no axis (line {call.lineno})"
+        axis, idx = arg(call, 1, "axis"), arg(call, 2, "return_indices")
+        if text_of(axis) in ("", "None") and text_of(idx) == "True":
+            yield f"tl.{tl_call(call)} with return_indices and no axis (line {call.lineno})"
     shifts = [n for n in ast.walk(kc.fn) if isinstance(n, ast.BinOp)
               and isinstance(n.op, ast.LShift | ast.RShift)]  # fmt: skip
     yield from (f"a shift by a tensor (line {n.lineno})" for n in shifts
-                if kc.extent(_text(n.right)) is None)  # fmt: skip
+                if kc.extent(text_of(n.right)) is None)  # fmt: skip
 
 
-def _rank(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _rank(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for name, shape in kc.shapes.items():
         if len(shape) > 5:
             yield f"'{name}' is a {len(shape)}-D tile {shape}"
 
 
-def _arange(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _arange(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for call in kc.tl_calls("arange"):
-        lo, hi = (kc.extent(_text(a)) for a in [*call.args, None, None][:2])
+        lo, hi = (kc.extent(text_of(a)) for a in [*call.args, None, None][:2])
         if lo is None or hi is None:
             continue
         n = hi - lo
@@ -311,22 +167,22 @@ def _arange(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
             yield f"tl.arange of {n} lanes (line {call.lineno})"
 
 
-def _int64_scalar(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _int64_scalar(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for i, t in enumerate(kc.k.inputs):
         if kc.dtypes[f"in{i}"] == "int64":
             yield f"in{i} ('{t}') is int64"
 
 
-def _structured_divmod(kc: _Kernel, spec: HardwareSpec) -> Iterator[str]:
+def _structured_divmod(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
     for call in kc.tl_calls("load", "store"):
-        mask = _arg(call, 1 if _tl_call(call) == "load" else 2, "mask")
+        mask = arg(call, 1 if tl_call(call) == "load" else 2, "mask")
         for node in ast.walk(ast.Tuple([*call.args[:1], *([mask] if mask else [])])):
             if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv | ast.Mod)):
                 continue
-            d = kc.extent(_text(node.right)) or 1
+            d = kc.extent(text_of(node.right)) or 1
             for dim, b in [(dim, kc.extent(dim) or 1) for dim in kc.shape(node.left)]:
                 if b > 1 and d > 1 and b % d and d % b:
-                    yield f"{dim}={b} against {_text(node)} (line {node.lineno})"
+                    yield f"{dim}={b} against {text_of(node)} (line {node.lineno})"
 
 
 @dataclass(frozen=True)
@@ -337,7 +193,7 @@ class Rule:
     id: str
     text: str
     source: str
-    check: Callable[[_Kernel, HardwareSpec], Iterator[str]]
+    check: Callable[[KernelText, HardwareSpec], Iterator[str]]
     advisory: bool = False
 
 
@@ -386,7 +242,7 @@ def check_kernel(
     """Every rule one kernel breaks (advisory rules too when ``advice``); a text that does
     not parse as a function breaks ``tl-api``."""
     try:
-        kc = _Kernel(kernel, graph)
+        kc = KernelText(kernel, graph)
     except (SyntaxError, StopIteration) as err:
         return [RuleViolation(kernel.name, "tl-api", f"the text does not parse: {err}")]
     rules = [r for r in RULES if advice or not r.advisory]

@@ -3,8 +3,10 @@ kernel alone on onnxruntime's own values of its inputs (so an error is pinned on
 that made it, not on the kernels before it).
 
 A float32 tensor passes when every element is within ``1e-4 * |ref| + 1e-4 * max|ref|`` of
-onnxruntime's; a half-precision one within ``1e-2`` of both; integers and booleans exactly.
-Non-finite elements must match (a masked ``-inf`` is ``-inf`` in both).
+onnxruntime's; a half-precision one within ``1e-2`` of both, and so is a float32 tensor made
+through ``tl.dot`` on half-precision operands (the plan's precision mode: ``auto`` takes the
+cube's operands in float16) or, for a model's outputs, after any kernel that does; integers
+and booleans exactly. Non-finite elements must match (a masked ``-inf`` is ``-inf`` in both).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
+from autotune.codegen.errors import CodegenError
 from autotune.codegen.execute import load_package
 from autotune.codegen.program import Program
 from autotune.codegen.runtime import load_params
@@ -87,8 +90,11 @@ class CodegenCheck:
                 "kernels": [k.to_json() for k in self.kernels]}  # fmt: skip
 
 
-def compare(name: str, got: np.ndarray, ref: np.ndarray, dtype: str) -> TensorCheck:
-    """``got`` against ``ref`` under the tolerance of ``dtype`` (see the module docstring)."""
+def compare(
+    name: str, got: np.ndarray, ref: np.ndarray, dtype: str, rounding: str = ""
+) -> TensorCheck:
+    """``got`` against ``ref`` under the tolerance of ``dtype``, or of ``rounding`` (the format
+    of the dot operands the values went through) where that is looser (module docstring)."""
     got, ref = np.asarray(got), np.asarray(ref)
     if got.shape != ref.shape:
         return TensorCheck(name, float("inf"), float("inf"), False)
@@ -102,7 +108,7 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, dtype: str) -> TensorCh
     )
     diff = np.abs(g[finite] - r[finite])
     scale = float(np.max(np.abs(r[finite]), initial=0.0))
-    rtol = _RTOL.get(dtype, 1e-4)
+    rtol = max(_RTOL.get(dtype, 1e-4), _RTOL.get(rounding, 0.0))
     within = bool(np.all(diff <= rtol * np.abs(r[finite]) + rtol * max(scale, 1e-30)))
     err = float(np.max(diff, initial=0.0))
     return TensorCheck(name, err, err / scale if scale else err, within and same_special)
@@ -145,11 +151,29 @@ def _kernel_check(
         if t in scratch:  # no reference: the next kernel of the group is checked on it
             values[t] = o.cpu().numpy()
     checks = tuple(
-        compare(t, o.cpu().numpy(), values[t], graph.tensors[t].dtype)
+        compare(t, o.cpu().numpy(), values[t], graph.tensors[t].dtype, k.dot_dtype)
         for t, o in zip(k.outputs, outs, strict=True)
         if t not in scratch
     )
     return KernelCheck(k.name, group, checks)
+
+
+def _interpreter_gap(program: Program, device: str) -> None:
+    """Triton's interpreter has no bfloat16 arithmetic (its ``tl.dot`` multiplies bfloat16 bit
+    patterns, its casts truncate): such a package is checked on a device only.
+
+    Raises:
+        CodegenError: naming the first kernel the interpreter cannot run faithfully.
+    """
+    if device != "cpu":
+        return
+    for k in program.kernels:
+        types = [k.tensor_type(program.graph, t)[1] for t in (*k.inputs, *k.outputs)]
+        if "bfloat16" in (k.dot_dtype, *types):
+            raise CodegenError(
+                f"kernel {k.name} computes in bfloat16, which Triton's CPU interpreter does not "
+                "emulate; check it on a GPU or NPU, or generate at precision auto (float16)"
+            )
 
 
 def _package_params(pkg: Any, folder: str | Path) -> dict[str, np.ndarray]:
@@ -162,10 +186,15 @@ def check_package(
     folder: str | Path, model: onnx.ModelProto, program: Program, *, seed: int = 0
 ) -> CodegenCheck:
     """Run the package in ``folder`` (written for ``program``) and each of its kernels alone,
-    and compare with onnxruntime on ``model`` with the same seeded inputs."""
+    and compare with onnxruntime on ``model`` with the same seeded inputs.
+
+    Raises:
+        CodegenError: a package in bfloat16 on Triton's CPU interpreter (``_interpreter_gap``).
+    """
     graph = program.graph
     feeds = draw_inputs(model, graph, seed)
     pkg = load_package(folder)
+    _interpreter_gap(program, pkg.runner.DEVICE)
     scratch = {s.name for k in program.kernels for s in k.scratch}
     wanted = sorted(
         {
@@ -189,8 +218,10 @@ def check_package(
         failed = float("inf")
         return CodegenCheck(tuple(TensorCheck(t, failed, failed, False) for t in graph.outputs),
                             kernels)  # fmt: skip
+    dots = {k.dot_dtype for k in program.kernels}
+    rounding = next((d for d in ("bfloat16", "float16") if d in dots), "")
     outputs = tuple(
-        compare(t, got[t], ref[t] if t in ref else values[t], graph.tensors[t].dtype)
+        compare(t, got[t], ref[t] if t in ref else values[t], graph.tensors[t].dtype, rounding)
         for t in graph.outputs
     )
     return CodegenCheck(outputs, kernels)

@@ -81,13 +81,14 @@ def generate(
     # a model with an empty tensor has no kernels: its ops run in the framework
     configs = [k.config for k in kernels] or [KernelConfig(block_dim=1)] * len(groups)
     default = Lowering(graph, target).default if kernels else None
-    program = build_program(graph, groups, configs, default)
+    program = build_program(graph, groups, configs, default, target.precision)
     costs = make_cost_model("analytic", target).evaluate(kernels) if kernels else []
     predicted = {i: c.device_us for i, c in enumerate(costs)}
     meta = {
         "model": model_name or graph.name,
         "plan": plan if isinstance(plan, str) else "plan file",
         "target": target.spec.name,
+        "precision": target.precision,
         "fingerprint": graph.fingerprint(),
         "kernels": len(program.kernels),
         "unfused_groups": len(program.unfused),

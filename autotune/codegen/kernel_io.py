@@ -25,6 +25,18 @@ class KernelIO:
     ops: frozenset[str]
     params: Mapping[str, str]  # tensor -> parameter name
     literals: Mapping[str, str]  # tensor -> literal
+    precision: str = "auto"  # the plan's precision mode (costmodel.spec.PRECISIONS)
+
+    def dot_dtype(self, *operands: str) -> str:
+        """The format ``tl.dot`` takes these operands in, as the plan was costed (and safe
+        mode's emulation ran it): half operands as they are; float32 ones in float16
+        (precision auto, fp16, mixed: the cube's fp16 rate and 2-byte L1 tiles), bfloat16
+        (bf16), or float32 only under precision fp32."""
+        dtypes = {self.dtype(t) for t in operands}
+        for half in ("bfloat16", "float16"):
+            if half in dtypes:
+                return half
+        return {"fp32": "float32", "bf16": "bfloat16"}.get(self.precision, "float16")
 
     def shape(self, tensor: str) -> tuple[int, ...]:
         return self.graph.tensors[tensor].static_shape

@@ -81,17 +81,27 @@ def kernel_name(index: int, graph: Graph, group: FusionGroup) -> str:
 DefaultConfig = Callable[[FusionGroup], KernelConfig]
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What every group's lowering reads: the graph, the config of a part of another kind
+    (``build_program``'s ``default``) and the plan's precision mode."""
+
+    graph: Graph
+    default: DefaultConfig | None
+    precision: str
+
+    def kernels(self, name: str, group: FusionGroup, config: KernelConfig) -> list[KernelSource]:
+        return kernels_for(name, self.graph, group, config, self.precision)
+
+
 def _group_steps(
-    index: int,
-    graph: Graph,
-    group: FusionGroup,
-    config: KernelConfig,
-    default: DefaultConfig | None,
+    index: int, plan: _Plan, group: FusionGroup, config: KernelConfig
 ) -> tuple[list[Step], str]:
     """A group's steps: one kernel, or (when no template expresses it) the fewest kernels
     that do: the longest leading run of its ops a template expresses, then the rest alike."""
+    graph = plan.graph
     try:
-        kernels = kernels_for(kernel_name(index, graph, group), graph, group, config)
+        kernels = plan.kernels(kernel_name(index, graph, group), group, config)
         return [Step(index, kernel=k) for k in kernels], ""
     except Unsupported as why:
         reason = str(why)
@@ -100,23 +110,18 @@ def _group_steps(
     steps: list[Step] = []
     start = 0
     while start < len(group.ops):
-        part, start = _longest_part(index, graph, group, start, config, default)
+        part, start = _longest_part(index, plan, group, start, config)
         steps += part
     return steps, reason
 
 
 def _longest_part(
-    index: int,
-    graph: Graph,
-    group: FusionGroup,
-    start: int,
-    config: KernelConfig,
-    default: DefaultConfig | None,
+    index: int, plan: _Plan, group: FusionGroup, start: int, config: KernelConfig
 ) -> tuple[list[Step], int]:
     """Steps for the longest run of ``group``'s ops from ``start`` that one template expresses
     (a leading view is a view; a lone op no template computes runs in the framework). A run of
     a convex group's ops in its topological order is convex: no path leaves and re-enters it."""
-    ops = group.ops
+    graph, ops = plan.graph, group.ops
     first = graph.op(ops[start])
     if first.is_view:
         return [Step(index, view=View(first.name, first.inputs[0], first.outputs[0]))], start + 1
@@ -124,10 +129,10 @@ def _longest_part(
         if end < len(ops) and graph.op(ops[end - 1]).is_view:
             continue  # a run never ends on a view: the view goes with what reads it
         part = make_group(graph, ops[start:end])
-        cfg = config if part.kind == group.kind or default is None else default(part)
+        cfg = config if part.kind == group.kind or plan.default is None else plan.default(part)
         try:
             name = f"{kernel_name(index, graph, part)}_{start}"
-            return [Step(index, kernel=k) for k in kernels_for(name, graph, part, cfg)], end
+            return [Step(index, kernel=k) for k in plan.kernels(name, part, cfg)], end
         except Unsupported as why:
             if end == start + 1:
                 return [Step(index, extern=Extern(first.name, str(why)))], end
@@ -181,14 +186,17 @@ def build_program(
     groups: Sequence[FusionGroup],
     configs: Sequence[KernelConfig],
     default: DefaultConfig | None = None,
+    precision: str = "auto",
 ) -> Program:
     """Kernels for every group of a plan, in launch order; ``default`` gives the config of a
     part of a group that runs as several kernels when the part is of another kind (a
-    reduction after a matmul: the cost model's default for it)."""
+    reduction after a matmul: the cost model's default for it); ``precision`` is the plan's
+    mode (``costmodel.spec.PRECISIONS``), which sets the format of the cube's operands."""
     steps: list[Step] = []
     unfused = []
+    plan = _Plan(graph, default, precision)
     for i, (group, config) in enumerate(zip(groups, configs, strict=True)):
-        group_steps, reason = _group_steps(i, graph, group, config, default)
+        group_steps, reason = _group_steps(i, plan, group, config)
         steps += group_steps
         if reason:
             log.info(

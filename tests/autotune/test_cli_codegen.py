@@ -122,20 +122,24 @@ def gpt2_feeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     return path, dict(zip(names, sess.run(None, feeds), strict=True))
 
 
-def test_run_reproduces_onnxruntime(gpt2_feeds, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("precision", "rtol"), [([], 1e-2), (["--precision", "fp32"], 1e-4)], ids=["auto", "fp32"]
+)  # auto: the products take float16 operands (as the plan was costed)
+def test_run_reproduces_onnxruntime(
+    precision: list[str], rtol: float, gpt2_feeds, tmp_path: Path
+) -> None:
     inputs, expected = gpt2_feeds
     out = tmp_path / "y.npz"
     pkg = tmp_path / "pkg"
-    res = _run(
-        "run", *GPT2, "greedy", "--inputs", str(inputs), "-o", str(out), "--package", str(pkg)
-    )
+    res = _run("run", *GPT2, "greedy", "--inputs", str(inputs), "-o", str(out),
+               "--package", str(pkg), *precision)  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads((pkg / "manifest.json").read_text())["plan"] == "greedy"  # kept
     with np.load(out, allow_pickle=False) as got:
         assert sorted(got.files) == sorted(expected)
         for name, ref in expected.items():
             assert got[name].shape == ref.shape and got[name].dtype == ref.dtype
-            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+            np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=rtol * np.abs(ref).max())
 
 
 def _bad_inputs(folder: Path, good: Path) -> dict[str, tuple[Path, str]]:

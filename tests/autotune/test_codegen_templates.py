@@ -17,6 +17,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto as T
 from onnx import helper
 
+from autotune.codegen import build_program
+from autotune.codegen.check import check_package
+from autotune.codegen.execute import load_package
+from autotune.codegen.package import write_package
 from search_space import load_graph
 from search_space.ir import KernelConfig, make_group
 
@@ -255,7 +259,6 @@ def test_a_package_is_written_whole_or_not_at_all(tmp_path, monkeypatch) -> None
     model = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [3, 4])],
                  [_vi("y", [3, 4])])  # fmt: skip
     graph = load_graph(model)
-    from autotune.codegen import build_program
 
     group = make_group(graph, ["relu"])
     program = build_program(graph, [group], [KernelConfig(block_dim=2, ub_rows=1, ub_cols=8)])
@@ -300,3 +303,45 @@ def test_average_pool_counts_automatic_padding_on_both_sides(auto_pad: str, tmp_
                                  tmp_path)  # fmt: skip
     assert result.ok, describe(result)
     assert not program.unfused and not program.externs
+
+
+@pytest.mark.parametrize(
+    ("precision", "operands"), [("auto", "float16"), ("fp16", "float16"), ("fp32", "float32")]
+)
+def test_products_take_their_operands_in_the_plans_precision(
+    precision: str, operands: str, tmp_path
+) -> None:
+    import torch
+
+    x, w = RNG.normal(size=[24, 96]), RNG.normal(size=[96, 20])
+    model, program = _matmul_at(precision, w)
+    (kernel,) = program.kernels
+    assert kernel.dot_dtype == operands and f"{operands} operands" in kernel.text
+    path = write_package(tmp_path / "pkg", model, program, {"model": "test"})
+    got = load_package(path).run({"x": x.astype(np.float32)})["y"]
+
+    def rounded(a: np.ndarray) -> np.ndarray:  # float32, then the operand format
+        return torch.from_numpy(a.astype(np.float32)).to(getattr(torch, operands)).double().numpy()
+
+    want = rounded(x) @ rounded(w)  # float64 sums of the rounded operands: the cube's result
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert check_package(path, model, program).ok  # within the operand format's tolerance
+
+
+def test_bfloat16_products_are_written_but_not_checked_on_the_interpreter(tmp_path) -> None:
+    from autotune.codegen import CodegenError
+
+    model, program = _matmul_at("bf16", RNG.normal(size=[96, 20]))
+    (kernel,) = program.kernels
+    assert kernel.dot_dtype == "bfloat16" and ".to(tl.bfloat16)" in kernel.text
+    path = write_package(tmp_path / "pkg", model, program, {"model": "test"})
+    with pytest.raises(CodegenError, match=f"{kernel.name} computes in bfloat16"):
+        check_package(path, model, program)
+
+
+def _matmul_at(precision: str, w: np.ndarray):
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    model = make([node], [_vi("x", [24, 96])], [_vi("y", [24, 20])], [f32("w", w)])
+    graph = load_graph(model)
+    config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=32, m=16, n=16, k=32)
+    return model, build_program(graph, [make_group(graph, ["mm"])], [config], precision=precision)

@@ -97,8 +97,8 @@ def test_a_group_whose_generated_kernel_disagrees_is_left_unfused(
     real = program.kernels_for
     planted: list[tuple[str, ...]] = []
 
-    def wrong_once(name: str, graph: Graph, group: Any, config: Any) -> Any:
-        kernels = real(name, graph, group, config)  # Unsupported passes through
+    def wrong_once(name: str, graph: Graph, group: Any, config: Any, precision: str) -> Any:
+        kernels = real(name, graph, group, config, precision)  # Unsupported passes through
         if len(group.ops) > 1 and (not planted or planted[0] == group.ops):
             planted.append(group.ops)
             kernels[0] = dataclasses.replace(kernels[0], text=_planted(kernels[0].text))

@@ -16,10 +16,11 @@ __all__ = ["KernelSource", "Scratch", "kernels_for"]
 
 
 def kernels_for(
-    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
 ) -> list[KernelSource]:
     """The kernels of one group under one config (one, or two for a split attention), from
-    the template its ops call for.
+    the template its ops call for; ``precision`` is the plan's mode (the format of the
+    cube's operands).
 
     Raises:
         Unsupported: no template expresses the group (the reason says what).
@@ -36,10 +37,10 @@ def kernels_for(
         if other_cube:
             raise Unsupported(f"no template for {other_cube[0].op_type} yet")
         if any(op.op_type in ("Softmax", "LogSoftmax") for op in ops):
-            return attention_kernels(name, graph, group, config)
+            return attention_kernels(name, graph, group, config, precision)
         if any(op.op_type in REDUCTIONS for op in ops):
             raise Unsupported("a reduction in a matmul's epilogue")
-        return [matmul_kernel(name, graph, group, config)]
+        return [matmul_kernel(name, graph, group, config, precision)]
     if any(op.op_type in REDUCTIONS for op in ops):
         return [reduction_kernel(name, graph, group, config)]
     other = [

@@ -99,8 +99,16 @@ def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
 
 
 def _tiles(config: KernelConfig, att: _Shape) -> tuple[int, int, int]:
+    """Query and key tiles (the plan's ``base_m`` and ``kv_tile``) and the key split. Triton's
+    blocks are powers of two: where padding the head dimension to one would take a key or
+    value tile past the plan's (``kv_tile`` keys of the real head size), the key tile halves
+    until it fits, as the cost model sized L1 for the plan's tile."""
     tq = max(1, min(config.base_m or 16, att.sq))
-    tkv = max(1, min(config.knob("kv_tile", config.base_n or 64), att.sk))
+    plan_kv = config.knob("kv_tile", config.base_n or 64)
+    tkv = max(1, min(plan_kv, att.sk))
+    width, budget = _block(max(att.d, att.dv)), plan_kv * max(att.d, att.dv)
+    while tkv > 16 and _block(tkv) * width > budget:
+        tkv = next_pow2(tkv) // 2
     split = max(1, min(config.knob("kv_split", 1), math.ceil(att.sk / tkv)))
     return tq, tkv, split
 
@@ -141,11 +149,16 @@ def _tile_vars(att: _Shape, row: Body, tiles_q: int, split: int) -> None:
     row.line(f"omask = qmask & (dv < {att.dv})")
 
 
-def _dot(pull: Pull, a: str, b: str, b_tensor: str) -> str:
-    dtype = pull.io.dtype(b_tensor)
-    if dtype in ("float16", "bfloat16"):
+def _dot(a: str, b: str, dtype: str) -> str:
+    """``a @ b`` with operands in ``dtype`` (``KernelIO.dot_dtype``), summed in float32."""
+    if dtype != "float32":
         return f"tl.dot({a}.to(tl.{dtype}), {b}.to(tl.{dtype}))"
     return f'tl.dot({a}, {b}, input_precision="ieee")'
+
+
+def _dot_dtype(att: _Shape, io: KernelIO) -> str:
+    """The narrowest operand format of the two products (the scores', the output's)."""
+    return io.dot_dtype(*att.qk.inputs, att.pv.inputs[1])
 
 
 def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> None:
@@ -169,7 +182,7 @@ def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> No
     scores = att.qk.outputs[0]
     pull = Pull(io, inner, LANES, {scores: _anchor(att, io, scores, ("q", "kv"), "s", att.sk)})
     kt = pull.tile(att.qk.inputs[1], _at(att, io, att.qk.inputs[1], ("dk", "kv")), "ktmask")
-    inner.line(f"s = {_dot(pull, qt, kt, att.qk.inputs[1])}")
+    inner.line(f"s = {_dot(qt, kt, io.dot_dtype(*att.qk.inputs))}")
     x = pull.value(att.softmax.inputs[0], _at(att, io, scores, ("q", "kv")), "smask")
     inner.line(f"x = tl.where(smask, {x}, float('-inf'))")
     inner.line("m_new = tl.maximum(m_i, tl.max(x, axis=1)[:, None])")
@@ -178,7 +191,7 @@ def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> No
     inner.line("p = tl.exp(x - m_use)")
     inner.line("l_i = l_i * alpha + tl.sum(p, axis=1)[:, None]")
     v = pull.tile(att.pv.inputs[1], _at(att, io, att.pv.inputs[1], ("kvr", "dv")), "vmask")
-    inner.line(f"acc = acc * alpha + {_dot(pull, 'p', v, att.pv.inputs[1])}")
+    inner.line(f"acc = acc * alpha + {_dot('p', v, io.dot_dtype(att.pv.inputs[1]))}")
     inner.line("m_i = m_new")
     row.nest(f"for k0 in range({start}, {end}, TILE_KV):", inner)
 
@@ -250,16 +263,17 @@ def _combine(att: _Shape, row: Body, split: int, part: dict[str, str]) -> None:
 
 
 def attention_kernels(
-    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
 ) -> list[KernelSource]:
-    """The kernel (or, with a key split, the split and combine kernels) of an attention group.
+    """The kernel (or, with a key split, the split and combine kernels) of an attention group,
+    its products' operands in the format ``precision`` (the plan's mode) gives them.
 
     Raises:
         Unsupported: not two matmuls around one softmax over the keys, an output not of the
             attention's size, or an epilogue that reads the scores or the output off its tile.
     """
     check_outputs(graph, group.outputs)
-    io = kernel_io(graph, group)
+    io = kernel_io(graph, group, precision)
     att = _find(graph, group, io)
     tq, tkv, split = _tiles(config, att)
     tiles_q = math.ceil(att.sq / tq)
@@ -276,12 +290,13 @@ def attention_kernels(
         body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
         side = side_outputs(io, group, att.nb * att.sq * att.dv, body)
         return [finish(name, graph, group, config, io, body, tiles, (*blocks, *side),
-                       "attention")]  # fmt: skip
+                       "attention", dot_dtype=_dot_dtype(att, io))]  # fmt: skip
     scratch = _scratch(name, att, split)
     _partial_store(att, row, split)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     first = finish(f"{name}_split", graph, group, config, io, body, tiles, blocks, "attention",
-                   outputs=[s.name for s in scratch], scratch=scratch)  # fmt: skip
+                   outputs=[s.name for s in scratch], scratch=scratch,
+                   dot_dtype=_dot_dtype(att, io))  # fmt: skip
     return [first, _combine_kernel(name, graph, group, config, io, att, scratch, blocks)]
 
 
@@ -302,7 +317,7 @@ def _combine_kernel(
     for s in scratch:
         params[s.name] = f"in{len(params)}"
         part[s.name.rsplit("::", 1)[1]] = params[s.name]
-    cio = KernelIO(io.graph, io.ops, params, io.literals)
+    cio = KernelIO(io.graph, io.ops, params, io.literals, io.precision)
     split = scratch[0].shape[1]
     tiles_q = math.ceil(att.sq / dict(blocks)["TILE_Q"])
     body = Body(1)
@@ -313,5 +328,6 @@ def _combine_kernel(
     tiles = att.nb * tiles_q
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     side = side_outputs(cio, group, att.nb * att.sq * att.dv, body)
+    # its results went through the split kernel's dots
     return finish(f"{name}_combine", graph, group, config, cio, body, tiles, (*blocks, *side),
-                  "attention", scratch=scratch)  # fmt: skip
+                  "attention", scratch=scratch, dot_dtype=_dot_dtype(att, io))  # fmt: skip

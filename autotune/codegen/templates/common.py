@@ -52,6 +52,9 @@ class KernelSource:
         template: which template wrote it.
         scratch: buffers between the kernels of one group (a split attention's partial
             results), among its inputs or outputs.
+        dot_dtype: the format of the ``tl.dot`` operands its results go through ('' where
+            none do; a split attention's combine kernel merges the split kernel's): the
+            narrowest format its arithmetic rounds to, which its check's tolerance follows.
     """
 
     name: str
@@ -62,6 +65,7 @@ class KernelSource:
     launch: Launch
     template: str
     scratch: tuple[Scratch, ...] = ()
+    dot_dtype: str = ""
 
     def tensor_type(self, graph: Graph, tensor: str) -> tuple[tuple[int, ...], str]:
         """Shape and storage type of a tensor the kernel reads or writes (scratch included)."""
@@ -72,8 +76,9 @@ class KernelSource:
         return ten.static_shape, ten.dtype
 
 
-def kernel_io(graph: Graph, group: FusionGroup) -> KernelIO:
-    """Pointers for the group's inputs (one-element constants become literals)."""
+def kernel_io(graph: Graph, group: FusionGroup, precision: str = "auto") -> KernelIO:
+    """Pointers for the group's inputs (one-element constants become literals); ``precision``
+    is the plan's mode, which decides the format of ``tl.dot`` operands."""
     lits = literals_of(graph, group.inputs)
     params: dict[str, str] = {}
     for t in group.inputs:
@@ -84,7 +89,7 @@ def kernel_io(graph: Graph, group: FusionGroup) -> KernelIO:
         if graph.tensors[t].dtype not in TRITON_DTYPES:
             raise Unsupported(f"'{t}' is of type {graph.tensors[t].dtype}")
         params[t] = f"in{len(params)}"
-    return KernelIO(graph, frozenset(group.ops), params, lits)
+    return KernelIO(graph, frozenset(group.ops), params, lits, precision)
 
 
 def signature(io: KernelIO, outputs: Sequence[str], meta: Sequence[str]) -> str:
@@ -103,6 +108,7 @@ def header(
     meta: Sequence[str],
     template: str,
     scratch: Sequence[Scratch] = (),
+    dot_dtype: str = "",
 ) -> list[str]:
     """The decorator, the def line and a docstring naming the ops, the tuned config and every
     pointer parameter's tensor."""
@@ -119,6 +125,8 @@ def header(
     lines.append("")
     lines.append(f"    computes: {listed}")
     lines.append(f"    config: {config.short()}")
+    if dot_dtype:
+        lines.append(f"    dots: {dot_dtype} operands, float32 sums (precision {io.precision})")
     lines += [f"    {p} = {describe(t)}" for t, p in io.params.items()]
     lines += [f"    out{i} = {describe(t)}" for i, t in enumerate(outputs)]
     lines.append('    """')
@@ -139,19 +147,23 @@ def finish(
     *,
     outputs: Sequence[str] | None = None,
     scratch: tuple[Scratch, ...] = (),
+    dot_dtype: str = "",
 ) -> KernelSource:
     """A template's kernel record from its body: the grid (the plan's block_dim, never more
     programs than tiles), the compile-time parameters in the order the function takes them,
     and the header. ``outputs`` default to the group's; ``scratch`` are buffers between the
-    kernels of one group among the inputs (``io``) or outputs."""
+    kernels of one group among the inputs (``io``) or outputs; ``dot_dtype`` the format of
+    its ``tl.dot`` operands."""
     grid = max(1, min(config.block_dim, tiles))
     constexprs = (("NPROG", grid), *tile_constexprs)
     launch = Launch(grid, constexprs, 2 if config.double_buffer else 1)
     outs = tuple(group.outputs if outputs is None else outputs)
     meta = [n for n, _ in constexprs]
-    lines = header(name, group, graph, config, io, outs, meta, template, scratch)
+    lines = header(name, group, graph, config, io, outs, meta, template, scratch, dot_dtype)
     text = "\n".join([*lines, *body.lines])
-    return KernelSource(name, text, group.ops, tuple(io.params), outs, launch, template, scratch)
+    return KernelSource(
+        name, text, group.ops, tuple(io.params), outs, launch, template, scratch, dot_dtype
+    )
 
 
 def store(ptr: str, dtype: str, value: str, mask: str) -> str:

@@ -40,12 +40,9 @@ LANES = lanes(
 )  # fmt: skip
 
 
-def _operand(pull: Pull, tensor: str, idx: tuple[str, ...], mask: str) -> str:
-    value = pull.tile(tensor, idx, mask)
-    dtype = pull.io.dtype(tensor)
-    if dtype in ("float16", "bfloat16"):  # the cube reads half operands as they are
-        return f"{value}.to(tl.{dtype})"
-    return value
+def _operand(value: str, dtype: str) -> str:
+    """An operand tile in the format the product takes it in (``KernelIO.dot_dtype``)."""
+    return value if dtype == "float32" else f"{value}.to(tl.{dtype})"
 
 
 def _k_loop(prods: list[Product], io: KernelIO, row: Body) -> None:
@@ -60,13 +57,14 @@ def _k_loop(prods: list[Product], io: KernelIO, row: Body) -> None:
     inner.line(f"bmask = nmask & (lane_k[:, None] < TILE_K) & (kb < {k})")
     pull = Pull(io, inner, LANES)
     for p in prods:
+        dtype = io.dot_dtype(p.a, p.b)
         guard = p.a_guard()
         amask = pull.bind(" & ".join(["amask", *guard]), "amask") if guard else "amask"
-        a = _operand(pull, p.a, p.a_index(), amask)
+        a = pull.tile(p.a, p.a_index(), amask)
         if guard:
             a = pull.bind(f"tl.where({amask}, {a}, 0.0)")
-        b = _operand(pull, p.b, p.b_index(), "bmask")
-        precision = ', input_precision="ieee"' if io.dtype(p.a) == "float32" else ""
+        a, b = _operand(a, dtype), _operand(pull.tile(p.b, p.b_index(), "bmask"), dtype)
+        precision = ', input_precision="ieee"' if dtype == "float32" else ""
         inner.line(f"{p.acc} = tl.dot({a}, {b}, {p.acc}{precision})")
     row.nest(f"for k0 in range(0, {k}, TILE_K):", inner)
 
@@ -85,10 +83,12 @@ def _tile_vars(prod: Product, row: Body, tiles_m: int, tiles_n: int) -> None:
     row.line("mask = mmask & nmask")
 
 
-def _tiles(config: KernelConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
-    """The plan's L1 block (its L0 tile where no block is set), never over the product."""
+def _tiles(config: KernelConfig, m: int, n: int, k: int, parts: int) -> tuple[int, int, int]:
+    """The plan's L1 block (its L0 tile where no block is set), never over the product. The
+    cost model sizes ``parts`` products side by side as one wider matmul (their outputs
+    concatenated), so each product takes its share of the block's columns."""
     tm = max(1, min(config.base_m or config.m or 16, m))
-    tn = max(1, min(config.base_n or config.n or 16, n))
+    tn = max(1, min((config.base_n or config.n or 16) // parts, n))
     tk = max(1, min(config.base_k or config.k or 16, k))
     return tm, tn, tk
 
@@ -123,9 +123,10 @@ def _block(tile: int) -> int:
 
 
 def matmul_kernel(
-    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
 ) -> KernelSource:
-    """The kernel of a group around one or more MatMul, Gemm or Conv ops of one tile shape.
+    """The kernel of a group around one or more MatMul, Gemm or Conv ops of one tile shape,
+    its products' operands in the format ``precision`` (the plan's mode) gives them.
 
     Raises:
         Unsupported: a matmul of a vector, products of different tile shapes, an output not
@@ -133,10 +134,10 @@ def matmul_kernel(
             template computes.
     """
     check_outputs(graph, group.outputs)
-    io = kernel_io(graph, group)
+    io = kernel_io(graph, group, precision)
     prods = _products(graph, group, io)
     first = prods[0]
-    tm, tn, tk = _tiles(config, first.M, first.N, max(p.K for p in prods))
+    tm, tn, tk = _tiles(config, first.M, first.N, max(p.K for p in prods), len(prods))
     tiles_m, tiles_n = math.ceil(first.M / tm), math.ceil(first.N / tn)
     body = Body(1)
     row = body.child()
@@ -154,4 +155,6 @@ def matmul_kernel(
         for axis, tile in (("M", tm), ("N", tn), ("K", tk))
         for kind in ("TILE", "BLOCK")
     ]
-    return finish(name, graph, group, config, io, body, tiles, [*blocks, *side], "matmul")
+    dot_dtype = io.dot_dtype(*(t for p in prods for t in (p.a, p.b)))
+    return finish(name, graph, group, config, io, body, tiles, [*blocks, *side], "matmul",
+                  dot_dtype=dot_dtype)  # fmt: skip

@@ -5,13 +5,15 @@ For every zoo model under the plans none, greedy, max and a short tuned study (`
 trials, analytic cost, safe mode on with ``codegen_check = off``), `generate` builds the
 program; per row: the plan's groups, the kernels generated, the groups generated as one
 kernel, the groups that run as their ops (and the distinct reasons, tensor names elided), the
-ops run by the framework, the analytic cost model's predicted device time summed over the
-groups and the predicted speedup (predicted none / predicted plan). With an NPU or a CUDA GPU
-each plan's generated ``runner.Model`` forward is timed with ``triton.testing.do_bench``
-(median) and the measured speedup (none / plan) is printed next to the predicted one; without
-one only the coverage is reported (no kernel runs: the default mode only generates).
-``--check`` also runs `check_package` (every kernel against onnxruntime; under Triton's CPU
-interpreter without a device, which is slow) and says ok per row.
+ops run by the framework, the rule breaks of triton-ascend's documented constraints
+(``ascend_rules``, advisory rules aside), the analytic cost model's predicted device time
+summed over the groups and the predicted speedup (predicted none / predicted plan). With an
+NPU or a CUDA GPU each plan's generated ``runner.Model`` forward is timed with
+``triton.testing.do_bench`` (median) and the measured speedup (none / plan) is printed next
+to the predicted one; without one only the coverage is reported (no kernel runs: the default
+mode only generates). ``--check`` also runs `check_package` (every kernel against
+onnxruntime; under Triton's CPU interpreter without a device, which is slow) and says ok per
+row.
 
 Default scale is the tests' small one: scale 0.05, batch 1, one layer for the transformers
 (the CNNs keep their blocks), seq_len 8 for the encoders and decoders, cache_len 16 for the
@@ -44,6 +46,7 @@ import onnx
 from _table import RESULTS  # experiments/_table.py (scripts run from this folder)
 
 from autotune import tune
+from autotune.codegen.ascend_rules import check_ascend
 from autotune.codegen.generate import Generated, generate
 from autotune.estimate import plan_target
 from autotune.zoo import build, list_models
@@ -55,12 +58,12 @@ BASELINES = ("none", "greedy", "max")
 NO_DEVICE = "no GPU or NPU: kernels run only under the CPU interpreter, timing skipped"
 PRINTED = (
     "model", "plan", "groups", "kernels", "one_kernel", "unfused", "reasons", "framework_ops",
-    "pred_us", "pred_x", "meas_us", "meas_x", "check", "gen_s", "study_s",
+    "ascend_rules", "pred_us", "pred_x", "meas_us", "meas_x", "check", "gen_s", "study_s",
 )  # fmt: skip
 CSV_COLS = (
     "model", "plan", "scale", "batch", "layers", "seq_len", "cache_len", "groups", "kernels",
-    "one_kernel", "one_kernel_share", "unfused", "reasons", "framework_ops", "pred_us", "pred_x",
-    "meas_us", "meas_x", "check", "gen_s", "study_s", "error",
+    "one_kernel", "one_kernel_share", "unfused", "reasons", "framework_ops", "ascend_rules",
+    "pred_us", "pred_x", "meas_us", "meas_x", "check", "gen_s", "study_s", "error",
 )  # fmt: skip
 
 
@@ -112,8 +115,9 @@ def short_reason(reason: str) -> str:
     return re.sub(r"'[^'\s]+'", "'…'", reason)
 
 
-def coverage(gen: Generated) -> dict[str, Any]:
-    """Counts of a generated program and its predicted device time."""
+def coverage(gen: Generated, target: Target) -> dict[str, Any]:
+    """Counts of a generated program (its kernels breaking triton-ascend's rules among them,
+    advisory rules aside) and its predicted device time."""
     program = gen.program
     unfused = {g for g, _ in program.unfused}
     kernels_of = Counter(s.group for s in program.steps if s.kernel is not None)
@@ -131,6 +135,7 @@ def coverage(gen: Generated) -> dict[str, Any]:
         "reasons": sorted({short_reason(r) for _, r in program.unfused}),
         "_by_reason": Counter(short_reason(r) for _, r in program.unfused),
         "framework_ops": len(program.externs),
+        "ascend_rules": len(check_ascend(program, program.graph, target.spec)),
         "pred_us": round(sum(gen.predicted.values()), 2),
     }
 
@@ -191,7 +196,7 @@ def bench_model(
         except Exception as err:  # a plan that does not generate is a row, not a stop
             row["error"] = f"{stage}: {type(err).__name__}: {err}"[:200]
             continue
-        row.update(coverage(gen))
+        row.update(coverage(gen, tgt))
         if not (device or args.check):
             continue
         with tempfile.TemporaryDirectory() as tmp:
@@ -251,6 +256,7 @@ def _total(rows: list[dict[str, Any]], plan: str) -> dict[str, Any]:
         "one_kernel": one,
         "one_kernel_share": _pct(one, groups),
         "unfused": sum(r["unfused"] for r in rows),
+        "ascend_rules": sum(r["ascend_rules"] for r in rows),
         "reasons": sorted({x for r in rows for x in r["reasons"]}),
         "framework_ops": sum(r["framework_ops"] for r in rows),
     }

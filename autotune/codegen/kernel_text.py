@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import math
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from autotune.codegen.templates.common import KernelSource
@@ -174,11 +174,53 @@ def _operand_bytes(kc: KernelText) -> dict[int, int]:
 
 
 def footprint(kernel: KernelSource, graph: Graph) -> Footprint:
-    """One kernel's tile footprint, estimated as docs/codegen-ascend-rules.md says."""
+    """One kernel's tile footprint, estimated as docs/codegen-ascend-rules.md says: the
+    tiles of its statements as if all were live at once, except the parts that never are
+    together: the phases ``tl.debug_barrier()`` separates and the branches of an ``if``
+    (the larger of them counts)."""
     kc = KernelText(kernel, graph)
+    tiles = {id(call): (side, size) for call, side, size in _tiles(kc)}
+    vector, cube = _live(kc.fn.body, tiles)
+    return Footprint(vector, cube, kc.k.launch.num_stages > 1)
+
+
+Bytes = tuple[int, int]  # vector side, cube side
+
+
+def _live(stmts: list[ast.stmt], tiles: dict[int, Bytes]) -> Bytes:
+    """The bytes of the tiles ``stmts`` make, as :func:`footprint` counts them."""
+    phases: list[Bytes] = [(0, 0)]
+    for st in stmts:
+        if isinstance(st, ast.Expr) and tl_call(st.value) == "debug_barrier":
+            phases.append((0, 0))
+            continue
+        if isinstance(st, ast.If):
+            then, other = _live(st.body, tiles), _live(st.orelse, tiles)
+            part = _plus(
+                _calls([st.test], tiles), (max(then[0], other[0]), max(then[1], other[1]))
+            )
+        elif isinstance(st, ast.For | ast.While):
+            head = [st.iter] if isinstance(st, ast.For) else [st.test]
+            part = _plus(_calls(head, tiles), _live(st.body, tiles))
+        else:
+            part = _calls([st], tiles)
+        phases[-1] = _plus(phases[-1], part)
+    return max(p[0] for p in phases), max(p[1] for p in phases)
+
+
+def _calls(nodes: Sequence[ast.AST], tiles: dict[int, Bytes]) -> Bytes:
+    found = [tiles[id(n)] for node in nodes for n in ast.walk(node) if id(n) in tiles]
+    return (sum(b for side, b in found if side == 0), sum(b for side, b in found if side == 1))
+
+
+def _plus(a: Bytes, b: Bytes) -> Bytes:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _tiles(kc: KernelText) -> Iterator[tuple[ast.Call, int, int]]:
+    """Every tile a load or creation makes: the call, its side (0 vector, 1 cube) and bytes."""
     operands = _operand_bytes(kc)
     double = kc.k.launch.num_stages > 1
-    sides = [0, 0]  # vector, cube
     for call in kc.tl_calls("load", "zeros", "full"):
         kind = tl_call(call)
         if kind == "load":  # a second buffer when double-buffered
@@ -187,5 +229,4 @@ def footprint(kernel: KernelSource, graph: Graph) -> Footprint:
             size = _BYTES.get(created_dtype(call) or "float32", 2)
         if operands.get(id(call)):  # held in L1 in the format the dot takes it
             size = min(size, operands[id(call)] * (1 + (kind == "load" and double)))
-        sides[id(call) in operands] += kc.elements(call) * size
-    return Footprint(sides[0], sides[1], double)
+        yield call, int(id(call) in operands), kc.elements(call) * size

@@ -33,6 +33,7 @@ from search_space.ir import Graph
 CASES = [
     ("bert-base", "none"),
     ("bert-base", "greedy"),
+    ("bert-base", "max"),  # its norms run in the matmul's kernel (matmul_rows)
     ("llama3-8b", "none"),
     ("llama3-8b", "greedy"),
     ("resnet50", "greedy"),
@@ -189,6 +190,37 @@ def test_an_operand_converted_for_the_dot_counts_in_l1_in_its_converted_format(
     assert as_loaded.cube == 2 * 2 * 4 * 64 * 64  # two float32 operands, double-buffered
     assert converted.cube == as_loaded.cube // 2
     assert converted.vector == as_loaded.vector  # the accumulator stays float32
+
+
+def test_the_phases_a_barrier_separates_are_not_live_at_once(
+    packages: dict[str, Package],
+) -> None:
+    graph = packages["bert-base/none"].graph
+    one_phase = footprint(hand_made(ADD, 48, BLOCK=1024), graph)
+    phased = ADD.replace("        b = tl.load", "        tl.debug_barrier()\n        b = tl.load")
+    two_phases = footprint(hand_made(phased, 48, BLOCK=1024), graph)
+    assert one_phase.vector == 2 * 2 * 4 * 1024  # a and b, double-buffered
+    assert two_phases.vector == one_phase.vector // 2  # a, then b
+
+
+BRANCHES = """
+@triton.jit
+def branch_kernel(in0, in1, out0, NPROG: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    for tile in range(pid, 64, NPROG):
+        x = tile * BLOCK + tl.arange(0, BLOCK)
+        if tile < 32:
+            a = tl.load(in0 + x, mask=x < 4096, other=0)
+            tl.store(out0 + x, a, mask=x < 4096)
+        else:
+            b = tl.load(in1 + x, mask=x < 4096, other=0)
+            tl.store(out0 + x, b, mask=x < 4096)
+"""
+
+
+def test_the_branches_of_an_if_are_not_live_at_once(packages: dict[str, Package]) -> None:
+    graph = packages["bert-base/none"].graph
+    assert footprint(hand_made(BRANCHES, 48, BLOCK=1024), graph).vector == 2 * 4 * 1024
 
 
 UNSUPPORTED = {

@@ -345,3 +345,126 @@ def _matmul_at(precision: str, w: np.ndarray):
     graph = load_graph(model)
     config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=32, m=16, n=16, k=32)
     return model, build_program(graph, [make_group(graph, ["mm"])], [config], precision=precision)
+
+
+@pytest.mark.parametrize("base_n", [16, 128])  # three N tiles a row (looped), or one (whole)
+def test_a_projection_and_the_norm_after_it_run_as_one_kernel(base_n: int, tmp_path) -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
+        helper.make_node("Add", ["p", "bias"], ["pb"], name="bias"),
+        helper.make_node("Add", ["pb", "res"], ["s"], name="residual"),
+        helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], name="ln", axis=-1),
+    ]
+    inits = [f32("w", RNG.normal(size=[24, 40])), f32("bias", RNG.normal(size=[40])),
+             f32("g", RNG.normal(1, 0.1, 40)), f32("b", RNG.normal(0, 0.1, 40))]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 7, 24]), _vi("res", [2, 7, 40])],
+                 [_vi("s", [2, 7, 40]), _vi("y", [2, 7, 40])], inits)  # fmt: skip
+    config = KernelConfig(block_dim=3, base_m=4, base_n=base_n, base_k=16, m=4, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul_rows"]
+    text = program.kernels[0].text
+    assert ("for c0 in range" in text) == (base_n < 40) and "tl.debug_barrier()" in text
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "softmax"])
+def test_a_row_reduction_of_a_product_hands_off_through_scratch(kind: str, tmp_path) -> None:
+    mm = helper.make_node("Gemm", ["x", "w"], ["p"], name="gemm", transB=1)
+    if kind == "softmax":  # a classifier: nothing but the probabilities leaves the kernel
+        nodes = [mm, helper.make_node("Softmax", ["p"], ["y"], name="soft", axis=-1)]
+        inits = []
+    else:  # Llama's decomposed RMSNorm: the square is handed to the mean, p to the scaling
+        nodes = [mm, helper.make_node("Pow", ["p", "two"], ["sq"], name="pow"),
+                 helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean"),
+                 helper.make_node("Add", ["ms", "eps"], ["v"], name="eps_add"),
+                 helper.make_node("Sqrt", ["v"], ["rms"], name="sqrt"),
+                 helper.make_node("Reciprocal", ["rms"], ["inv"], name="inv"),
+                 helper.make_node("Mul", ["p", "inv"], ["n"], name="norm"),
+                 helper.make_node("Mul", ["n", "g"], ["y"], name="scale")]  # fmt: skip
+        inits = [f32("two", np.array(2.0)), i64("axes", [-1]), f32("eps", np.array(1e-5)),
+                 f32("g", RNG.normal(1, 0.1, 36))]  # fmt: skip
+    inits.append(f32("w", RNG.normal(size=[36, 20])))
+    model = make(nodes, [_vi("x", [9, 20])], [_vi("y", [9, 36])], inits, opset=18)
+    config = KernelConfig(block_dim=2, base_m=8, base_n=16, base_k=16, m=8, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    (kernel,) = program.kernels
+    assert kernel.template == "matmul_rows" and kernel.scratch
+    assert set(kernel.outputs) - {s.name for s in kernel.scratch} == {"y"}
+
+
+def test_a_reduction_the_product_does_not_own_the_rows_of_runs_as_two_kernels(tmp_path) -> None:
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["y"], name="gap"),
+    ]  # the pool sums a channel over the pixels: the product's rows, not its columns
+    model = make(nodes, [_vi("x", [1, 4, 6, 6])], [_vi("y", [1, 8, 1, 1])],
+                 [f32("w", RNG.normal(size=[8, 4, 3, 3]))])  # fmt: skip
+    config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert "across the product's rows" in program.unfused[0][1]
+    assert [k.template for k in program.kernels] == ["matmul", "reduction"]
+
+
+def test_products_of_different_widths_run_side_by_side_in_one_kernel(tmp_path) -> None:
+    nodes = [  # grouped-query projections: K and V narrower than Q, each with its epilogue
+        helper.make_node("MatMul", ["x", "wq"], ["q0"], name="q_proj"),
+        helper.make_node("Add", ["q0", "bq"], ["q"], name="q_bias"),
+        helper.make_node("MatMul", ["x", "wk"], ["k0"], name="k_proj"),
+        helper.make_node("Relu", ["k0"], ["k"], name="k_act"),
+        helper.make_node("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+    ]
+    inits = [f32("wq", RNG.normal(size=[24, 40])), f32("bq", RNG.normal(size=[40])),
+             f32("wk", RNG.normal(size=[24, 16])),
+             f32("wv", RNG.normal(size=[24, 12]))]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 6, 24])], [_vi("q", [2, 6, 40]), _vi("k", [2, 6, 16]),
+                 _vi("v", [2, 6, 12])], inits)  # fmt: skip
+    config = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
+    assert program.kernels[0].text.count("tl.dot(") == 3  # one K loop per product's tiles
+
+
+def test_an_output_of_two_products_of_different_widths_runs_as_several_kernels(tmp_path) -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+        helper.make_node("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+        helper.make_node("Concat", ["q", "k"], ["y"], name="cat", axis=-1),
+    ]
+    inits = [f32("wq", RNG.normal(size=[24, 40])), f32("wk", RNG.normal(size=[24, 16]))]
+    model = make(nodes, [_vi("x", [6, 24])], [_vi("y", [6, 56])], inits)
+    config = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert "made from 2 products" in program.unfused[0][1]
+
+
+@pytest.mark.parametrize("cut", ["split", "slice"])
+def test_pieces_of_a_product_are_stored_from_its_tile(cut: str, tmp_path) -> None:
+    # GPT-2's fused QKV projection: its output cut into Q, K and V, each into heads, K^T
+    mm = [helper.make_node("MatMul", ["x", "w"], ["p"], name="qkv"),
+          helper.make_node("Add", ["p", "bias"], ["pb"], name="bias")]  # fmt: skip
+    if cut == "split":
+        cuts = [helper.make_node("Split", ["pb", "sizes"], ["q", "k", "v"], name="cut", axis=-1)]
+        inits = [i64("sizes", [16, 16, 8])]
+    else:
+        cuts = [helper.make_node("Slice", ["pb", f"s{i}", f"e{i}", "ax"], [t], name=f"cut{i}")
+                for i, t in enumerate(["q", "k", "v"])]  # fmt: skip
+        inits = [i64("s0", [0]), i64("e0", [16]), i64("s1", [16]), i64("e1", [32]),
+                 i64("s2", [32]), i64("e2", [40]), i64("ax", [-1])]  # fmt: skip
+    heads = [helper.make_node("Reshape", ["k", "hs"], ["kh"], name="k_heads"),
+             helper.make_node("Transpose", ["kh"], ["kt"], name="k_t", perm=[0, 2, 3, 1]),
+             helper.make_node("Relu", ["v"], ["va"], name="v_act")]  # fmt: skip
+    inits += [f32("w", RNG.normal(size=[24, 40])), f32("bias", RNG.normal(size=[40])),
+              i64("hs", [2, 6, 2, 8])]  # fmt: skip
+    model = make([*mm, *cuts, *heads], [_vi("x", [2, 6, 24])],
+                 [_vi("q", [2, 6, 16]), _vi("kt", [2, 2, 8, 6]), _vi("va", [2, 6, 8])],
+                 inits)  # fmt: skip
+    config = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
+    assert program.kernels[0].text.count("for tile in range") == 1  # no side loop re-reads

@@ -1,5 +1,6 @@
 """Kernel templates, one per kind of work: elementwise and layout chains (``pointwise``),
-row reductions and norms (``reduction``), matmul with prologue and epilogue (``matmul``)."""
+row reductions and norms (``reduction``), matmul with prologue and epilogue (``matmul``), a
+matmul whose epilogue reduces its rows (``matmul_rows``), attention (``attention``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from autotune.codegen.errors import Unsupported
 from autotune.codegen.templates.attention import attention_kernels
 from autotune.codegen.templates.common import KernelSource, Scratch
 from autotune.codegen.templates.matmul import PRODUCTS, matmul_kernel
+from autotune.codegen.templates.matmul_rows import matmul_rows_kernel
+from autotune.codegen.templates.matmul_segments import segments_kernel
 from autotune.codegen.templates.pointwise import pointwise_kernel
 from autotune.codegen.templates.reduction import REDUCTIONS, reduction_kernel
 from autotune.codegen.window import WINDOW_HANDLERS, is_depthwise
@@ -36,10 +39,12 @@ def kernels_for(
         other_cube = [op for op in cube if op.op_type not in PRODUCTS]
         if other_cube:
             raise Unsupported(f"no template for {other_cube[0].op_type} yet")
-        if any(op.op_type in ("Softmax", "LogSoftmax") for op in ops):
+        if len(cube) > 1 and any(op.op_type in ("Softmax", "LogSoftmax") for op in ops):
             return attention_kernels(name, graph, group, config, precision)
         if any(op.op_type in REDUCTIONS for op in ops):
-            raise Unsupported("a reduction in a matmul's epilogue")
+            return [matmul_rows_kernel(name, graph, group, config, precision)]
+        if len({graph.tensors[op.outputs[0]].static_shape for op in cube}) > 1:
+            return [segments_kernel(name, graph, group, config, precision)]
         return [matmul_kernel(name, graph, group, config, precision)]
     if any(op.op_type in REDUCTIONS for op in ops):
         return [reduction_kernel(name, graph, group, config)]

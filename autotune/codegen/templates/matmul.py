@@ -27,7 +27,7 @@ from autotune.codegen.templates.common import (
     next_pow2,
     store,
 )
-from autotune.codegen.templates.placement import placed_index
+from autotune.codegen.templates.placement import Placed, placed
 from autotune.codegen.templates.pointwise import side_outputs
 from autotune.codegen.templates.products import PRODUCTS, Product, product
 from search_space.ir import FusionGroup, Graph, KernelConfig
@@ -73,6 +73,11 @@ def _tile_vars(prod: Product, row: Body, tiles_m: int, tiles_n: int) -> None:
     row.line(f"b = tile // {tiles_m * tiles_n}")
     row.line(f"tm = (tile // {tiles_n}) % {tiles_m}")
     row.line(f"tn = tile % {tiles_n}")
+    tile_lanes(prod, row)
+
+
+def tile_lanes(prod: Product, row: Body) -> None:
+    """The lanes and masks of output tile (``b``, ``tm``, ``tn``)."""
     row.line("lane_m = tl.arange(0, BLOCK_M)")
     row.line("lane_n = tl.arange(0, BLOCK_N)")
     row.line("lane_k = tl.arange(0, BLOCK_K)")
@@ -83,41 +88,69 @@ def _tile_vars(prod: Product, row: Body, tiles_m: int, tiles_n: int) -> None:
     row.line("mask = mmask & nmask")
 
 
-def _tiles(config: KernelConfig, m: int, n: int, k: int, parts: int) -> tuple[int, int, int]:
+def cube_tiles(config: KernelConfig, prods: list[Product]) -> tuple[int, int, int]:
     """The plan's L1 block (its L0 tile where no block is set), never over the product. The
-    cost model sizes ``parts`` products side by side as one wider matmul (their outputs
-    concatenated), so each product takes its share of the block's columns."""
-    tm = max(1, min(config.base_m or config.m or 16, m))
-    tn = max(1, min((config.base_n or config.n or 16) // parts, n))
-    tk = max(1, min(config.base_k or config.k or 16, k))
+    cost model sizes products side by side as one wider matmul (their outputs concatenated),
+    so each product takes its share of the block's columns."""
+    first = prods[0]
+    tm = max(1, min(config.base_m or config.m or 16, first.M))
+    tn = max(1, min((config.base_n or config.n or 16) // len(prods), first.N))
+    tk = max(1, min(config.base_k or config.k or 16, max(p.K for p in prods)))
     return tm, tn, tk
 
 
-def _products(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Product]:
+def cube_constexprs(tm: int, tn: int, tk: int) -> list[tuple[str, int]]:
+    """``TILE_*`` (the tiles) and ``BLOCK_*`` (their lanes) of M, N and K."""
+    return [
+        (f"{kind}_{axis}", tile if kind == "TILE" else block_of(tile))
+        for axis, tile in (("M", tm), ("N", tn), ("K", tk))
+        for kind in ("TILE", "BLOCK")
+    ]
+
+
+def products_of(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Product]:
+    """The group's products, one accumulator each, all of one tile shape."""
     prods = [product(graph.op(o), io) for o in group.ops if graph.op(o).op_type in PRODUCTS]
     first = prods[0]
     for i, p in enumerate(prods):
         p.acc = f"acc{i}" if len(prods) > 1 else "acc"
-        if (p.batch, p.M, p.N) != (first.batch, first.M, first.N):
-            raise Unsupported("products of different tile shapes in one kernel")
         if type(p) is not type(first):
             raise Unsupported("a convolution beside a matmul")
     return prods
 
 
+def one_tile_shape(prods: list[Product]) -> bool:
+    first = prods[0]
+    return all((p.batch, p.M, p.N) == (first.batch, first.M, first.N) for p in prods)
+
+
+def tile_body(prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], row: Body) -> None:
+    """One output tile: a K loop per depth, then ``outs`` (position, tensor) stored."""
+    for depth in sorted({p.K for p in prods}):
+        _k_loop([p for p in prods if p.K == depth], io, row)
+    _epilogue(prods, io, outs, row)
+
+
+def placement(prods: list[Product], io: KernelIO, t: str) -> Placed | None:
+    """Where output ``t`` holds a tile's element of one of the products, if it does."""
+    for p in prods:
+        where = placed(io, t, p.out, p.out_index(io.shape(p.out)))
+        if where is not None:
+            return where
+    return None
+
+
 def _epilogue(prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], row: Body) -> None:
     pull = Pull(io, row, LANES, {p.out: p.result for p in prods})
     for pos, t in outs:
-        idx = None
-        for p in prods:
-            idx = idx or placed_index(io, t, p.out, p.out_index(io.shape(p.out)))
-        idx = idx or prods[0].out_index(io.shape(t))
-        value = pull.value(t, idx, "mask")
-        ptr = pull.pointer(f"out{pos}", offset(idx, io.shape(t)), "mask")
-        row.line(store(ptr, io.dtype(t), value, "mask"))
+        where = placement(prods, io, t) or Placed(prods[0].out_index(io.shape(t)))
+        mask = pull.bind(" & ".join(["mask", *where.guards]), "mask") if where.guards else "mask"
+        value = pull.value(t, where.index, mask)
+        ptr = pull.pointer(f"out{pos}", offset(where.index, io.shape(t)), mask)
+        row.line(store(ptr, io.dtype(t), value, mask))
 
 
-def _block(tile: int) -> int:
+def block_of(tile: int) -> int:
     """Lanes for a tile: a power of two, and at least 16 (``tl.dot``'s smallest shape)."""
     return max(16, next_pow2(tile))
 
@@ -135,26 +168,27 @@ def matmul_kernel(
     """
     check_outputs(graph, group.outputs)
     io = kernel_io(graph, group, precision)
-    prods = _products(graph, group, io)
+    prods = products_of(graph, group, io)
+    if not one_tile_shape(prods):
+        raise Unsupported("products of different tile shapes in one kernel")
     first = prods[0]
-    tm, tn, tk = _tiles(config, first.M, first.N, max(p.K for p in prods), len(prods))
+    tm, tn, tk = cube_tiles(config, prods)
     tiles_m, tiles_n = math.ceil(first.M / tm), math.ceil(first.N / tn)
     body = Body(1)
     row = body.child()
     _tile_vars(first, row, tiles_m, tiles_n)
-    for depth in sorted({p.K for p in prods}):
-        _k_loop([p for p in prods if p.K == depth], io, row)
     size = first.nb * first.M * first.N
-    _epilogue(prods, io, [(p, t) for p, t in enumerate(group.outputs)
-                          if numel(io.shape(t)) == size], row)  # fmt: skip
+    on_tile = [(p, t) for p, t in enumerate(group.outputs)
+               if numel(io.shape(t)) == size or placement(prods, io, t)]  # fmt: skip
+    tile_body(prods, io, on_tile, row)
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    side = side_outputs(io, group, size, body)
-    blocks = [
-        (f"{kind}_{axis}", tile if kind == "TILE" else _block(tile))
-        for axis, tile in (("M", tm), ("N", tn), ("K", tk))
-        for kind in ("TILE", "BLOCK")
-    ]
-    dot_dtype = io.dot_dtype(*(t for p in prods for t in (p.a, p.b)))
-    return finish(name, graph, group, config, io, body, tiles, [*blocks, *side], "matmul",
-                  dot_dtype=dot_dtype)  # fmt: skip
+    side = side_outputs(io, group, size, body, skip={t for _, t in on_tile})
+    return finish(name, graph, group, config, io, body, tiles,
+                  [*cube_constexprs(tm, tn, tk), *side], "matmul",
+                  dot_dtype=dot_dtype(io, prods))  # fmt: skip
+
+
+def dot_dtype(io: KernelIO, prods: list[Product]) -> str:
+    """The narrowest operand format of the products (``KernelIO.dot_dtype``)."""
+    return io.dot_dtype(*(t for p in prods for t in (p.a, p.b)))

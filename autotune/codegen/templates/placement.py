@@ -1,55 +1,119 @@
 """Where a group's output element lies for a tile's element of its anchor (a matmul's product,
 an attention's output): the anchor's index carried forward through the layout ops between
-them (a transpose permutes it, a view re-shapes it), so an output written through a
-transpose or a reshape is stored where the tile computed it, not read back off the tile."""
+them (a transpose permutes it, a view re-shapes it, a split or a slice shifts it to its
+piece), so an output written through them is stored where the tile computed it, not read
+back off the tile. A piece of a split holds only some of the tile's elements: the placement
+says which (its guards)."""
 
 from __future__ import annotations
 
-from autotune.codegen.indexing import Index, reshape_index
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.codegen.indexing import Index, add, reshape_index
 from autotune.codegen.kernel_io import KernelIO
+from autotune.codegen.source import paren
 from search_space.ir import VIEW_OPS, Op
 
-__all__ = ["placed_index"]
+__all__ = ["Placed", "placed", "placed_index"]
 
 
-def _path(io: KernelIO, tensor: str, anchor: str) -> list[Op] | None:
-    """Ops from ``anchor`` to ``tensor`` (last first) through layout ops and elementwise ops
-    of the traced tensor's own shape; None when there is no such path."""
+@dataclass(frozen=True)
+class Placed:
+    """The output's index for the tile's element, and the conditions (Triton expressions of
+    the tile's lanes) under which that element belongs to the output at all."""
+
+    index: Index
+    guards: tuple[str, ...] = ()
+
+
+def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str]] | None:
+    """Ops from ``anchor`` to ``tensor`` (last first), each with the output the path takes,
+    through layout ops and elementwise ops of the traced tensor's own shape; None when there
+    is no such path."""
     if tensor == anchor:
         return []
     op = io.graph.producer(tensor)
     if op is None or op.name not in io.ops:
         return None
-    if op.op_type in VIEW_OPS or op.op_type == "Transpose":
+    if op.op_type in VIEW_OPS or op.op_type in ("Transpose", "Split") or _unit_slice(io, op):
         rest = _path(io, op.inputs[0], anchor)
-        return None if rest is None else [op, *rest]
+        return None if rest is None else [(op, tensor), *rest]
     if op.op_class.value != "elementwise":
         return None
     for t in op.inputs:
         if t and io.shape(t) == io.shape(tensor):
             rest = _path(io, t, anchor)
             if rest is not None:
-                return [op, *rest]
+                return [(op, tensor), *rest]
     return None
 
 
-def _forward(io: KernelIO, op: Op, idx: Index) -> Index:
-    src, dst = io.shape(op.inputs[0]), io.shape(op.outputs[0])
+def _unit_slice(io: KernelIO, op: Op) -> bool:
+    """A Slice of constant starts and ends with steps of 1 (a piece of its input)."""
+    if op.op_type != "Slice" or not all(t and t in io.graph.constants for t in op.inputs[1:3]):
+        return False
+    steps = op.inputs[4] if len(op.inputs) > 4 else ""
+    return not steps or bool(np.all(np.asarray(io.graph.constants.get(steps, [0])) == 1))
+
+
+def _pieces(io: KernelIO, op: Op, out: str) -> list[tuple[int, int]]:
+    """(axis, start) of each axis the piece ``out`` of a Split or a Slice is cut along."""
+    src, dst = io.shape(op.inputs[0]), io.shape(out)
+    if op.op_type == "Split":
+        axis = int(op.attr("axis", 0)) % len(src)
+        before = sum(io.shape(o)[axis] for o in op.outputs[: op.outputs.index(out)])
+        return [(axis, before)]
+    return [(a, s) for a, (s, d, n) in enumerate(zip(_starts(io, op), dst, src, strict=True))
+            if d != n or s]  # fmt: skip
+
+
+def _starts(io: KernelIO, op: Op) -> list[int]:
+    """The start of a unit Slice along every axis of its input, as ONNX clamps it."""
+    shape = io.shape(op.inputs[0])
+    starts = np.asarray(io.graph.constants[op.inputs[1]]).astype(np.int64).ravel().tolist()
+    given = op.inputs[3] if len(op.inputs) > 3 else ""
+    axes = np.asarray(io.graph.constants[given]).ravel().tolist() if given else range(len(starts))
+    out = [0] * len(shape)
+    for s, a in zip(starts, axes, strict=True):
+        d = shape[int(a) % len(shape)]
+        out[int(a) % len(shape)] = min(max(s + d if s < 0 else s, 0), d)
+    return out
+
+
+def _forward(io: KernelIO, op: Op, out: str, idx: Index) -> tuple[Index, list[str]]:
+    src, dst = io.shape(op.inputs[0]), io.shape(out)
     if op.op_type == "Transpose":
         perm = op.attr("perm") or list(reversed(range(len(src))))
-        return tuple(idx[p] for p in perm)
+        return tuple(idx[p] for p in perm), []
     if op.op_type in VIEW_OPS:
-        return reshape_index(idx, src, dst)
-    return idx  # elementwise of the same shape
+        return reshape_index(idx, src, dst), []
+    if op.op_type in ("Split", "Slice"):
+        res, guards = list(idx), []
+        for axis, start in _pieces(io, op, out):
+            at = paren(idx[axis])
+            guards.append(f"({at} >= {start}) & ({at} < {start + dst[axis]})")
+            res[axis] = add(idx[axis], str(-start)) if start else idx[axis]
+        return tuple(res), guards
+    return idx, []  # elementwise of the same shape
 
 
-def placed_index(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Index | None:
-    """The index of ``tensor`` holding the element the tile computed at ``anchor_idx`` of
-    ``anchor``, or None when ``tensor`` is not reached from the anchor by such ops."""
+def placed(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Placed | None:
+    """Where ``tensor`` holds the element the tile computed at ``anchor_idx`` of ``anchor``,
+    or None when ``tensor`` is not reached from the anchor by such ops."""
     path = _path(io, tensor, anchor)
     if path is None:
         return None
-    idx = anchor_idx
-    for op in reversed(path):
-        idx = _forward(io, op, idx)
-    return idx
+    idx, guards = anchor_idx, []
+    for op, out in reversed(path):
+        idx, more = _forward(io, op, out, idx)
+        guards += more
+    return Placed(idx, tuple(guards))
+
+
+def placed_index(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Index | None:
+    """As :func:`placed`, for a tensor that holds every element of the tile (None when a
+    split or a slice keeps only some)."""
+    where = placed(io, tensor, anchor, anchor_idx)
+    return where.index if where is not None and not where.guards else None

@@ -9,6 +9,7 @@ Outputs of different sizes (a Split into unequal parts) get a loop each, in one 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 from autotune.codegen.indexing import numel, unflatten
 from autotune.codegen.pull import KernelIO, Pull, lanes
@@ -76,13 +77,13 @@ def pointwise_kernel(
 
 
 def side_outputs(
-    io: KernelIO, group: FusionGroup, size: int, body: Body
+    io: KernelIO, group: FusionGroup, size: int, body: Body, skip: Collection[str] = ()
 ) -> tuple[tuple[str, int], ...]:
-    """Loops for the outputs not of the anchor's size (each computed again from its own
-    inputs); the constexprs they add."""
+    """Loops for the outputs not of the anchor's size and not in ``skip`` (those the anchor's
+    tile stores), each computed again from its own inputs; the constexprs they add."""
     by_size: dict[int, list[tuple[int, str]]] = {}
     for pos, t in enumerate(group.outputs):
-        if numel(io.shape(t)) != size:
+        if numel(io.shape(t)) != size and t not in skip:
             by_size.setdefault(numel(io.shape(t)), []).append((pos, t))
     if not by_size:
         return ()

@@ -41,7 +41,14 @@ from autotune.codegen.templates.common import (
 )
 from search_space.ir import FusionGroup, Graph, KernelConfig, Op
 
-__all__ = ["REDUCTIONS", "reduction_kernel"]
+__all__ = [
+    "REDUCTIONS",
+    "Rows",
+    "reduction_kernel",
+    "reduction_rows",
+    "row_constexprs",
+    "rows_body",
+]
 
 # op -> statistics (name, combine, per-element term); {x} is the input, {<name>} an earlier
 # statistic of the same op (already final)
@@ -151,7 +158,7 @@ def split_index(shape: tuple[int, ...], rows: int, cols: int) -> Index:
     return unflatten(f"r * {cols} + c", shape)
 
 
-class _Rows:
+class Rows:
     """The statistics of one row block, and how a value reads a reduction's result."""
 
     def __init__(self, reds: list[Reduction], io: KernelIO, rows: int, cols: int):
@@ -212,7 +219,7 @@ class _Rows:
         return pull.value(t, broadcast_index(idx, shape, self.io.shape(t)), mask)
 
 
-def _term(rows: _Rows, red: Reduction, pull: Pull, stat: int, mask: str) -> str:
+def _term(rows: Rows, red: Reduction, pull: Pull, stat: int, mask: str) -> str:
     _, _, text = _STATS[red.op.op_type][stat]
     x = pull.value(red.x, split_index(red.shape, rows.R, rows.C), mask)
     earlier = {k: rows.stats[(red.op.name, k)] for k, _, _ in _STATS[red.op.op_type][:stat]}
@@ -232,7 +239,7 @@ def _finish(how: str, acc: str, cols: int) -> str:
     return f"{total} / {float(cols)}" if how == "mean" else total
 
 
-def _persistent_stats(rows: _Rows, row: Body) -> Pull:
+def _persistent_stats(rows: Rows, row: Body) -> Pull:
     row.line("c = lane_c")
     row.line(f"mask = rmask & (c < {rows.C})")
     pull = Pull(rows.io, row, LANES)
@@ -247,14 +254,14 @@ def _persistent_stats(rows: _Rows, row: Body) -> Pull:
     return pull
 
 
-def _chunk(rows: _Rows, row: Body) -> tuple[Body, Pull]:
+def _chunk(rows: Rows, row: Body) -> tuple[Body, Pull]:
     inner = row.child()
     inner.line("c = c0 + lane_c")
     inner.line(f"mask = rmask & (lane_c < TILE_C) & (c < {rows.C})")
     return inner, Pull(rows.io, inner, LANES, rows.anchors())
 
 
-def _looped_stats(rows: _Rows, row: Body) -> None:
+def _looped_stats(rows: Rows, row: Body) -> None:
     for red in rows.reds:
         for i, (key, how, _) in enumerate(_STATS[red.op.op_type]):
             acc = f"acc{len(rows.stats)}"
@@ -266,7 +273,7 @@ def _looped_stats(rows: _Rows, row: Body) -> None:
 
 
 def _store_outputs(
-    rows: _Rows, io: KernelIO, outs: list[tuple[int, str]], body: Body, pull: Pull
+    rows: Rows, io: KernelIO, outs: list[tuple[int, str]], body: Body, pull: Pull
 ) -> None:
     for pos, t in outs:
         shape = io.shape(t)
@@ -294,6 +301,42 @@ def _reductions(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Reductio
     return reds
 
 
+def reduction_rows(graph: Graph, group: FusionGroup, io: KernelIO) -> Rows:
+    """The group's reductions, all of one R x C row split (``Rows.R``, ``Rows.C``).
+
+    Raises:
+        Unsupported: reductions over leading axes or of different row splits, or an output
+            of neither R nor R x C elements.
+    """
+    reds = _reductions(graph, group, io)
+    return Rows(reds, io, reds[0].rows, reds[0].cols)
+
+
+def rows_body(
+    rows: Rows, outs: list[tuple[int, str]], tile_c: int, row: Body, first: str, valid: str
+) -> None:
+    """One block of ``TILE_R`` rows (``first`` the index of its first row, ``valid`` the
+    condition on ``lane_r`` that a row exists): the statistics, then ``outs`` (position,
+    tensor) stored; a row of more than ``tile_c`` columns is read in chunks of ``TILE_C``."""
+    io = rows.io
+    row.line("lane_r = tl.arange(0, BLOCK_R)[:, None]")
+    row.line("lane_c = tl.arange(0, BLOCK_C)[None, :]")
+    row.line(f"r = {first} + lane_r")
+    row.line(f"rmask = (lane_r < TILE_R) & ({valid})")
+    full = [(p, t) for p, t in outs if numel(io.shape(t)) == rows.R * rows.C]
+    per_row = [o for o in outs if o not in full]
+    if tile_c >= rows.C:
+        pull = _persistent_stats(rows, row)
+        _store_outputs(rows, io, outs, row, pull)
+        return
+    _looped_stats(rows, row)
+    if full:
+        inner, chunk_pull = _chunk(rows, row)
+        _store_outputs(rows, io, full, inner, chunk_pull)
+        row.nest(f"for c0 in range(0, {rows.C}, TILE_C):", inner)
+    _store_outputs(rows, io, per_row, row, Pull(io, row, LANES, rows.anchors()))
+
+
 def reduction_kernel(
     name: str, graph: Graph, group: FusionGroup, config: KernelConfig
 ) -> KernelSource:
@@ -305,31 +348,20 @@ def reduction_kernel(
     """
     check_outputs(graph, group.outputs)
     io = kernel_io(graph, group)
-    reds = _reductions(graph, group, io)
-    rows = _Rows(reds, io, reds[0].rows, reds[0].cols)
+    rows = reduction_rows(graph, group, io)
     tile_r = max(1, min(config.ub_rows or 1, rows.R))
     tile_c = max(1, min(config.ub_cols or rows.C, rows.C))
     body = Body(1)
     row = body.child()
-    row.line("lane_r = tl.arange(0, BLOCK_R)[:, None]")
-    row.line("lane_c = tl.arange(0, BLOCK_C)[None, :]")
-    row.line("r = tile * TILE_R + lane_r")
-    row.line(f"rmask = (lane_r < TILE_R) & (r < {rows.R})")
     outs = list(enumerate(group.outputs))
-    full = [(p, t) for p, t in outs if numel(io.shape(t)) == rows.R * rows.C]
-    per_row = [o for o in outs if o not in full]
-    if tile_c >= rows.C:
-        pull = _persistent_stats(rows, row)
-        _store_outputs(rows, io, outs, row, pull)
-    else:
-        _looped_stats(rows, row)
-        if full:
-            inner, chunk_pull = _chunk(rows, row)
-            _store_outputs(rows, io, full, inner, chunk_pull)
-            row.nest(f"for c0 in range(0, {rows.C}, TILE_C):", inner)
-        _store_outputs(rows, io, per_row, row, Pull(io, row, LANES, rows.anchors()))
+    rows_body(rows, outs, tile_c, row, "tile * TILE_R", f"r < {rows.R}")
     tiles = math.ceil(rows.R / tile_r)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    blocks = (("TILE_R", tile_r), ("BLOCK_R", next_pow2(tile_r)),
-              ("TILE_C", tile_c), ("BLOCK_C", next_pow2(tile_c)))  # fmt: skip
-    return finish(name, graph, group, config, io, body, tiles, blocks, "reduction")
+    return finish(name, graph, group, config, io, body, tiles,
+                  row_constexprs(tile_r, next_pow2(tile_r), tile_c), "reduction")  # fmt: skip
+
+
+def row_constexprs(tile_r: int, block_r: int, tile_c: int) -> tuple[tuple[str, int], ...]:
+    """``TILE_R``/``BLOCK_R`` rows and ``TILE_C``/``BLOCK_C`` columns of a row block."""
+    return (("TILE_R", tile_r), ("BLOCK_R", block_r),
+            ("TILE_C", tile_c), ("BLOCK_C", next_pow2(tile_c)))  # fmt: skip

@@ -1,0 +1,98 @@
+"""Products of different widths side by side: the projections of one input to Q, K and V of
+grouped-query attention (K and V narrower than Q), in one kernel.
+
+The cost model sizes such siblings as one matmul over their concatenated columns. So does the
+kernel: its column tiles run over the products one after another, ``TILE_N = base_n`` columns
+each, a tile in one product's span (a product's last tile is masked at its own width rather
+than straddling into the next). A tile runs its product's K loop and the epilogue of the
+outputs made from that product alone; an output made from two of them (a gate multiplying
+two products of one width is the ``matmul`` template's) is refused.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.codegen.errors import Unsupported
+from autotune.codegen.indexing import numel
+from autotune.codegen.source import Body
+from autotune.codegen.templates.common import KernelSource, check_outputs, finish, kernel_io
+from autotune.codegen.templates.matmul import (
+    cube_constexprs,
+    dot_dtype,
+    products_of,
+    tile_body,
+    tile_lanes,
+)
+from autotune.codegen.templates.products import Product
+from search_space.ir import FusionGroup, Graph, KernelConfig
+
+__all__ = ["segments_kernel"]
+
+
+def _owners(graph: Graph, group: FusionGroup, prods: list[Product]) -> dict[str, int]:
+    """Each output of the group -> the one product it is made from."""
+    made_by = {p.out: i for i, p in enumerate(prods)}
+    ops = set(group.ops)
+
+    def sources(t: str) -> set[int]:
+        if t in made_by:
+            return {made_by[t]}
+        op = graph.producer(t)
+        if op is None or op.name not in ops:
+            return set()
+        return set().union(*(sources(x) for x in op.inputs if x))
+
+    owners = {}
+    for t in group.outputs:
+        found = sources(t)
+        if len(found) != 1:
+            raise Unsupported(
+                f"output '{t}' is made from {len(found)} products of different widths"
+            )
+        owners[t] = found.pop()
+        p = prods[owners[t]]
+        if numel(graph.tensors[t].static_shape) != p.nb * p.M * p.N:
+            raise Unsupported(f"output '{t}' is not of its product's size")
+    return owners
+
+
+def segments_kernel(
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
+) -> KernelSource:
+    """The kernel of products of one batch and rows but different widths (module docstring).
+
+    Raises:
+        Unsupported: products of different batches or rows; an output made from several
+            products, or not of its product's size.
+    """
+    check_outputs(graph, group.outputs)
+    io = kernel_io(graph, group, precision)
+    prods = products_of(graph, group, io)
+    first = prods[0]
+    if any((p.batch, p.M) != (first.batch, first.M) for p in prods):
+        raise Unsupported("products of different batches or rows in one kernel")
+    owners = _owners(graph, group, prods)
+    tm = max(1, min(config.base_m or config.m or 16, first.M))
+    tn = max(1, min(config.base_n or config.n or 16, max(p.N for p in prods)))
+    tk = max(1, min(config.base_k or config.k or 16, max(p.K for p in prods)))
+    tiles_m, spans = math.ceil(first.M / tm), [math.ceil(p.N / tn) for p in prods]
+    body = Body(1)
+    row = body.child()
+    row.line(f"b = tile // {tiles_m * sum(spans)}")
+    row.line(f"tm = (tile // {sum(spans)}) % {tiles_m}")
+    row.line(f"tc = tile % {sum(spans)}")
+    start = 0
+    for i, (p, span) in enumerate(zip(prods, spans, strict=True)):
+        branch = row.child()
+        branch.line(f"tn = tc - {start}")
+        tile_lanes(p, branch)
+        p.acc = "acc"
+        tile_body([p], io, [(pos, t) for pos, t in enumerate(group.outputs) if owners[t] == i],
+                  branch)  # fmt: skip
+        row.nest(f"{'if' if i == 0 else 'elif'} tc < {start + span}:", branch)
+        start += span
+    tiles = first.nb * tiles_m * sum(spans)
+    body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+    return finish(name, graph, group, config, io, body, tiles, cube_constexprs(tm, tn, tk),
+                  "matmul", dot_dtype=dot_dtype(io, prods))  # fmt: skip

@@ -88,15 +88,26 @@ def tile_lanes(prod: Product, row: Body) -> None:
     row.line("mask = mmask & nmask")
 
 
-def cube_tiles(config: KernelConfig, prods: list[Product]) -> tuple[int, int, int]:
+def cube_tiles(config: KernelConfig, prods: list[Product], parts: int = 0) -> tuple[int, int, int]:
     """The plan's L1 block (its L0 tile where no block is set), never over the product. The
     cost model sizes products side by side as one wider matmul (their outputs concatenated),
-    so each product takes its share of the block's columns."""
+    so each of ``parts`` products (default: all, of one width) takes its share of the block's
+    columns. Triton's blocks are powers of two: a tile whose block would pass the plan's
+    (a spread of 272 columns in a block of 512) is cut to the power of two below it."""
     first = prods[0]
-    tm = max(1, min(config.base_m or config.m or 16, first.M))
-    tn = max(1, min((config.base_n or config.n or 16) // len(prods), first.N))
-    tk = max(1, min(config.base_k or config.k or 16, max(p.K for p in prods)))
-    return tm, tn, tk
+    base_m = config.base_m or config.m or 16
+    base_n = (config.base_n or config.n or 16) // (parts or len(prods))
+    base_k = config.base_k or config.k or 16
+    return (
+        _fit(min(base_m, first.M), base_m),
+        _fit(min(base_n, max(p.N for p in prods)), base_n),
+        _fit(min(base_k, max(p.K for p in prods)), base_k),
+    )
+
+
+def _fit(tile: int, base: int) -> int:
+    tile = max(1, tile)
+    return tile if block_of(tile) <= max(base, 16) else 1 << (max(1, base).bit_length() - 1)
 
 
 def cube_constexprs(tm: int, tn: int, tk: int) -> list[tuple[str, int]]:

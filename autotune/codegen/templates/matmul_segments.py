@@ -19,6 +19,7 @@ from autotune.codegen.source import Body
 from autotune.codegen.templates.common import KernelSource, check_outputs, finish, kernel_io
 from autotune.codegen.templates.matmul import (
     cube_constexprs,
+    cube_tiles,
     dot_dtype,
     products_of,
     tile_body,
@@ -73,9 +74,7 @@ def segments_kernel(
     if any((p.batch, p.M) != (first.batch, first.M) for p in prods):
         raise Unsupported("products of different batches or rows in one kernel")
     owners = _owners(graph, group, prods)
-    tm = max(1, min(config.base_m or config.m or 16, first.M))
-    tn = max(1, min(config.base_n or config.n or 16, max(p.N for p in prods)))
-    tk = max(1, min(config.base_k or config.k or 16, max(p.K for p in prods)))
+    tm, tn, tk = cube_tiles(config, prods, parts=1)  # a tile in one product's span
     tiles_m, spans = math.ceil(first.M / tm), [math.ceil(p.N / tn) for p in prods]
     body = Body(1)
     row = body.child()

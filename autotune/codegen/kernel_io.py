@@ -31,11 +31,14 @@ class KernelIO:
         """The format ``tl.dot`` takes these operands in, as the plan was costed (and safe
         mode's emulation ran it): half operands as they are; float32 ones in float16
         (precision auto, fp16, mixed: the cube's fp16 rate and 2-byte L1 tiles), bfloat16
-        (bf16), or float32 only under precision fp32."""
+        (bf16), or float32 only under precision fp32; integer and float64 operands in float32
+        (a product of shape arithmetic must not round)."""
         dtypes = {self.dtype(t) for t in operands}
         for half in ("bfloat16", "float16"):
             if half in dtypes:
                 return half
+        if dtypes != {"float32"}:  # integers and float64 keep their values: float32 sums
+            return "float32"
         return {"fp32": "float32", "bf16": "bfloat16"}.get(self.precision, "float16")
 
     def shape(self, tensor: str) -> tuple[int, ...]:

@@ -336,3 +336,35 @@ def test_compiles_after_the_interpreter_ran_and_restores_the_env(
     (result,) = compile_package(folder, graph, program)
     assert result.ok, result.error
     assert os.environ["TRITON_INTERPRET"] == "1" and "TRITON_CACHE_DIR" not in os.environ
+
+
+def test_products_of_different_widths_compile_with_their_branches(tmp_path: Path) -> None:
+    """The if/elif over the products' column spans (matmul_segments) is compiled, not only
+    interpreted: Triton's front end types what each branch defines."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from autotune.codegen import build_program
+    from autotune.codegen.package import write_package
+    from search_space.ir import KernelConfig, make_group
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"], name=f"proj{i}")
+             for i in range(3)]  # fmt: skip
+    widths = [64, 32, 32]  # grouped-query Q, K, V
+    inits = [numpy_helper.from_array(rng.normal(size=[48, n]).astype(np.float32), f"w{i}")
+             for i, n in enumerate(widths)]  # fmt: skip
+    vi = helper.make_tensor_value_info
+    graph_proto = helper.make_graph(
+        nodes, "g", [vi("x", TensorProto.FLOAT, [8, 48])],
+        [vi(f"y{i}", TensorProto.FLOAT, [8, n]) for i, n in enumerate(widths)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 17)])
+    graph = load_graph(model)
+    config = KernelConfig(block_dim=4, base_m=16, base_n=32, base_k=16, m=16, n=32, k=16)
+    group = make_group(graph, [op.name for op in graph.ops])
+    program = build_program(graph, [group], [config])
+    assert [k.template for k in program.kernels] == ["matmul"] and not program.unfused
+    folder = write_package(tmp_path / "pkg", model, program, {"model": "test"})
+    (result,) = compile_package(folder, graph, program)
+    assert result.ok, result.error

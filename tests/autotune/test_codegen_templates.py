@@ -393,19 +393,48 @@ def test_a_row_reduction_of_a_product_hands_off_through_scratch(kind: str, tmp_p
     assert set(kernel.outputs) - {s.name for s in kernel.scratch} == {"y"}
 
 
-def test_a_reduction_the_product_does_not_own_the_rows_of_runs_as_two_kernels(tmp_path) -> None:
+@pytest.mark.parametrize(("channels", "side"), [(8, 6), (64, 8)])  # 64 on 8x8: R = C = 64
+def test_a_reduction_the_product_does_not_own_the_rows_of_runs_as_two_kernels(
+    channels: int, side: int, tmp_path
+) -> None:
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"], name="relu"),
         helper.make_node("GlobalAveragePool", ["r"], ["y"], name="gap"),
     ]  # the pool sums a channel over the pixels: the product's rows, not its columns
-    model = make(nodes, [_vi("x", [1, 4, 6, 6])], [_vi("y", [1, 8, 1, 1])],
-                 [f32("w", RNG.normal(size=[8, 4, 3, 3]))])  # fmt: skip
+    model = make(nodes, [_vi("x", [1, 4, side, side])], [_vi("y", [1, channels, 1, 1])],
+                 [f32("w", RNG.normal(size=[channels, 4, 3, 3]))])  # fmt: skip
     config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
     program, result = _one_group(model, config, tmp_path)
     assert result.ok, describe(result)
-    assert "across the product's rows" in program.unfused[0][1]
+    assert "product's rows" in program.unfused[0][1] or "rows it owns" in program.unfused[0][1]
     assert [k.template for k in program.kernels] == ["matmul", "reduction"]
+
+
+def test_a_softmax_over_a_products_columns_runs_as_two_kernels(tmp_path) -> None:
+    nodes = [  # square, so the sizes agree; the softmax's rows are the product's columns
+        helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+        helper.make_node("Transpose", ["p"], ["t"], name="t", perm=[1, 0]),
+        helper.make_node("Softmax", ["t"], ["y"], name="soft", axis=-1),
+    ]
+    model = make(nodes, [_vi("x", [32, 32])], [_vi("y", [32, 32])],
+                 [f32("w", RNG.normal(size=[32, 32]))])  # fmt: skip
+    config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert "rows it owns" in program.unfused[0][1]
+
+
+def test_an_integer_product_keeps_its_values_at_precision_auto(tmp_path) -> None:
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    w = helper.make_tensor("w", T.INT32, [20, 12], RNG.integers(-300, 300, 240).tolist())
+    model = make([node], [_vi("x", [9, 20], T.INT32)], [_vi("y", [9, 12], T.INT32)], [w])
+    graph = load_graph(model)
+    config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program = build_program(graph, [make_group(graph, ["mm"])], [config], precision="auto")
+    assert program.kernels[0].dot_dtype == "float32"
+    path = write_package(tmp_path / "pkg", model, program, {"model": "test"})
+    assert check_package(path, model, program).ok  # integers compared exactly
 
 
 def test_products_of_different_widths_run_side_by_side_in_one_kernel(tmp_path) -> None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.indexing import numel
+from autotune.codegen.indexing import Index, numel, same_index, sample
 from autotune.codegen.kernel_io import KernelIO
+from autotune.codegen.pull import Anchor, Pull
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
@@ -34,10 +35,13 @@ from autotune.codegen.templates.matmul import (
     cube_tiles,
     dot_dtype,
     one_tile_shape,
+    placement,
     products_of,
     tile_body,
     tile_lanes,
 )
+from autotune.codegen.templates.placement import Placed
+from autotune.codegen.templates.products import Product
 from autotune.codegen.templates.reduction import (
     REDUCTIONS,
     reduction_rows,
@@ -59,6 +63,22 @@ def _split(graph: Graph, group: FusionGroup) -> tuple[FusionGroup, FusionGroup]:
     if any(graph.op(o).op_type in PRODUCTS for o in ops[first:]):
         raise Unsupported("a matmul after a reduction of the same group")
     return make_group(graph, ops[:first]), make_group(graph, ops[first:])
+
+
+def _read_back(prods: list[Product], io: KernelIO, tensor: str, rows_per_batch: int) -> Anchor:
+    """How the reduction reads a hand-off back: only at the elements of the rows the program
+    computed (its row ``r`` is the product's row ``b * M + m``, its column ``c`` the product's
+    ``n``); any other element is another program's, and the group runs as two kernels."""
+    where = placement(prods, io, tensor) or Placed(prods[0].out_index(io.shape(tensor)))
+    r, c = sample(prods[0].nb * rows_per_batch)[:, None], sample(prods[0].N)[None, :]
+    env = {"r": r, "c": c, "b": r // rows_per_batch, "m": r % rows_per_batch, "n": c}
+
+    def resolve(pull: Pull, idx: Index, mask: str) -> str:
+        if where.guards or not same_index(idx, where.index, env):
+            raise Unsupported("the reduction reads the product off the rows it owns")
+        return pull.load(tensor, idx, mask)
+
+    return resolve
 
 
 def matmul_rows_kernel(
@@ -91,6 +111,7 @@ def matmul_rows_kernel(
     rows = reduction_rows(graph, tail, tail_io)
     if (rows.R, rows.C) != (first.nb * first.M, first.N):
         raise Unsupported("a reduction across the product's rows")
+    rows.inputs = {t: _read_back(prods, head_io, t, first.M) for t in head.outputs}
     tm, tn, tk = cube_tiles(config, prods)
     tiles_m = math.ceil(first.M / tm)
     body = Body(1)

@@ -52,10 +52,13 @@ def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str]] | None
 
 def _unit_slice(io: KernelIO, op: Op) -> bool:
     """A Slice of constant starts and ends with steps of 1 (a piece of its input)."""
-    if op.op_type != "Slice" or not all(t and t in io.graph.constants for t in op.inputs[1:3]):
+    if op.op_type != "Slice" or len(op.inputs) < 3:  # opset 1's attributes: no placement
+        return False
+    given = [t for t in op.inputs[1:5] if t]  # starts, ends, axes, steps (when given)
+    if not all(t in io.graph.constants for t in given):
         return False
     steps = op.inputs[4] if len(op.inputs) > 4 else ""
-    return not steps or bool(np.all(np.asarray(io.graph.constants.get(steps, [0])) == 1))
+    return not steps or bool(np.all(np.asarray(io.graph.constants[steps]) == 1))
 
 
 def _pieces(io: KernelIO, op: Op, out: str) -> list[tuple[int, int]]:

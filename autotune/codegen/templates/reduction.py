@@ -163,6 +163,7 @@ class Rows:
 
     def __init__(self, reds: list[Reduction], io: KernelIO, rows: int, cols: int):
         self.reds, self.io, self.R, self.C = reds, io, rows, cols
+        self.inputs: dict[str, Anchor] = {}  # how a template reads its own inputs back
         self.stats: dict[tuple[str, str], str] = {}
         r, c = sample(rows, 97), sample(cols, 97)
         self.env = {"r": r[:, None], "c": c[None, :]}
@@ -172,7 +173,7 @@ class Rows:
             raise Unsupported(f"{what} is read off its row")
 
     def anchors(self) -> dict[str, Anchor]:
-        out: dict[str, Anchor] = {}
+        out: dict[str, Anchor] = dict(self.inputs)
         for red in self.reds:
             if (red.op.name, _STATS[red.op.op_type][-1][0]) not in self.stats:
                 continue  # not computed yet: a later reduction

@@ -2,16 +2,18 @@
 triton-ascend's documented constraints (``ascend_rules``); hand-made kernels show each check
 fires.
 
-Compiling is the slow part (LLVM and ptxas on two cores): each distinct kernel text is compiled
-once, and the cube kernels whose ``tl.dot`` operand tiles pass ``HEAVY`` bytes are left out
-(llama3-8b's 128 x 256 x 256 blocks: 10-17 s each, spilling at 255 registers; bert-base and
-resnet50 take the same template paths with smaller blocks), which keeps this file near a
-minute on two cores.
+Compiling is the slow part (LLVM and ptxas on two cores): each kernel of a distinct code shape
+(its body but for shapes and strides, its launch, its pointer types) is compiled once, and the
+cube kernels whose ``tl.dot`` operand tiles pass ``HEAVY`` bytes are left out (llama3-8b's
+128 x 256 x 256 blocks: 10-17 s each, spilling at 255 registers; bert-base and resnet50 take
+the same template paths with smaller blocks; experiments/bench_codegen_compile.py compiles
+them), which keeps this file near a minute on two cores.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,14 +70,25 @@ def packages(tmp_path_factory: pytest.TempPathFactory, target: Target) -> dict[s
     return out
 
 
+def _shape_of_code(k: KernelSource, graph: Graph) -> tuple[object, ...]:
+    """What decides how a kernel compiles: its body with every number elided (shapes and
+    strides), its compile-time parameters and its pointer types."""
+    body = k.text.split('"""')[-1]  # after the docstring, which names the group and tensors
+    return (re.sub(r"\b\d+\b", "#", body), k.launch.constexprs, *signature(k, graph).values())
+
+
 def _light(packages: dict[str, Package]) -> Iterator[tuple[Package, list[KernelSource]]]:
-    """Per package, its kernels not seen before (same text but the name, same launch and
-    pointer types), less the heavy cube kernels."""
+    """Per package, its kernels of a code shape not seen before (the same body but for
+    shapes and strides, the same launch and pointer types), less the heavy cube kernels.
+    llama3-8b's unfused kernels are bert-base's single ops again: only their rules are
+    checked."""
     seen: set[tuple[object, ...]] = set()
-    for pkg in packages.values():
+    for case, pkg in packages.items():
+        if case == "llama3-8b/none":
+            continue
         light = []
         for k in pkg.program.kernels:
-            key = (k.text.replace(k.name, "K"), k.launch, *signature(k, pkg.graph).values())
+            key = _shape_of_code(k, pkg.graph)
             if key not in seen and footprint(k, pkg.graph).cube <= HEAVY:
                 light.append(k)
             seen.add(key)
@@ -95,7 +108,7 @@ def compiled(packages: dict[str, Package]) -> list[CompileResult]:
 def test_generated_kernels_compile_for_sm80(compiled: list[CompileResult]) -> None:
     failures = [f"{r.kernel}: {r.error}" for r in compiled if not r.ok]
     assert not failures, "kernels that do not compile:\n" + "\n".join(failures)
-    assert len(compiled) > 100
+    assert len(compiled) >= 60  # each code shape of the packages compiled once
     assert all(r.ptx_lines > 0 and r.registers > 0 for r in compiled)
 
 

@@ -5,7 +5,7 @@ fires.
 Compiling is the slow part (LLVM and ptxas on two cores): each kernel of a distinct code shape
 (its body but for shapes and strides, its launch, its pointer types) is compiled once, and the
 cube kernels whose ``tl.dot`` operand tiles pass ``HEAVY`` bytes are left out (llama3-8b's
-128 x 256 x 256 blocks: 10-17 s each, spilling at 255 registers; bert-base and resnet50 take
+128 x 256 x 256 blocks: 7-18 s each, spilling at 255 registers; bert-base and resnet50 take
 the same template paths with smaller blocks; experiments/bench_codegen_compile.py compiles
 them), which keeps this file near a minute on two cores.
 """

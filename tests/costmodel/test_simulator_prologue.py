@@ -144,10 +144,10 @@ def test_a_slow_prologue_paces_the_kernel() -> None:
     assert base.latency_us < 0.5 * v_bound
 
 
-@pytest.mark.parametrize(
-    ("target_name", "tau", "spread"), [("ascend910b", 0.93, 1.7), ("ascend910", 0.85, 2.2)]
-)
-@pytest.mark.parametrize("epilogue", [False, True])
+# one case in CI (each simulates 40 configs, 40-50 s); both chips and forms with their floors:
+# experiments/prologue_ranking.py
+@pytest.mark.parametrize(("target_name", "tau", "spread"), [("ascend910b", 0.93, 1.7)])
+@pytest.mark.parametrize("epilogue", [True])
 def test_the_closed_form_ranks_a_prologue_groups_configs_like_the_simulator(
     target_name: str, tau: float, spread: float, epilogue: bool
 ) -> None:

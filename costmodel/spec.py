@@ -208,7 +208,7 @@ class Target:
     precision: str = "auto"
 
     def cube_itemsize(self, model_itemsize: int) -> int:
-        return 4 if self.precision == "fp32" and model_itemsize >= 4 else min(2, model_itemsize)
+        return cube_itemsize(self.precision, model_itemsize)
 
     def vector_itemsize(self, model_itemsize: int, reduce: bool = False) -> int:
         if self.precision in ("fp16", "bf16") or (self.precision == "mixed" and not reduce):
@@ -218,6 +218,12 @@ class Target:
     def cube_rate(self, model_itemsize: int) -> float:
         """Fraction of the fp16 cube rate this precision runs at."""
         return self.spec.cube_fp32_rate if self.cube_itemsize(model_itemsize) == 4 else 1.0
+
+
+def cube_itemsize(precision: str, model_itemsize: int) -> int:
+    """Bytes of a cube operand of ``model_itemsize`` bytes under a precision mode (see
+    :class:`Target`): 4 only under ``fp32``, else at most 2."""
+    return 4 if precision == "fp32" and model_itemsize >= 4 else min(2, model_itemsize)
 
 
 def available_targets() -> list[str]:

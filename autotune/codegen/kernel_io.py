@@ -11,7 +11,12 @@ import numpy as np
 
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index
+from autotune.verify.numerics import number_format
+from costmodel.spec import cube_itemsize
 from search_space.ir import Graph, Op
+
+# the cube formats of autotune.verify.numerics as Triton's dtype names
+_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 __all__ = ["KernelIO", "Lanes", "Reader", "lanes", "literal", "literals_of"]
 
@@ -29,8 +34,8 @@ class KernelIO:
 
     def dot_dtype(self, *operands: str) -> str:
         """The format ``tl.dot`` takes these operands in, as the plan was costed (and safe
-        mode's emulation ran it): half operands as they are; float32 ones in float16
-        (precision auto, fp16, mixed: the cube's fp16 rate and 2-byte L1 tiles), bfloat16
+        mode's emulation ran it, ``Target.cube_itemsize`` and ``numerics.number_format``): half
+        operands as they are; float32 ones in float16 (precision auto, fp16, mixed), bfloat16
         (bf16), or float32 only under precision fp32; integer and float64 operands in float32
         (a product of shape arithmetic must not round)."""
         dtypes = {self.dtype(t) for t in operands}
@@ -39,7 +44,7 @@ class KernelIO:
                 return half
         if dtypes != {"float32"}:  # integers and float64 keep their values: float32 sums
             return "float32"
-        return {"fp32": "float32", "bf16": "bfloat16"}.get(self.precision, "float16")
+        return _DTYPE[number_format(cube_itemsize(self.precision, 4), self.precision)]
 
     def shape(self, tensor: str) -> tuple[int, ...]:
         return self.graph.tensors[tensor].static_shape

@@ -10,12 +10,12 @@ import numpy as np
 
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, add, broadcast_index, mul, reshape_index
-from autotune.codegen.kernel_io import Reader
+from autotune.codegen.kernel_io import KernelIO, Reader
 from autotune.codegen.scalar_ops import cast_expr, onnx_dtype
 from autotune.codegen.source import paren
 from search_space.ir import VIEW_OPS, Op
 
-__all__ = ["LAYOUT_HANDLERS", "Handler"]
+__all__ = ["LAYOUT_HANDLERS", "Handler", "slice_params", "split_start"]
 
 Handler = Callable[[Reader, Op, str, Index, str], str]
 
@@ -46,11 +46,16 @@ def _expand(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     return p.value(src, broadcast_index(idx, p.io.shape(t), p.io.shape(src)), mask)
 
 
-def _slice_params(p: Reader, op: Op) -> list[tuple[int, int, int]]:
-    """(axis, start, step) per sliced axis, normalised as ONNX clamps them."""
-    shape = p.io.shape(op.inputs[0])
+def slice_params(io: KernelIO, op: Op) -> list[tuple[int, int, int]]:
+    """(axis, start, step) per sliced axis of a Slice of constant inputs, normalised as ONNX
+    clamps them.
+
+    Raises:
+        Unsupported: an input that is not a compile-time constant.
+    """
+    shape = io.shape(op.inputs[0])
     vals = [
-        p.io.constant(op.inputs[i]).astype(np.int64).ravel().tolist()
+        io.constant(op.inputs[i]).astype(np.int64).ravel().tolist()
         if len(op.inputs) > i and op.inputs[i]
         else None
         for i in range(1, 5)
@@ -70,7 +75,7 @@ def _slice_params(p: Reader, op: Op) -> list[tuple[int, int, int]]:
 
 def _slice(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     res = list(idx)
-    for axis, start, step in _slice_params(p, op):
+    for axis, start, step in slice_params(p.io, op):
         res[axis] = (
             add(str(start), mul(idx[axis], step))
             if step > 0
@@ -100,13 +105,14 @@ def _concat(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     return out
 
 
+def split_start(io: KernelIO, op: Op, piece: str) -> tuple[int, int]:
+    """The axis a Split cuts and where its output ``piece`` starts along it."""
+    axis = int(op.attr("axis", 0)) % len(io.shape(piece))
+    return axis, sum(io.shape(o)[axis] for o in op.outputs[: op.outputs.index(piece)])
+
+
 def _split(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
-    axis = int(op.attr("axis", 0)) % len(p.io.shape(t))
-    before = 0
-    for out in op.outputs:
-        if out == t:
-            break
-        before += p.io.shape(out)[axis]
+    axis, before = split_start(p.io, op, t)
     res = list(idx)
     res[axis] = add(idx[axis], str(before)) if before else idx[axis]
     return p.value(op.inputs[0], tuple(res), mask)

@@ -31,6 +31,7 @@ __all__ = [
     "FORMATS",
     "Numerics",
     "is_float",
+    "number_format",
     "numerics_for",
     "numerics_key",
     "rnd",
@@ -82,7 +83,8 @@ class Numerics:
         return replace(self, base_k=base_k, kv_tile=kv_tile)
 
 
-def _fmt(itemsize: int, precision: str) -> str:
+def number_format(itemsize: int, precision: str) -> str:
+    """The format (``FORMATS``) of a value of ``itemsize`` bytes under a precision mode."""
     if itemsize <= 2:
         return "bf16" if precision == "bf16" else "fp16"
     return "fp32" if itemsize == 4 else "fp64"
@@ -99,12 +101,12 @@ def numerics_for(
     ``stats_fp16`` (a template option) keeps statistics in fp16 whatever the mode.
     """
     p = target.precision
-    vec = _fmt(target.vector_itemsize(model_itemsize), p)
-    stat = _fmt(target.vector_itemsize(model_itemsize, reduce=True), p)
+    vec = number_format(target.vector_itemsize(model_itemsize), p)
+    stat = number_format(target.vector_itemsize(model_itemsize, reduce=True), p)
     if config is not None and config.knob(STATS_FP16):
         stat = "fp16"
     return Numerics(
-        cube=_fmt(target.cube_itemsize(model_itemsize), p),
+        cube=number_format(target.cube_itemsize(model_itemsize), p),
         acc="fp32" if model_itemsize <= 4 else "fp64",
         vec=vec,
         stat=stat,

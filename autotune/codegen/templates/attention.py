@@ -32,6 +32,7 @@ from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
     Scratch,
+    block_of,
     check_outputs,
     finish,
     kernel_io,
@@ -106,15 +107,11 @@ def _tiles(config: KernelConfig, att: _Shape) -> tuple[int, int, int]:
     tq = max(1, min(config.base_m or 16, att.sq))
     plan_kv = config.knob("kv_tile", config.base_n or 64)
     tkv = max(1, min(plan_kv, att.sk))
-    width, budget = _block(max(att.d, att.dv)), plan_kv * max(att.d, att.dv)
-    while tkv > 16 and _block(tkv) * width > budget:
+    width, budget = block_of(max(att.d, att.dv)), plan_kv * max(att.d, att.dv)
+    while tkv > 16 and block_of(tkv) * width > budget:
         tkv = next_pow2(tkv) // 2
     split = max(1, min(config.knob("kv_split", 1), math.ceil(att.sk / tkv)))
     return tq, tkv, split
-
-
-def _block(n: int) -> int:
-    return max(16, next_pow2(n))
 
 
 def _at(att: _Shape, io: KernelIO, tensor: str, cols: tuple[str, str]) -> Index:
@@ -218,11 +215,11 @@ def _epilogue(att: _Shape, io: KernelIO, group: FusionGroup, row: Body, out: str
 def _constexprs(tq: int, tkv: int, att: _Shape) -> tuple[tuple[str, int], ...]:
     return (
         ("TILE_Q", tq),
-        ("BLOCK_Q", _block(tq)),
+        ("BLOCK_Q", block_of(tq)),
         ("TILE_KV", tkv),
-        ("BLOCK_KV", _block(tkv)),
-        ("BLOCK_D", _block(att.d)),
-        ("BLOCK_DV", _block(att.dv)),
+        ("BLOCK_KV", block_of(tkv)),
+        ("BLOCK_D", block_of(att.d)),
+        ("BLOCK_DV", block_of(att.dv)),
     )
 
 

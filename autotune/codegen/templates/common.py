@@ -12,11 +12,26 @@ from autotune.codegen.scalar_ops import TRITON_DTYPES
 from autotune.codegen.source import Body
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
-__all__ = ["KernelSource", "Launch", "Scratch", "finish", "kernel_io", "next_pow2", "store"]
+__all__ = [
+    "KernelSource",
+    "Launch",
+    "Scratch",
+    "block_of",
+    "finish",
+    "kernel_io",
+    "next_pow2",
+    "store",
+]
 
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (max(1, n) - 1).bit_length())
+
+
+def block_of(tile: int) -> int:
+    """Lanes for a tile a ``tl.dot`` reads: a power of two, and at least 16 (its smallest
+    shape)."""
+    return max(16, next_pow2(tile))
 
 
 @dataclass(frozen=True)

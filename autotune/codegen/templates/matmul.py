@@ -21,10 +21,10 @@ from autotune.codegen.pull import KernelIO, Pull, lanes
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
+    block_of,
     check_outputs,
     finish,
     kernel_io,
-    next_pow2,
     store,
 )
 from autotune.codegen.templates.placement import Placed, placed
@@ -120,7 +120,12 @@ def cube_constexprs(tm: int, tn: int, tk: int) -> list[tuple[str, int]]:
 
 
 def products_of(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Product]:
-    """The group's products, one accumulator each, all of one tile shape."""
+    """The group's products, one accumulator each (of one tile shape or not: see
+    :func:`one_tile_shape`).
+
+    Raises:
+        Unsupported: a convolution beside a matmul, or a product no template computes.
+    """
     prods = [product(graph.op(o), io) for o in group.ops if graph.op(o).op_type in PRODUCTS]
     first = prods[0]
     for i, p in enumerate(prods):
@@ -159,11 +164,6 @@ def _epilogue(prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], r
         value = pull.value(t, where.index, mask)
         ptr = pull.pointer(f"out{pos}", offset(where.index, io.shape(t)), mask)
         row.line(store(ptr, io.dtype(t), value, mask))
-
-
-def block_of(tile: int) -> int:
-    """Lanes for a tile: a power of two, and at least 16 (``tl.dot``'s smallest shape)."""
-    return max(16, next_pow2(tile))
 
 
 def matmul_kernel(

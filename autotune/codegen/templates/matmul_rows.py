@@ -24,13 +24,13 @@ from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
     Scratch,
+    block_of,
     check_outputs,
     finish,
     kernel_io,
 )
 from autotune.codegen.templates.matmul import (
     PRODUCTS,
-    block_of,
     cube_constexprs,
     cube_tiles,
     dot_dtype,

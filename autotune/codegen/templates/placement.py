@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, add, reshape_index
 from autotune.codegen.kernel_io import KernelIO
+from autotune.codegen.layout import slice_params, split_start
 from autotune.codegen.source import paren
 from search_space.ir import VIEW_OPS, Op
 
@@ -51,38 +51,22 @@ def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str]] | None
 
 
 def _unit_slice(io: KernelIO, op: Op) -> bool:
-    """A Slice of constant starts and ends with steps of 1 (a piece of its input)."""
-    if op.op_type != "Slice" or len(op.inputs) < 3:  # opset 1's attributes: no placement
+    """A Slice of constant starts, ends, axes and steps, every step 1 (a piece of its input);
+    opset 1's attribute form is not one."""
+    if op.op_type != "Slice" or len(op.inputs) < 3:
         return False
-    given = [t for t in op.inputs[1:5] if t]  # starts, ends, axes, steps (when given)
-    if not all(t in io.graph.constants for t in given):
+    try:
+        return all(step == 1 for _, _, step in slice_params(io, op))
+    except Unsupported:  # an input known only at run time
         return False
-    steps = op.inputs[4] if len(op.inputs) > 4 else ""
-    return not steps or bool(np.all(np.asarray(io.graph.constants[steps]) == 1))
 
 
 def _pieces(io: KernelIO, op: Op, out: str) -> list[tuple[int, int]]:
     """(axis, start) of each axis the piece ``out`` of a Split or a Slice is cut along."""
-    src, dst = io.shape(op.inputs[0]), io.shape(out)
     if op.op_type == "Split":
-        axis = int(op.attr("axis", 0)) % len(src)
-        before = sum(io.shape(o)[axis] for o in op.outputs[: op.outputs.index(out)])
-        return [(axis, before)]
-    return [(a, s) for a, (s, d, n) in enumerate(zip(_starts(io, op), dst, src, strict=True))
-            if d != n or s]  # fmt: skip
-
-
-def _starts(io: KernelIO, op: Op) -> list[int]:
-    """The start of a unit Slice along every axis of its input, as ONNX clamps it."""
-    shape = io.shape(op.inputs[0])
-    starts = np.asarray(io.graph.constants[op.inputs[1]]).astype(np.int64).ravel().tolist()
-    given = op.inputs[3] if len(op.inputs) > 3 else ""
-    axes = np.asarray(io.graph.constants[given]).ravel().tolist() if given else range(len(starts))
-    out = [0] * len(shape)
-    for s, a in zip(starts, axes, strict=True):
-        d = shape[int(a) % len(shape)]
-        out[int(a) % len(shape)] = min(max(s + d if s < 0 else s, 0), d)
-    return out
+        return [split_start(io, op, out)]
+    src, dst = io.shape(op.inputs[0]), io.shape(out)
+    return [(a, s) for a, s, _ in slice_params(io, op) if s or dst[a] != src[a]]
 
 
 def _forward(io: KernelIO, op: Op, out: str, idx: Index) -> tuple[Index, list[str]]:

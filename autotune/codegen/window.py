@@ -45,7 +45,8 @@ def window_pads(
 @dataclass(frozen=True)
 class _Tap:
     """One position of a window for the output element being read: the input's spatial
-    index there, whether it lies inside the input, and its offsets in the window."""
+    index there, the condition that it lies inside the input ('' where every output's tap
+    does), and its offsets in the window."""
 
     offsets: tuple[int, ...]
     position: tuple[str, ...]
@@ -60,19 +61,28 @@ def _taps(
     out_shape: Sequence[int],
     kernel: Sequence[int],
 ) -> Iterator[_Tap]:
-    """Every position of the window of output element ``idx`` (unrolled)."""
+    """Every position of the window of output element ``idx`` (unrolled). Each output
+    coordinate, tap coordinate and bound is computed once; a bound no output's tap can
+    pass (known from the output's extent) is not tested."""
     if math.prod(kernel) > MAX_WINDOW:
         raise Unsupported(f"a {list(kernel)} window")
     nd = len(kernel)
     strides = list(op.attr("strides") or [1] * nd)
     dil = list(op.attr("dilations") or [1] * nd)
     begin, _ = window_pads(op, in_shape[2:], out_shape[2:], kernel)
+    coords = [p.bind(idx[2 + a], "o") for a in range(nd)]
     for offs in itertools.product(*(range(k) for k in kernel)):
-        pos = tuple(add(mul(idx[2 + a], strides[a]), str(offs[a] * dil[a] - begin[a]))
-                    for a in range(nd))  # fmt: skip
-        inside = p.bind(" & ".join(f"({q} >= 0) & ({q} < {in_shape[2 + a]})"
-                                   for a, q in enumerate(pos)), "inside")  # fmt: skip
-        yield _Tap(offs, pos, inside)
+        pos, conds = [], []
+        for a in range(nd):
+            shift, size = offs[a] * dil[a] - begin[a], in_shape[2 + a]
+            q = p.bind(add(mul(coords[a], strides[a]), str(shift)), "h")
+            pos.append(q)
+            if shift < 0:
+                conds.append(p.bind(f"{q} >= 0", "lo"))
+            if (out_shape[2 + a] - 1) * strides[a] + shift >= size:
+                conds.append(p.bind(f"{q} < {size}", "hi"))
+        inside = p.bind(" & ".join(conds), "inside") if conds else ""
+        yield _Tap(offs, tuple(pos), inside)
 
 
 def _pool(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
@@ -83,11 +93,13 @@ def _pool(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     kernel = list(op.attr("kernel_shape"))
     begin, end = window_pads(op, in_shape[2:], out_shape[2:], kernel)
     is_max = op.op_type == "MaxPool"
-    acc, count = "", ""
+    lead = [p.bind(i, "o") for i in idx[:2]]  # the image and the channel, computed once
+    acc, counts, always = "", [], 0
     for tap in _taps(p, op, idx, in_shape, out_shape, kernel):
-        v = p.value(x, (idx[0], idx[1], *tap.position), p.bind(f"{mask} & {tap.inside}", "mask"))
+        read = p.bind(f"{mask} & {tap.inside}", "mask") if tap.inside else mask
+        v = p.value(x, (lead[0], lead[1], *tap.position), read)
         fill = "float('-inf')" if is_max else "0.0"
-        term = f"tl.where({tap.inside}, {v}, {fill})"
+        term = f"tl.where({tap.inside}, {v}, {fill})" if tap.inside else v
         if is_max:
             acc = p.bind(f"tl.maximum({acc}, {term})" if acc else term, "pool")
             continue
@@ -96,9 +108,16 @@ def _pool(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
         if op.attr("count_include_pad", 0):  # the padding counts, a ceil-mode overhang not
             counted = " & ".join(f"({q} >= {-begin[a]}) & ({q} < {in_shape[2 + a] + end[a]})"
                                  for a, q in enumerate(tap.position))  # fmt: skip
-        one = f"tl.where({counted}, 1.0, 0.0)"
-        count = p.bind(f"{count} + {one}" if count else one, "n")
-    return acc if is_max else f"{acc} / tl.maximum({count}, 1.0)"
+        if counted:
+            counts.append(f"tl.where({counted}, 1.0, 0.0)")
+        else:
+            always += 1
+    if is_max:
+        return acc
+    if not counts:  # every tap of every output inside: a constant divisor
+        return f"{acc} / {float(always)}"
+    count = p.bind(" + ".join([*counts, *([f"{float(always)}"] if always else [])]), "n")
+    return f"{acc} / tl.maximum({count}, 1.0)"
 
 
 def is_depthwise(op: Op, weight_shape: Sequence[int]) -> bool:
@@ -112,13 +131,14 @@ def _depthwise(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     if not is_depthwise(op, w_shape):
         raise Unsupported("a Conv is read off its tile")
     per_group = out_shape[1] // int(op.attr("group", 1))
-    channel = idx[1] if per_group == 1 else f"{paren(idx[1])} // {per_group}"
+    channel = p.bind(idx[1] if per_group == 1 else f"{paren(idx[1])} // {per_group}", "o")
+    image = p.bind(idx[0], "o")
     acc = ""
     for tap in _taps(p, op, idx, in_shape, out_shape, w_shape[2:]):
-        read = p.bind(f"{mask} & {tap.inside}", "mask")
-        v = p.value(x, (idx[0], channel, *tap.position), read)
+        read = p.bind(f"{mask} & {tap.inside}", "mask") if tap.inside else mask
+        v = p.value(x, (image, channel, *tap.position), read)
         wv = p.value(w, (idx[1], "0", *(str(o) for o in tap.offsets)), mask)
-        term = f"tl.where({tap.inside}, {v} * {wv}, 0.0)"
+        term = f"tl.where({tap.inside}, {v} * {wv}, 0.0)" if tap.inside else f"{v} * {wv}"
         acc = p.bind(f"{acc} + {term}" if acc else term, "conv")
     if len(op.inputs) > 2 and op.inputs[2]:
         return f"{acc} + {p.value(op.inputs[2], (idx[1],), mask)}"

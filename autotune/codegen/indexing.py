@@ -20,6 +20,7 @@ __all__ = [
     "Index",
     "add",
     "broadcast_index",
+    "evaluate",
     "lane_index",
     "mul",
     "offset",
@@ -131,7 +132,7 @@ def reshape_index(idx: Index, out_shape: Sequence[int], in_shape: Sequence[int])
     return tuple(res)
 
 
-def _evaluate(expr: str, env: dict[str, np.ndarray]) -> np.ndarray:
+def evaluate(expr: str, env: dict[str, np.ndarray]) -> np.ndarray:
     """An index expression (names, integers, ``+ - * // %``, parentheses) on numpy arrays,
     read with ``ast`` (never ``eval``); anything else raises ValueError."""
 
@@ -171,7 +172,7 @@ def same_index(a: Index, b: Index, env: dict[str, np.ndarray]) -> bool:
         if x == y:
             continue
         try:
-            vx, vy = _evaluate(x, env), _evaluate(y, env)
+            vx, vy = evaluate(x, env), evaluate(y, env)
         except (ValueError, SyntaxError):
             return False
         shape = np.broadcast_shapes(vx.shape, vy.shape)

@@ -19,7 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from autotune.codegen.ascend_rules import RULES, check_ascend, check_kernel
 from autotune.codegen.compile_check import CompileResult, compile_package, signature
@@ -30,7 +33,7 @@ from autotune.codegen.templates.common import KernelSource, Launch, Scratch
 from autotune.zoo.catalog import build
 from costmodel.spec import Target, load_target
 from search_space import load_graph
-from search_space.ir import Graph
+from search_space.ir import Graph, KernelConfig
 
 CASES = [
     ("bert-base", "none"),
@@ -351,33 +354,51 @@ def test_compiles_after_the_interpreter_ran_and_restores_the_env(
     assert os.environ["TRITON_INTERPRET"] == "1" and "TRITON_CACHE_DIR" not in os.environ
 
 
+def _compile_alone(model, config, tmp_path: Path, template: str) -> None:
+    """The whole graph as one group under ``config``: one kernel of ``template``, compiled."""
+    from autotune.codegen import build_program
+    from autotune.codegen.package import write_package
+    from search_space.ir import make_group
+
+    graph = load_graph(model)
+    group = make_group(graph, [op.name for op in graph.ops])
+    program = build_program(graph, [group], [config])
+    assert [k.template for k in program.kernels] == [template] and not program.unfused
+    folder = write_package(tmp_path / "pkg", model, program, {"model": "test"})
+    (result,) = compile_package(folder, graph, program)
+    assert result.ok, result.error
+
+
 def test_products_of_different_widths_compile_with_their_branches(tmp_path: Path) -> None:
     """The if/elif over the products' column spans (matmul_segments) is compiled, not only
     interpreted: Triton's front end types what each branch defines."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    from autotune.codegen import build_program
-    from autotune.codegen.package import write_package
-    from search_space.ir import KernelConfig, make_group
-
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"], name=f"proj{i}")
              for i in range(3)]  # fmt: skip
     widths = [64, 32, 32]  # grouped-query Q, K, V
     inits = [numpy_helper.from_array(rng.normal(size=[48, n]).astype(np.float32), f"w{i}")
              for i, n in enumerate(widths)]  # fmt: skip
-    vi = helper.make_tensor_value_info
-    graph_proto = helper.make_graph(
-        nodes, "g", [vi("x", TensorProto.FLOAT, [8, 48])],
-        [vi(f"y{i}", TensorProto.FLOAT, [8, n]) for i, n in enumerate(widths)], inits,
-    )  # fmt: skip
-    model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 17)])
-    graph = load_graph(model)
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [_vi("x", [8, 48])], [_vi(f"y{i}", [8, n]) for i, n in enumerate(widths)],
+        inits), opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
     config = KernelConfig(block_dim=4, base_m=16, base_n=32, base_k=16, m=16, n=32, k=16)
-    group = make_group(graph, [op.name for op in graph.ops])
-    program = build_program(graph, [group], [config])
-    assert [k.template for k in program.kernels] == ["matmul"] and not program.unfused
-    folder = write_package(tmp_path / "pkg", model, program, {"model": "test"})
-    (result,) = compile_package(folder, graph, program)
-    assert result.ok, result.error
+    _compile_alone(model, config, tmp_path, "matmul")
+
+
+def test_a_convolution_and_its_global_pool_compile_as_one_kernel(tmp_path: Path) -> None:
+    """The running per-column statistic over the row tiles (matmul_cols) is compiled: the
+    loop-carried [1, BLOCK_N] accumulator and the reduction rows stored after it."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool")]  # fmt: skip
+    w = numpy_helper.from_array(rng.normal(size=[32, 8, 3, 3]).astype(np.float32), "w")
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [_vi("x", [2, 8, 7, 7])], [_vi("y", [2, 32, 1, 1])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=32, m=16, n=16, k=32)
+    _compile_alone(model, config, tmp_path, "matmul_cols")
+
+
+def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)

@@ -1,6 +1,8 @@
 """Kernel templates, one per kind of work: elementwise and layout chains (``pointwise``),
 row reductions and norms (``reduction``), matmul with prologue and epilogue (``matmul``), a
-matmul whose epilogue reduces its rows (``matmul_rows``), attention (``attention``)."""
+matmul whose epilogue reduces its rows (``matmul_rows``) or pools its rows per column
+(``matmul_cols``), products of different widths (``matmul_segments``), attention
+(``attention``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from autotune.codegen.errors import Unsupported
 from autotune.codegen.templates.attention import attention_kernels
 from autotune.codegen.templates.common import KernelSource, Scratch
 from autotune.codegen.templates.matmul import PRODUCTS, matmul_kernel
+from autotune.codegen.templates.matmul_cols import matmul_cols_kernel, reduces_columns
 from autotune.codegen.templates.matmul_rows import matmul_rows_kernel
 from autotune.codegen.templates.matmul_segments import segments_kernel
 from autotune.codegen.templates.pointwise import pointwise_kernel
@@ -42,6 +45,8 @@ def kernels_for(
         if len(cube) > 1 and any(op.op_type in ("Softmax", "LogSoftmax") for op in ops):
             return attention_kernels(name, graph, group, config, precision)
         if any(op.op_type in REDUCTIONS for op in ops):
+            if reduces_columns(graph, group, precision):
+                return [matmul_cols_kernel(name, graph, group, config, precision)]
             return [matmul_rows_kernel(name, graph, group, config, precision)]
         if len({graph.tensors[op.outputs[0]].static_shape for op in cube}) > 1:
             return [segments_kernel(name, graph, group, config, precision)]

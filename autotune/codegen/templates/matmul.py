@@ -27,7 +27,7 @@ from autotune.codegen.templates.common import (
     kernel_io,
     store,
 )
-from autotune.codegen.templates.placement import Placed, placed
+from autotune.codegen.templates.placement import Placed, placed, placed_value
 from autotune.codegen.templates.pointwise import side_outputs
 from autotune.codegen.templates.products import PRODUCTS, Product, product
 from search_space.ir import FusionGroup, Graph, KernelConfig
@@ -161,7 +161,7 @@ def _epilogue(prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], r
     for pos, t in outs:
         where = placement(prods, io, t) or Placed(prods[0].out_index(io.shape(t)))
         mask = pull.bind(" & ".join(["mask", *where.guards]), "mask") if where.guards else "mask"
-        value = pull.value(t, where.index, mask)
+        value = placed_value(pull, where, t, mask)
         ptr = pull.pointer(f"out{pos}", offset(where.index, io.shape(t)), mask)
         row.line(store(ptr, io.dtype(t), value, mask))
 

@@ -50,10 +50,10 @@ from autotune.codegen.templates.reduction import (
 )
 from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 
-__all__ = ["matmul_rows_kernel"]
+__all__ = ["matmul_rows_kernel", "split_at_reduction"]
 
 
-def _split(graph: Graph, group: FusionGroup) -> tuple[FusionGroup, FusionGroup]:
+def split_at_reduction(graph: Graph, group: FusionGroup) -> tuple[FusionGroup, FusionGroup]:
     """The group's ops before its first reduction (the matmul and its epilogue up to the
     reduction) and from it on (the reduction and what follows it)."""
     ops = list(group.ops)
@@ -92,7 +92,7 @@ def matmul_rows_kernel(
             what the matmul or the reduction template refuses.
     """
     check_outputs(graph, group.outputs)
-    head, tail = _split(graph, group)
+    head, tail = split_at_reduction(graph, group)
     io = kernel_io(graph, group, precision)
     head_io = KernelIO(graph, frozenset(head.ops), io.params, io.literals, precision)
     prods = products_of(graph, head, head_io)

@@ -1,22 +1,25 @@
 """Where a group's output element lies for a tile's element of its anchor (a matmul's product,
 an attention's output): the anchor's index carried forward through the layout ops between
-them (a transpose permutes it, a view re-shapes it, a split or a slice shifts it to its
-piece), so an output written through them is stored where the tile computed it, not read
-back off the tile. A piece of a split holds only some of the tile's elements: the placement
-says which (its guards)."""
+them (a transpose permutes it, a view re-shapes it, a split, a slice or a gather of constant
+consecutive positions shifts it to its piece), so an output written through them is stored
+where the tile computed it, not read back off the tile. A piece holds only some of the tile's
+elements: the placement says which (its guards)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, add, reshape_index
 from autotune.codegen.kernel_io import KernelIO
 from autotune.codegen.layout import slice_params, split_start
+from autotune.codegen.pull import Anchor, Pull
 from autotune.codegen.source import paren
 from search_space.ir import VIEW_OPS, Op
 
-__all__ = ["Placed", "placed", "placed_index"]
+__all__ = ["Placed", "placed", "placed_index", "placed_value"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,24 @@ class Placed:
 
     index: Index
     guards: tuple[str, ...] = ()
+    # (gather output, its index here, the gathered tensor, its index here): the element a
+    # constant Gather picks is the tile's own (under the guards), not one read at run time
+    picks: tuple[tuple[str, Index, str, Index], ...] = ()
+
+    def anchors(self) -> dict[str, Anchor]:
+        """Each picked tensor read where the tile holds it (a pull's extra anchors)."""
+        return {t: _pick(t, at, data, data_at) for t, at, data, data_at in self.picks}
+
+
+def _pick(tensor: str, at: Index, data: str, data_at: Index) -> Anchor:
+    """``tensor`` at ``at`` is ``data`` at ``data_at``; anywhere else it is another tile's."""
+
+    def resolve(pull: Pull, idx: Index, mask: str) -> str:
+        if idx != at:
+            raise Unsupported(f"'{tensor}' is read off its tile")
+        return pull.value(data, data_at, mask)
+
+    return resolve
 
 
 def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str]] | None:
@@ -37,7 +58,8 @@ def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str]] | None
     op = io.graph.producer(tensor)
     if op is None or op.name not in io.ops:
         return None
-    if op.op_type in VIEW_OPS or op.op_type in ("Transpose", "Split") or _unit_slice(io, op):
+    layout = op.op_type in VIEW_OPS or op.op_type in ("Transpose", "Split")
+    if layout or _unit_slice(io, op) or _gather_run(io, op) is not None:
         rest = _path(io, op.inputs[0], anchor)
         return None if rest is None else [(op, tensor), *rest]
     if op.op_class.value != "elementwise":
@@ -61,6 +83,23 @@ def _unit_slice(io: KernelIO, op: Op) -> bool:
         return False
 
 
+def _gather_run(io: KernelIO, op: Op) -> tuple[int, int, int] | None:
+    """(axis, first, rank of the indices) of a Gather whose indices are a constant scalar or a
+    run of consecutive positions (a slice in another form), else None."""
+    if op.op_type != "Gather":
+        return None
+    try:
+        ind = io.constant(op.inputs[1]).astype(np.int64)
+    except Unsupported:  # indices known only at run time
+        return None
+    shape = io.shape(op.inputs[0])
+    axis = int(op.attr("axis", 0)) % len(shape)
+    flat = np.where(ind < 0, ind + shape[axis], ind).ravel()
+    if ind.ndim > 1 or flat.size == 0 or np.any(np.diff(flat) != 1):
+        return None
+    return axis, int(flat[0]), ind.ndim
+
+
 def _pieces(io: KernelIO, op: Op, out: str) -> list[tuple[int, int]]:
     """(axis, start) of each axis the piece ``out`` of a Split or a Slice is cut along."""
     if op.op_type == "Split":
@@ -69,8 +108,22 @@ def _pieces(io: KernelIO, op: Op, out: str) -> list[tuple[int, int]]:
     return [(a, s) for a, s, _ in slice_params(io, op) if s or dst[a] != src[a]]
 
 
+def _gather(io: KernelIO, op: Op, out: str, idx: Index) -> tuple[Index, list[str]]:
+    run = _gather_run(io, op)
+    assert run is not None  # _path takes only such a Gather
+    axis, first, rank = run
+    at = paren(idx[axis])
+    if rank == 0:  # a scalar index drops the axis
+        return (*idx[:axis], *idx[axis + 1 :]), [f"({at} == {first})"]
+    n = io.shape(out)[axis]
+    shifted = add(idx[axis], str(-first)) if first else idx[axis]
+    return (*idx[:axis], shifted, *idx[axis + 1 :]), [f"({at} >= {first}) & ({at} < {first + n})"]
+
+
 def _forward(io: KernelIO, op: Op, out: str, idx: Index) -> tuple[Index, list[str]]:
     src, dst = io.shape(op.inputs[0]), io.shape(out)
+    if op.op_type == "Gather":
+        return _gather(io, op, out, idx)
     if op.op_type == "Transpose":
         perm = op.attr("perm") or list(reversed(range(len(src))))
         return tuple(idx[p] for p in perm), []
@@ -92,11 +145,14 @@ def placed(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Placed 
     path = _path(io, tensor, anchor)
     if path is None:
         return None
-    idx, guards = anchor_idx, []
+    idx, guards, picks = anchor_idx, [], []
     for op, out in reversed(path):
+        before = idx
         idx, more = _forward(io, op, out, idx)
         guards += more
-    return Placed(idx, tuple(guards))
+        if op.op_type == "Gather":
+            picks.append((out, idx, op.inputs[0], before))
+    return Placed(idx, tuple(guards), tuple(picks))
 
 
 def placed_index(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Index | None:
@@ -104,3 +160,14 @@ def placed_index(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> I
     split or a slice keeps only some)."""
     where = placed(io, tensor, anchor, anchor_idx)
     return where.index if where is not None and not where.guards else None
+
+
+def placed_value(pull: Pull, where: Placed, tensor: str, mask: str) -> str:
+    """``tensor``'s value at its placed index, a constant Gather on the way read as the pick
+    of the tile's own element it is under the placement's guards."""
+    kept = pull.anchors
+    pull.anchors = {**kept, **where.anchors()}
+    try:
+        return pull.value(tensor, where.index, mask)
+    finally:
+        pull.anchors = kept

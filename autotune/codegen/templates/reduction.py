@@ -30,7 +30,7 @@ from autotune.codegen.indexing import (
 )
 from autotune.codegen.pull import Anchor, KernelIO, Pull, lanes
 from autotune.codegen.scalar_ops import is_float
-from autotune.codegen.source import Body
+from autotune.codegen.source import Body, paren
 from autotune.codegen.templates.common import (
     KernelSource,
     check_outputs,
@@ -39,10 +39,13 @@ from autotune.codegen.templates.common import (
     next_pow2,
     store,
 )
+from autotune.codegen.templates.placement import Placed, placed, placed_value
 from search_space.ir import FusionGroup, Graph, KernelConfig, Op
 
 __all__ = [
     "REDUCTIONS",
+    "ROW_RESULT",
+    "STATS",
     "Rows",
     "reduction_kernel",
     "reduction_rows",
@@ -52,7 +55,7 @@ __all__ = [
 
 # op -> statistics (name, combine, per-element term); {x} is the input, {<name>} an earlier
 # statistic of the same op (already final)
-_STATS: dict[str, tuple[tuple[str, str, str], ...]] = {
+STATS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "ReduceSum": (("s", "sum", "{x}"),),
     "ReduceMean": (("s", "sum", "{x}"),),
     "ReduceSumSquare": (("s", "sum", "{x} * {x}"),),
@@ -68,8 +71,8 @@ _STATS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "LayerNormalization": (("mu", "mean", "{x}"), ("var", "mean", "({x} - {mu}) * ({x} - {mu})")),
     "RMSNormalization": (("ms", "mean", "{x} * {x}"),),
 }
-REDUCTIONS = frozenset(_STATS)
-_ROW_RESULT = {
+REDUCTIONS = frozenset(STATS)
+ROW_RESULT = {
     "ReduceSum": "{s}",
     "ReduceMean": "{s} / {C}",
     "ReduceSumSquare": "{s}",
@@ -147,15 +150,15 @@ def _reduction(op: Op, io: KernelIO) -> Reduction:
     return Reduction(op, x, shape, k)
 
 
-def split_index(shape: tuple[int, ...], rows: int, cols: int) -> Index:
-    """The index of element (r, c) of a tensor of R x C elements, rows first."""
+def split_index(shape: tuple[int, ...], rows: int, cols: int, r: str = "r", c: str = "c") -> Index:
+    """The index of element (``r``, ``c``) of a tensor of R x C elements, rows first."""
     acc = 1
     for k in range(len(shape) + 1):
         if acc == rows and math.prod(shape[k:]) == cols:
-            return unflatten("r", shape[:k]) + unflatten("c", shape[k:])
+            return unflatten(r, shape[:k]) + unflatten(c, shape[k:])
         if k < len(shape):
             acc *= shape[k]
-    return unflatten(f"r * {cols} + c", shape)
+    return unflatten(f"{paren(r)} * {cols} + {c}", shape)
 
 
 class Rows:
@@ -175,7 +178,7 @@ class Rows:
     def anchors(self) -> dict[str, Anchor]:
         out: dict[str, Anchor] = dict(self.inputs)
         for red in self.reds:
-            if (red.op.name, _STATS[red.op.op_type][-1][0]) not in self.stats:
+            if (red.op.name, STATS[red.op.op_type][-1][0]) not in self.stats:
                 continue  # not computed yet: a later reduction
             out[red.op.outputs[0]] = self._resolver(red, red.op.outputs[0])
             if len([t for t in red.op.outputs if t]) > 1:
@@ -184,7 +187,7 @@ class Rows:
 
     def _resolver(self, red: Reduction, t: str) -> Anchor:
         def resolve(pull: Pull, idx: Index, mask: str) -> str:
-            if red.op.op_type in _ROW_RESULT:
+            if red.op.op_type in ROW_RESULT:
                 self.check(idx, unflatten("r", self.io.shape(t)), f"{red.op.op_type} result")
                 return self.final(red)
             self.check(idx, split_index(self.io.shape(t), self.R, self.C), red.op.op_type)
@@ -193,11 +196,11 @@ class Rows:
         return resolve
 
     def final(self, red: Reduction) -> str:
-        names = {k: self.stats[(red.op.name, k)] for k, _, _ in _STATS[red.op.op_type]}
-        return _ROW_RESULT[red.op.op_type].format(C=float(red.cols), **names)
+        names = {k: self.stats[(red.op.name, k)] for k, _, _ in STATS[red.op.op_type]}
+        return ROW_RESULT[red.op.op_type].format(C=float(red.cols), **names)
 
     def normalised(self, red: Reduction, pull: Pull, idx: Index, mask: str) -> str:
-        op, st = red.op, {k: self.stats[(red.op.name, k)] for k, _, _ in _STATS[red.op.op_type]}
+        op, st = red.op, {k: self.stats[(red.op.name, k)] for k, _, _ in STATS[red.op.op_type]}
         x = pull.value(red.x, idx, mask)
         if op.op_type == "Softmax":
             return f"tl.exp({x} - {st['m']}) / {st['s']}"
@@ -221,9 +224,9 @@ class Rows:
 
 
 def _term(rows: Rows, red: Reduction, pull: Pull, stat: int, mask: str) -> str:
-    _, _, text = _STATS[red.op.op_type][stat]
+    _, _, text = STATS[red.op.op_type][stat]
     x = pull.value(red.x, split_index(red.shape, rows.R, rows.C), mask)
-    earlier = {k: rows.stats[(red.op.name, k)] for k, _, _ in _STATS[red.op.op_type][:stat]}
+    earlier = {k: rows.stats[(red.op.name, k)] for k, _, _ in STATS[red.op.op_type][:stat]}
     return text.format(x=x, **earlier)
 
 
@@ -245,7 +248,7 @@ def _persistent_stats(rows: Rows, row: Body) -> Pull:
     row.line(f"mask = rmask & (c < {rows.C})")
     pull = Pull(rows.io, row, LANES)
     for red in rows.reds:
-        for i, (key, how, _) in enumerate(_STATS[red.op.op_type]):
+        for i, (key, how, _) in enumerate(STATS[red.op.op_type]):
             pull.anchors = rows.anchors()
             term = _term(rows, red, pull, i, "mask")
             init = f"tl.full([BLOCK_R, BLOCK_C], {_INIT[how]}, tl.float32)"
@@ -264,7 +267,7 @@ def _chunk(rows: Rows, row: Body) -> tuple[Body, Pull]:
 
 def _looped_stats(rows: Rows, row: Body) -> None:
     for red in rows.reds:
-        for i, (key, how, _) in enumerate(_STATS[red.op.op_type]):
+        for i, (key, how, _) in enumerate(STATS[red.op.op_type]):
             acc = f"acc{len(rows.stats)}"
             row.line(f"{acc} = tl.full([BLOCK_R, BLOCK_C], {_INIT[how]}, tl.float32)")
             inner, pull = _chunk(rows, row)
@@ -273,17 +276,40 @@ def _looped_stats(rows: Rows, row: Body) -> None:
             rows.stats[(red.op.name, key)] = row.bind(_finish(how, acc, rows.C), key)
 
 
+def _picked(reds: list[Reduction], io: KernelIO, t: str) -> Placed | None:
+    """Where output ``t`` holds an element of the R x C grid it is picked from (a row taken
+    by a constant Gather or a Slice after the norm: a class token), if it is."""
+    first = reds[0]
+    for red in reds:
+        for grid in (red.x, red.op.outputs[0]):
+            if numel(io.shape(grid)) == first.rows * first.cols:
+                index = split_index(io.shape(grid), first.rows, first.cols)
+                where = placed(io, t, grid, index)
+                if where is not None:
+                    return where
+    return None
+
+
+def _per_row(rows: Rows, t: str) -> bool:
+    n = numel(rows.io.shape(t))
+    return n == rows.R and n != rows.R * rows.C
+
+
 def _store_outputs(
     rows: Rows, io: KernelIO, outs: list[tuple[int, str]], body: Body, pull: Pull
 ) -> None:
     for pos, t in outs:
         shape = io.shape(t)
-        if numel(shape) == rows.R * rows.C:
-            idx, mask = split_index(shape, rows.R, rows.C), "mask"
+        if _per_row(rows, t):
+            where, mask = Placed(unflatten("r", shape)), "rmask"
+        elif numel(shape) == rows.R * rows.C:
+            where, mask = Placed(split_index(shape, rows.R, rows.C)), "mask"
         else:
-            idx, mask = unflatten("r", shape), "rmask"
-        value = pull.value(t, idx, mask)
-        ptr = pull.pointer(f"out{pos}", offset(idx, shape), mask)
+            picked = _picked(rows.reds, io, t)
+            assert picked is not None  # _reductions refused any other output
+            where, mask = picked, pull.bind(" & ".join(["mask", *picked.guards]), "mask")
+        value = placed_value(pull, where, t, mask)
+        ptr = pull.pointer(f"out{pos}", offset(where.index, shape), mask)
         body.line(store(ptr, io.dtype(t), value, mask))
 
 
@@ -297,7 +323,7 @@ def _reductions(graph: Graph, group: FusionGroup, io: KernelIO) -> list[Reductio
             )
     for t in group.outputs:
         n = numel(io.shape(t))
-        if n not in (first.rows * first.cols, first.rows):
+        if n not in (first.rows * first.cols, first.rows) and _picked(reds, io, t) is None:
             raise Unsupported(f"output '{t}' of {n} elements in a {first.rows}-row reduction")
     return reds
 
@@ -307,7 +333,7 @@ def reduction_rows(graph: Graph, group: FusionGroup, io: KernelIO) -> Rows:
 
     Raises:
         Unsupported: reductions over leading axes or of different row splits, or an output
-            of neither R nor R x C elements.
+            of neither R nor R x C elements nor picked from the R x C grid.
     """
     reds = _reductions(graph, group, io)
     return Rows(reds, io, reds[0].rows, reds[0].cols)
@@ -324,8 +350,8 @@ def rows_body(
     row.line("lane_c = tl.arange(0, BLOCK_C)[None, :]")
     row.line(f"r = {first} + lane_r")
     row.line(f"rmask = (lane_r < TILE_R) & ({valid})")
-    full = [(p, t) for p, t in outs if numel(io.shape(t)) == rows.R * rows.C]
-    per_row = [o for o in outs if o not in full]
+    per_row = [(p, t) for p, t in outs if _per_row(rows, t)]
+    full = [o for o in outs if o not in per_row]  # stored a column chunk at a time
     if tile_c >= rows.C:
         pull = _persistent_stats(rows, row)
         _store_outputs(rows, io, outs, row, pull)

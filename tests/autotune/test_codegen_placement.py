@@ -1,0 +1,133 @@
+"""Outputs stored where the tile computed them, through the layout ops after a template's
+anchor (placement): pieces of a product cut by Split or Slice (GPT-2's fused QKV), and rows
+picked by a constant Gather after a norm (BERT's and ViT's class token). Each generated
+kernel is checked against onnxruntime; a pick the placement cannot follow (indices that are
+not a run of consecutive positions) runs as its ops and stays correct."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from codegen_helpers import check_groups, describe
+from conftest import f32, i64, make
+from onnx import TensorProto as T
+from onnx import helper
+
+from search_space import load_graph
+from search_space.ir import KernelConfig, make_group
+
+RNG = np.random.default_rng(1)
+CUBE = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+
+
+def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, T.FLOAT, shape)
+
+
+def _one_group(model: onnx.ModelProto, config: KernelConfig, tmp_path):
+    graph = load_graph(model)
+    group = make_group(graph, [op.name for op in graph.ops if not op.constant])
+    return check_groups(model, [group], [config], tmp_path / "pkg")
+
+
+def _picked_shape(shape: list[int], axis: int, index: list[int] | int) -> list[int]:
+    kept = [] if isinstance(index, int) else [len(index)]
+    return [*shape[:axis], *kept, *shape[axis + 1 :]]
+
+
+@pytest.mark.parametrize("cut", ["split", "slice"])
+def test_pieces_of_a_product_are_stored_from_its_tile(cut: str, tmp_path) -> None:
+    # GPT-2's fused QKV projection: its output cut into Q, K and V, each into heads, K^T
+    mm = [helper.make_node("MatMul", ["x", "w"], ["p"], name="qkv"),
+          helper.make_node("Add", ["p", "bias"], ["pb"], name="bias")]  # fmt: skip
+    if cut == "split":
+        cuts = [helper.make_node("Split", ["pb", "sizes"], ["q", "k", "v"], name="cut", axis=-1)]
+        inits = [i64("sizes", [16, 16, 8])]
+    else:
+        cuts = [helper.make_node("Slice", ["pb", f"s{i}", f"e{i}", "ax"], [t], name=f"cut{i}")
+                for i, t in enumerate(["q", "k", "v"])]  # fmt: skip
+        inits = [i64("s0", [0]), i64("e0", [16]), i64("s1", [16]), i64("e1", [32]),
+                 i64("s2", [32]), i64("e2", [40]), i64("ax", [-1])]  # fmt: skip
+    heads = [helper.make_node("Reshape", ["k", "hs"], ["kh"], name="k_heads"),
+             helper.make_node("Transpose", ["kh"], ["kt"], name="k_t", perm=[0, 2, 3, 1]),
+             helper.make_node("Relu", ["v"], ["va"], name="v_act")]  # fmt: skip
+    inits += [f32("w", RNG.normal(size=[24, 40])), f32("bias", RNG.normal(size=[40])),
+              i64("hs", [2, 6, 2, 8])]  # fmt: skip
+    model = make([*mm, *cuts, *heads], [_vi("x", [2, 6, 24])],
+                 [_vi("q", [2, 6, 16]), _vi("kt", [2, 2, 8, 6]), _vi("va", [2, 6, 8])],
+                 inits)  # fmt: skip
+    config = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    program, result = _one_group(model, config, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
+    assert program.kernels[0].text.count("for tile in range") == 1  # no side loop re-reads
+
+
+# (axis, index): the class token (scalar 0), the last token (-1), a run of positions
+PICKS = [(1, 0), (1, -1), (1, [2, 3, 4]), (0, [1])]
+
+
+@pytest.mark.parametrize(("axis", "index"), PICKS)
+@pytest.mark.parametrize("ub_cols", [16, 64])  # the row in chunks, or whole
+def test_a_row_picked_after_a_norm_is_stored_from_the_reduction(
+    axis: int, index: list[int] | int, ub_cols: int, tmp_path
+) -> None:
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1),
+        helper.make_node("Gather", ["y", "at"], ["cls"], name="pick", axis=axis),
+    ]
+    inits = [f32("g", RNG.normal(1, 0.1, 40)), f32("b", RNG.normal(0, 0.1, 40)), i64("at", index)]
+    shape = [2, 7, 40]
+    picked = _picked_shape(shape, axis, index)
+    model = make(nodes, [_vi("x", shape)], [_vi("y", shape), _vi("cls", picked)], inits)
+    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=ub_cols),
+                                 tmp_path)  # fmt: skip
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["reduction"]
+
+
+def test_the_class_token_after_a_projection_and_its_norm_is_one_kernel(tmp_path) -> None:
+    nodes = [  # BERT's last layer and its pooler's input: the norm's row 0 of every sequence
+        helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
+        helper.make_node("Add", ["p", "res"], ["s"], name="residual"),
+        helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], name="ln", axis=-1),
+        helper.make_node("Gather", ["y", "at"], ["cls"], name="pick", axis=1),
+    ]
+    inits = [f32("w", RNG.normal(size=[24, 40])), f32("g", RNG.normal(1, 0.1, 40)),
+             f32("b", RNG.normal(0, 0.1, 40)), i64("at", 0)]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 7, 24]), _vi("res", [2, 7, 40])],
+                 [_vi("y", [2, 7, 40]), _vi("cls", [2, 40])], inits)  # fmt: skip
+    program, result = _one_group(model, CUBE, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul_rows"]
+
+
+@pytest.mark.parametrize("index", [[3, 4], -2])
+def test_rows_of_a_product_picked_by_a_gather_are_stored_from_its_tile(
+    index: list[int] | int, tmp_path
+) -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+        helper.make_node("Relu", ["p"], ["r"], name="act"),
+        helper.make_node("Gather", ["r", "at"], ["y"], name="pick", axis=1),
+    ]
+    inits = [f32("w", RNG.normal(size=[24, 20])), i64("at", index)]
+    model = make(nodes, [_vi("x", [2, 9, 24])], [_vi("y", _picked_shape([2, 9, 20], 1, index))],
+                 inits)  # fmt: skip
+    program, result = _one_group(model, CUBE, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
+
+
+def test_a_gather_of_scattered_rows_runs_as_its_ops(tmp_path) -> None:
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1),
+        helper.make_node("Gather", ["y", "at"], ["z"], name="pick", axis=1),
+    ]  # rows 5 and 1: no run of positions, so no tile element lands on one output element
+    inits = [f32("g", RNG.normal(1, 0.1, 40)), f32("b", RNG.normal(0, 0.1, 40)), i64("at", [5, 1])]
+    model = make(nodes, [_vi("x", [2, 7, 40])], [_vi("z", [2, 2, 40])], inits)
+    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=64),
+                                 tmp_path)  # fmt: skip
+    assert result.ok, describe(result)
+    assert program.unfused and "elements in a 14-row reduction" in program.unfused[0][1]

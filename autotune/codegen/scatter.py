@@ -12,11 +12,11 @@ import numpy as np
 
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index
-from autotune.codegen.kernel_io import Reader
+from autotune.codegen.kernel_io import KernelIO, Reader
 from autotune.codegen.source import paren
 from search_space.ir import Op
 
-__all__ = ["SCATTER_HANDLERS"]
+__all__ = ["SCATTER_HANDLERS", "scattered_index"]
 
 
 def _coordinates(indices: np.ndarray) -> list[tuple[str, int]]:
@@ -36,15 +36,39 @@ def _coordinates(indices: np.ndarray) -> list[tuple[str, int]]:
     return out
 
 
-def _scatter_nd(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+def _scatter(io: KernelIO, op: Op) -> tuple[list[tuple[str, int]], tuple[int, ...]]:
+    """The coordinates of a ScatterND's indices (see :func:`_coordinates`) and the shape of
+    its update rows.
+
+    Raises:
+        Unsupported: a reduction, indices known only at run time or not regular.
+    """
     if (op.attr("reduction", "none") or "none") != "none":
         raise Unsupported(f"ScatterND with reduction {op.attr('reduction')}")
-    data, ind_t, upd = op.inputs[:3]
-    indices = p.io.constant(ind_t).astype(np.int64)
-    shape = p.io.shape(data)
-    r, rows = indices.shape[-1], indices.shape[:-1]
-    indices = np.where(indices < 0, indices + np.array(shape[:r]), indices)
-    coords = _coordinates(indices)
+    indices = io.constant(op.inputs[1]).astype(np.int64)
+    r = indices.shape[-1]
+    indices = np.where(indices < 0, indices + np.array(io.shape(op.inputs[0])[:r]), indices)
+    return _coordinates(indices), tuple(indices.shape[:-1])
+
+
+def scattered_index(io: KernelIO, op: Op, idx: Index) -> Index | None:
+    """Where a ScatterND writes element ``idx`` of its updates (None where it cannot say:
+    irregular indices, or update rows that land on one element)."""
+    try:
+        coords, rows = _scatter(io, op)
+    except Unsupported:
+        return None
+    followed = {a for kind, a in coords if kind == "axis"}
+    if any(rows[a] != 1 and a not in followed for a in range(len(rows))):
+        return None  # rows no coordinate tells apart: several land on one element
+    head = tuple(str(v) if kind == "const" else idx[v] for kind, v in coords)
+    return (*head, *idx[len(rows) :])
+
+
+def _scatter_nd(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
+    data, upd = op.inputs[0], op.inputs[2]
+    coords, rows = _scatter(p.io, op)
+    r = len(coords)
     row = ["0"] * len(rows)
     conds = []
     for k, (kind, value) in enumerate(coords):

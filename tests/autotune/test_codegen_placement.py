@@ -1,6 +1,8 @@
 """Outputs stored where the tile computed them, through the layout ops after a template's
-anchor (placement): pieces of a product cut by Split or Slice (GPT-2's fused QKV), and rows
-picked by a constant Gather after a norm (BERT's and ViT's class token). Each generated
+anchor (placement): pieces of a product cut by Split or Slice (GPT-2's fused QKV), rows
+picked by a constant Gather after a norm (BERT's and ViT's class token), and a product
+concatenated with other tensors (ViT's class token before its patches), whose other
+elements the kernel writes apart. Each generated
 kernel is checked against onnxruntime; a pick the placement cannot follow (indices that are
 not a run of consecutive positions) runs as its ops and stays correct."""
 
@@ -131,3 +133,69 @@ def test_a_gather_of_scattered_rows_runs_as_its_ops(tmp_path) -> None:
                                  tmp_path)  # fmt: skip
     assert result.ok, describe(result)
     assert program.unfused and "elements in a 14-row reduction" in program.unfused[0][1]
+
+
+# (axis, where): the tile's rows after a class token (ViT), its columns between two others
+CONCATS = [(1, "after"), (-1, "between")]
+
+
+@pytest.mark.parametrize(("axis", "where"), CONCATS)
+def test_a_product_concatenated_with_other_tensors_is_stored_from_its_tile(
+    axis: int, where: str, tmp_path
+) -> None:
+    # ViT's embedding: patches projected, the class token put before them, positions added
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
+             helper.make_node("Add", ["p", "bias"], ["pb"], name="bias")]  # fmt: skip
+    if where == "after":
+        pieces, cat = ["cls", "pb"], [2, 5, 20]
+        extra = [_vi("cls", [2, 1, 20])]
+    else:
+        pieces, cat = ["left", "pb", "right"], [2, 4, 27]
+        extra = [_vi("left", [2, 4, 3]), _vi("right", [2, 4, 4])]
+    nodes += [helper.make_node("Concat", pieces, ["c"], name="cat", axis=axis),
+              helper.make_node("Add", ["c", "pos"], ["y"], name="pos_add")]  # fmt: skip
+    inits = [f32("w", RNG.normal(size=[24, 20])), f32("bias", RNG.normal(size=[20])),
+             f32("pos", RNG.normal(size=cat[1:]))]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 4, 24]), *extra], [_vi("y", cat)], inits)
+    program, result = _one_group(model, CUBE, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
+
+
+@pytest.mark.parametrize("slot", [0, 5, -1])
+def test_a_projection_scattered_into_a_cache_is_stored_from_its_tile(slot: int, tmp_path) -> None:
+    # GPT-2's decode step: the new key row written to its slot of the cache, the cache also
+    # read transposed (K^T); the other rows are the past cache, copied beside the tile
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["p"], name="k_proj"),
+        helper.make_node("Reshape", ["p", "heads"], ["k"], name="k_heads"),
+        helper.make_node("ScatterND", ["past", "slot", "k"], ["present"], name="update"),
+        helper.make_node("Transpose", ["present"], ["kt"], name="k_t", perm=[0, 1, 3, 2]),
+    ]
+    inits = [f32("w", RNG.normal(size=[24, 16])), i64("heads", [2, 2, 1, 8]),
+             i64("slot", [[[[b, h, slot]] for h in range(2)] for b in range(2)])]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 1, 24]), _vi("past", [2, 2, 6, 8])],
+                 [_vi("present", [2, 2, 6, 8]), _vi("kt", [2, 2, 8, 6])], inits)  # fmt: skip
+    program, result = _one_group(model, CUBE, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
+
+
+def test_a_rotation_of_a_product_beside_a_wider_one_stays_correct(tmp_path) -> None:
+    # Llama's rotate-half of the K projection beside the wider Q projection: the concat's
+    # first piece is the tile's (negated) second half, its second piece the tile's first
+    # half, which no template writing products of different widths stores from the tile
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+        helper.make_node("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+        helper.make_node("Slice", ["k", "s0", "e0", "ax"], ["k1"], name="first_half"),
+        helper.make_node("Slice", ["k", "e0", "e1", "ax"], ["k2"], name="second_half"),
+        helper.make_node("Neg", ["k2"], ["nk2"], name="neg"),
+        helper.make_node("Concat", ["nk2", "k1"], ["rot"], name="rotate", axis=-1),
+    ]
+    inits = [f32("wq", RNG.normal(size=[24, 32])), f32("wk", RNG.normal(size=[24, 16])),
+             i64("s0", [0]), i64("e0", [8]), i64("e1", [16]), i64("ax", [-1])]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 5, 24])], [_vi("q", [2, 5, 32]), _vi("rot", [2, 5, 16])],
+                 inits)  # fmt: skip
+    _, result = _one_group(model, CUBE, tmp_path)
+    assert result.ok, describe(result)

@@ -140,26 +140,38 @@ def one_tile_shape(prods: list[Product]) -> bool:
     return all((p.batch, p.M, p.N) == (first.batch, first.M, first.N) for p in prods)
 
 
-def tile_body(prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], row: Body) -> None:
-    """One output tile: a K loop per depth, then ``outs`` (position, tensor) stored."""
+def tile_body(
+    prods: list[Product],
+    io: KernelIO,
+    outs: list[tuple[int, str]],
+    row: Body,
+    *,
+    holes: bool = False,
+) -> None:
+    """One output tile: a K loop per depth, then ``outs`` (position, tensor) stored; with
+    ``holes``, an output the tile fills in part is stored at the tile's elements (the caller
+    writes its holes)."""
     for depth in sorted({p.K for p in prods}):
         _k_loop([p for p in prods if p.K == depth], io, row)
-    _epilogue(prods, io, outs, row)
+    _epilogue(prods, io, outs, row, holes)
 
 
-def placement(prods: list[Product], io: KernelIO, t: str) -> Placed | None:
-    """Where output ``t`` holds a tile's element of one of the products, if it does."""
+def placement(prods: list[Product], io: KernelIO, t: str, *, holes: bool = False) -> Placed | None:
+    """Where output ``t`` holds a tile's element of one of the products, if it does (with
+    ``holes``, also where it holds other elements: a concat of the tile and other tensors)."""
     for p in prods:
-        where = placed(io, t, p.out, p.out_index(io.shape(p.out)))
+        where = placed(io, t, p.out, p.out_index(io.shape(p.out)), holes=holes)
         if where is not None:
             return where
     return None
 
 
-def _epilogue(prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], row: Body) -> None:
+def _epilogue(
+    prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], row: Body, holes: bool
+) -> None:
     pull = Pull(io, row, LANES, {p.out: p.result for p in prods})
     for pos, t in outs:
-        where = placement(prods, io, t) or Placed(prods[0].out_index(io.shape(t)))
+        where = placement(prods, io, t, holes=holes) or Placed(prods[0].out_index(io.shape(t)))
         mask = pull.bind(" & ".join(["mask", *where.guards]), "mask") if where.guards else "mask"
         value = placed_value(pull, where, t, mask)
         ptr = pull.pointer(f"out{pos}", offset(where.index, io.shape(t)), mask)
@@ -189,12 +201,14 @@ def matmul_kernel(
     row = body.child()
     _tile_vars(first, row, tiles_m, tiles_n)
     size = first.nb * first.M * first.N
+    placed_at = {t: placement(prods, io, t, holes=True) for t in group.outputs}
     on_tile = [(p, t) for p, t in enumerate(group.outputs)
-               if numel(io.shape(t)) == size or placement(prods, io, t)]  # fmt: skip
-    tile_body(prods, io, on_tile, row)
+               if numel(io.shape(t)) == size or placed_at[t]]  # fmt: skip
+    tile_body(prods, io, on_tile, row, holes=True)
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    side = side_outputs(io, group, size, body, skip={t for _, t in on_tile})
+    holes = {t: w.pieces for t, w in placed_at.items() if w is not None and w.pieces}
+    side = side_outputs(io, group, size, body, skip={t for _, t in on_tile}, holes=holes)
     return finish(name, graph, group, config, io, body, tiles,
                   [*cube_constexprs(tm, tn, tk), *side], "matmul",
                   dot_dtype=dot_dtype(io, prods))  # fmt: skip

@@ -1,9 +1,12 @@
 """Where a group's output element lies for a tile's element of its anchor (a matmul's product,
 an attention's output): the anchor's index carried forward through the layout ops between
 them (a transpose permutes it, a view re-shapes it, a split, a slice or a gather of constant
-consecutive positions shifts it to its piece), so an output written through them is stored
-where the tile computed it, not read back off the tile. A piece holds only some of the tile's
-elements: the placement says which (its guards)."""
+consecutive positions shifts it to its piece, a concat shifts it into its own piece, a
+ScatterND of constant indices moves its update rows to their slots), so an output written
+through them is stored where the tile computed it, not read back off the tile. A piece holds
+only some of the tile's elements: the placement says which (its guards). A concat's or a
+scatter's output holds elements the tile did not compute (the other pieces, the rest of the
+cache: its holes): the template writes those apart, reading the tile's piece nowhere."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from autotune.codegen.indexing import Index, add, reshape_index
 from autotune.codegen.kernel_io import KernelIO
 from autotune.codegen.layout import slice_params, split_start
 from autotune.codegen.pull import Anchor, Pull
+from autotune.codegen.scatter import scattered_index
 from autotune.codegen.source import paren
 from search_space.ir import VIEW_OPS, Op
 
@@ -32,6 +36,9 @@ class Placed:
     # (gather output, its index here, the gathered tensor, its index here): the element a
     # constant Gather picks is the tile's own (under the guards), not one read at run time
     picks: tuple[tuple[str, Index, str, Index], ...] = ()
+    # the tile's piece of each Concat on the way: the output's other elements (the holes)
+    # come from the concat's other inputs, not from the tile
+    pieces: tuple[str, ...] = ()
 
     def anchors(self) -> dict[str, Anchor]:
         """Each picked tensor read where the tile holds it (a pull's extra anchors)."""
@@ -49,10 +56,10 @@ def _pick(tensor: str, at: Index, data: str, data_at: Index) -> Anchor:
     return resolve
 
 
-def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str]] | None:
-    """Ops from ``anchor`` to ``tensor`` (last first), each with the output the path takes,
-    through layout ops and elementwise ops of the traced tensor's own shape; None when there
-    is no such path."""
+def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str, str]] | None:
+    """Ops from ``anchor`` to ``tensor`` (last first), each with the output the path takes
+    and the input it comes from, through layout ops and elementwise ops of the traced
+    tensor's own shape; None when there is no such path."""
     if tensor == anchor:
         return []
     op = io.graph.producer(tensor)
@@ -60,15 +67,19 @@ def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str]] | None
         return None
     layout = op.op_type in VIEW_OPS or op.op_type in ("Transpose", "Split")
     if layout or _unit_slice(io, op) or _gather_run(io, op) is not None:
-        rest = _path(io, op.inputs[0], anchor)
-        return None if rest is None else [(op, tensor), *rest]
-    if op.op_class.value != "elementwise":
+        sources = [op.inputs[0]]
+    elif op.op_type == "Concat":
+        sources = [t for t in op.inputs if t]
+    elif op.op_type == "ScatterND" and _scatters(io, op):
+        sources = [op.inputs[2]]  # the updates; the data's other elements are holes
+    elif op.op_class.value == "elementwise":
+        sources = [t for t in op.inputs if t and io.shape(t) == io.shape(tensor)]
+    else:
         return None
-    for t in op.inputs:
-        if t and io.shape(t) == io.shape(tensor):
-            rest = _path(io, t, anchor)
-            if rest is not None:
-                return [(op, tensor), *rest]
+    for src in sources:
+        rest = _path(io, src, anchor)
+        if rest is not None:
+            return [(op, tensor, src), *rest]
     return None
 
 
@@ -120,15 +131,35 @@ def _gather(io: KernelIO, op: Op, out: str, idx: Index) -> tuple[Index, list[str
     return (*idx[:axis], shifted, *idx[axis + 1 :]), [f"({at} >= {first}) & ({at} < {first + n})"]
 
 
-def _forward(io: KernelIO, op: Op, out: str, idx: Index) -> tuple[Index, list[str]]:
-    src, dst = io.shape(op.inputs[0]), io.shape(out)
+def _scatters(io: KernelIO, op: Op) -> bool:
+    """A ScatterND whose updates land at positions known at compile time, one each."""
+    rank = len(io.shape(op.inputs[2]))
+    return scattered_index(io, op, ("0",) * rank) is not None
+
+
+def _concat(io: KernelIO, op: Op, src: str, idx: Index) -> tuple[Index, list[str]]:
+    axis = int(op.attr("axis")) % len(idx)
+    start = sum(io.shape(t)[axis] for t in op.inputs[: op.inputs.index(src)] if t)
+    res = list(idx)
+    res[axis] = add(idx[axis], str(start)) if start else idx[axis]
+    return tuple(res), []
+
+
+def _forward(io: KernelIO, op: Op, out: str, src: str, idx: Index) -> tuple[Index, list[str]]:
+    before, dst = io.shape(op.inputs[0]), io.shape(out)
     if op.op_type == "Gather":
         return _gather(io, op, out, idx)
+    if op.op_type == "Concat":
+        return _concat(io, op, src, idx)
+    if op.op_type == "ScatterND":
+        at = scattered_index(io, op, idx)
+        assert at is not None  # _path takes only such a ScatterND
+        return at, []
     if op.op_type == "Transpose":
-        perm = op.attr("perm") or list(reversed(range(len(src))))
+        perm = op.attr("perm") or list(reversed(range(len(before))))
         return tuple(idx[p] for p in perm), []
     if op.op_type in VIEW_OPS:
-        return reshape_index(idx, src, dst), []
+        return reshape_index(idx, before, dst), []
     if op.op_type in ("Split", "Slice"):
         res, guards = list(idx), []
         for axis, start in _pieces(io, op, out):
@@ -139,20 +170,27 @@ def _forward(io: KernelIO, op: Op, out: str, idx: Index) -> tuple[Index, list[st
     return idx, []  # elementwise of the same shape
 
 
-def placed(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Placed | None:
+def placed(
+    io: KernelIO, tensor: str, anchor: str, anchor_idx: Index, *, holes: bool = False
+) -> Placed | None:
     """Where ``tensor`` holds the element the tile computed at ``anchor_idx`` of ``anchor``,
-    or None when ``tensor`` is not reached from the anchor by such ops."""
+    or None when ``tensor`` is not reached from the anchor by such ops (or, unless
+    ``holes``, only through a concat: a template that writes the holes asks for those)."""
     path = _path(io, tensor, anchor)
     if path is None:
         return None
-    idx, guards, picks = anchor_idx, [], []
-    for op, out in reversed(path):
+    idx, guards, picks, pieces = anchor_idx, [], [], []
+    for op, out, src in reversed(path):
         before = idx
-        idx, more = _forward(io, op, out, idx)
+        idx, more = _forward(io, op, out, src, idx)
         guards += more
-        if op.op_type == "Gather":
-            picks.append((out, idx, op.inputs[0], before))
-    return Placed(idx, tuple(guards), tuple(picks))
+        if op.op_type in ("Gather", "Concat", "ScatterND"):
+            picks.append((out, idx, src, before))
+        if op.op_type in ("Concat", "ScatterND"):
+            pieces.append(src)
+    if pieces and not holes:
+        return None
+    return Placed(idx, tuple(guards), tuple(picks), tuple(pieces))
 
 
 def placed_index(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Index | None:

@@ -9,11 +9,11 @@ Outputs of different sizes (a Split into unequal parts) get a loop each, in one 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
-from autotune.codegen.indexing import numel, unflatten
+from autotune.codegen.indexing import Index, numel, unflatten
 from autotune.codegen.pull import KernelIO, Pull, lanes
-from autotune.codegen.source import Body
+from autotune.codegen.source import Body, paren
 from autotune.codegen.templates.common import (
     KernelSource,
     check_outputs,
@@ -35,10 +35,18 @@ def tile_of(config: KernelConfig, size: int) -> int:
     return max(1, min(tile, size))
 
 
-def flat_loop(io: KernelIO, outputs: list[tuple[int, str]], body: Body, tile: int) -> None:
+def flat_loop(
+    io: KernelIO,
+    outputs: list[tuple[int, str]],
+    body: Body,
+    tile: int,
+    holes: Mapping[str, tuple[str, ...]] | None = None,
+) -> None:
     """A loop over the elements of ``outputs`` (all of one size), ``TILE`` per step; used
     also by the cube templates for an output that is not of their anchor's size (a prologue
-    tensor another kernel reads), which it computes again from its own inputs."""
+    tensor another kernel reads), which it computes again from its own inputs, and for the
+    holes of an output their tile fills only in part (``holes``: output -> the concat inputs
+    the tile writes), which it writes where the tile does not."""
     shape0 = io.shape(outputs[0][1])
     size = numel(shape0)
     inner = body.child()
@@ -48,9 +56,27 @@ def flat_loop(io: KernelIO, outputs: list[tuple[int, str]], body: Body, tile: in
     pull = Pull(io, inner, LANES)
     for pos, t in outputs:
         shape = io.shape(t)
-        value = pull.value(t, unflatten("x", shape), "mask")
-        inner.line(store(pull.pointer(f"out{pos}", "x", "mask"), io.dtype(t), value, "mask"))
+        pieces = (holes or {}).get(t, ())
+        own, taken = _without(io, inner, pieces) if pieces else (pull, [])
+        value = own.value(t, unflatten("x", shape), "mask")
+        # where a piece the tile writes would have been read, this loop does not store
+        mask = (
+            own.bind(" & ".join(["mask", *(f"~{paren(m)}" for m in taken)])) if taken else "mask"
+        )
+        inner.line(store(own.pointer(f"out{pos}", "x", mask), io.dtype(t), value, mask))
     body.nest(f"for tile in range(pid, {math.ceil(size / tile)}, NPROG):", inner)
+
+
+def _without(io: KernelIO, body: Body, pieces: tuple[str, ...]) -> tuple[Pull, list[str]]:
+    """A reader for which ``pieces`` read as zero, and the masks they were asked under
+    (the elements that are theirs)."""
+    taken: list[str] = []
+
+    def absent(pull: Pull, idx: Index, mask: str) -> str:
+        taken.append(mask)
+        return "0.0"
+
+    return Pull(io, body, LANES, {t: absent for t in pieces}), taken
 
 
 def pointwise_kernel(
@@ -77,17 +103,23 @@ def pointwise_kernel(
 
 
 def side_outputs(
-    io: KernelIO, group: FusionGroup, size: int, body: Body, skip: Collection[str] = ()
+    io: KernelIO,
+    group: FusionGroup,
+    size: int,
+    body: Body,
+    skip: Collection[str] = (),
+    holes: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[tuple[str, int], ...]:
     """Loops for the outputs not of the anchor's size and not in ``skip`` (those the anchor's
-    tile stores), each computed again from its own inputs; the constexprs they add."""
+    tile stores), each computed again from its own inputs, and for the holes of those the
+    tile stores in part (``holes``, see :func:`flat_loop`); the constexprs they add."""
     by_size: dict[int, list[tuple[int, str]]] = {}
     for pos, t in enumerate(group.outputs):
-        if numel(io.shape(t)) != size and t not in skip:
+        if (numel(io.shape(t)) != size and t not in skip) or t in (holes or {}):
             by_size.setdefault(numel(io.shape(t)), []).append((pos, t))
     if not by_size:
         return ()
     tile = max(1, min(1024, max(by_size)))
     for n in sorted(by_size, reverse=True):
-        flat_loop(io, by_size[n], body, tile)
+        flat_loop(io, by_size[n], body, tile, holes)
     return (("TILE", tile), ("BLOCK", next_pow2(tile)))

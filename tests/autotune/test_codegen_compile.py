@@ -400,5 +400,20 @@ def test_a_convolution_and_its_global_pool_compile_as_one_kernel(tmp_path: Path)
     _compile_alone(model, config, tmp_path, "matmul_cols")
 
 
+def test_a_squeeze_excitation_gate_compiles_as_one_kernel(tmp_path: Path) -> None:
+    """The spreading phase (matmul_broadcast) is compiled: its loop over the tile's rows with
+    an `if` per row, its own lanes and mask beside the matmul's."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["s", "w"], ["c"], name="fc2"),
+             helper.make_node("HardSigmoid", ["c"], ["g"], name="gate"),
+             helper.make_node("Mul", ["g", "fmap"], ["y"], name="scale")]  # fmt: skip
+    w = numpy_helper.from_array(rng.normal(size=[32, 8, 1, 1]).astype(np.float32), "w")
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [_vi("s", [2, 8, 1, 1]), _vi("fmap", [2, 32, 7, 7])],
+        [_vi("y", [2, 32, 7, 7])], [w]), opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
+    _compile_alone(model, config, tmp_path, "matmul_broadcast")
+
+
 def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)

@@ -1,8 +1,8 @@
 """Kernel templates, one per kind of work: elementwise and layout chains (``pointwise``),
 row reductions and norms (``reduction``), matmul with prologue and epilogue (``matmul``), a
 matmul whose epilogue reduces its rows (``matmul_rows``) or pools its rows per column
-(``matmul_cols``), products of different widths (``matmul_segments``), attention
-(``attention``)."""
+(``matmul_cols``) or spreads it over broadcast dims (``matmul_broadcast``), products of
+different widths (``matmul_segments``), attention (``attention``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from autotune.codegen.errors import Unsupported
 from autotune.codegen.templates.attention import attention_kernels
 from autotune.codegen.templates.common import KernelSource, Scratch
 from autotune.codegen.templates.matmul import PRODUCTS, matmul_kernel
+from autotune.codegen.templates.matmul_broadcast import broadcast_shape, matmul_broadcast_kernel
 from autotune.codegen.templates.matmul_cols import matmul_cols_kernel, reduces_columns
 from autotune.codegen.templates.matmul_rows import matmul_rows_kernel
 from autotune.codegen.templates.matmul_segments import segments_kernel
@@ -50,7 +51,7 @@ def kernels_for(
             return [matmul_rows_kernel(name, graph, group, config, precision)]
         if len({graph.tensors[op.outputs[0]].static_shape for op in cube}) > 1:
             return [segments_kernel(name, graph, group, config, precision)]
-        return [matmul_kernel(name, graph, group, config, precision)]
+        return [_matmul_or_broadcast(name, graph, group, config, precision)]
     if any(op.op_type in REDUCTIONS for op in ops):
         return [reduction_kernel(name, graph, group, config)]
     other = [
@@ -61,3 +62,19 @@ def kernels_for(
     if other:
         raise Unsupported(f"no template for {other[0].op_type} yet")
     return [pointwise_kernel(name, graph, group, config)]
+
+
+def _matmul_or_broadcast(
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str
+) -> KernelSource:
+    """The matmul template's kernel, or where it refuses a group whose outputs spread the
+    product over broadcast dims (a squeeze-excitation gate), the broadcast template's."""
+    try:
+        return matmul_kernel(name, graph, group, config, precision)
+    except Unsupported as refused:
+        if broadcast_shape(graph, group) is None:
+            raise
+        try:
+            return matmul_broadcast_kernel(name, graph, group, config, precision)
+        except Unsupported:
+            raise refused from None

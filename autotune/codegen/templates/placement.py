@@ -152,9 +152,9 @@ def _forward(io: KernelIO, op: Op, out: str, src: str, idx: Index) -> tuple[Inde
     if op.op_type == "Concat":
         return _concat(io, op, src, idx)
     if op.op_type == "ScatterND":
-        at = scattered_index(io, op, idx)
-        assert at is not None  # _path takes only such a ScatterND
-        return at, []
+        slot = scattered_index(io, op, idx)
+        assert slot is not None  # _path takes only such a ScatterND
+        return slot, []
     if op.op_type == "Transpose":
         perm = op.attr("perm") or list(reversed(range(len(before))))
         return tuple(idx[p] for p in perm), []

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -31,21 +32,35 @@ from fuzz_graphs import graphs
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 
-def run(examples: int, seed_: int, defects: Path) -> list[tuple[int, Outcome]]:
-    """Draw ``examples`` models from ``seed_`` and check each: (compute nodes, outcome)."""
-    got: list[tuple[int, Outcome]] = []
-    started = time.perf_counter()
+def each_graph(examples: int, seed_: int, visit: Callable[[onnx.ModelProto], None]) -> None:
+    """Call ``visit`` on ``examples`` models drawn from ``seed_``, printing progress every 25
+    (generation only: every outcome is data, nothing raises, nothing shrinks)."""
+    started, drawn = time.perf_counter(), [0]
 
     @seed(seed_)
     @settings(
         max_examples=examples,
         deadline=None,
         database=None,
-        phases=[Phase.generate],  # every outcome is data: nothing raises, nothing shrinks
+        phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
     @given(graphs())
     def one(model: onnx.ModelProto) -> None:
+        visit(model)
+        drawn[0] += 1
+        if drawn[0] % 25 == 0:
+            elapsed = time.perf_counter() - started
+            print(f"{drawn[0]} examples, {elapsed:.0f} s", file=sys.stderr)
+
+    one()
+
+
+def run(examples: int, seed_: int, defects: Path) -> list[tuple[int, Outcome]]:
+    """Draw ``examples`` models from ``seed_`` and check each: (compute nodes, outcome)."""
+    got: list[tuple[int, Outcome]] = []
+
+    def visit(model: onnx.ModelProto) -> None:
         with tempfile.TemporaryDirectory() as folder:
             outcome = check_model(model, Path(folder))
         size = sum(n.op_type != "Constant" for n in model.graph.node)
@@ -55,11 +70,8 @@ def run(examples: int, seed_: int, defects: Path) -> list[tuple[int, Outcome]]:
             stem = defects / f"seed{seed_}_{len(got)}"
             onnx.save(model, stem.with_suffix(".onnx"))
             stem.with_suffix(".txt").write_text(f"{outcome.category}\n{outcome.detail}\n")
-        if len(got) % 25 == 0:
-            elapsed = time.perf_counter() - started
-            print(f"{len(got)} examples, {elapsed:.0f} s", file=sys.stderr)
 
-    one()
+    each_graph(examples, seed_, visit)
     return got
 
 

@@ -139,6 +139,29 @@ def _longest_part(
     raise AssertionError("unreachable: a run of one op either has a kernel or an extern")
 
 
+def _with_inner_views(graph: Graph, groups: Sequence[FusionGroup]) -> list[FusionGroup]:
+    """Each group with the views outside every group that lead from one of its own tensors
+    back into it (a Flatten between a reduction and the Add after it): an alias between two
+    ops of one kernel belongs to the kernel, which would otherwise read its own output
+    through a step that comes after it."""
+    grouped = {o for g in groups for o in g.ops}
+    out = []
+    for group in groups:
+        made = {t for o in group.ops for t in graph.op(o).outputs if t}
+        inner: list[str] = []
+        for t in group.inputs:
+            chain, cur = [], t
+            op = graph.producer(cur)
+            while op is not None and op.is_view and op.name not in grouped:
+                chain.append(op.name)
+                cur = op.inputs[0]
+                op = graph.producer(cur)
+            if chain and cur in made:
+                inner += chain
+        out.append(make_group(graph, [*group.ops, *inner], group.kind) if inner else group)
+    return out
+
+
 def _views(graph: Graph, grouped: set[str]) -> list[Step]:
     out = []
     for op in graph.ops:
@@ -195,6 +218,7 @@ def build_program(
     steps: list[Step] = []
     unfused = []
     plan = _Plan(graph, default, precision)
+    groups = _with_inner_views(graph, groups)
     for i, (group, config) in enumerate(zip(groups, configs, strict=True)):
         group_steps, reason = _group_steps(i, plan, group, config)
         steps += group_steps
@@ -203,6 +227,5 @@ def build_program(
                 "group %d (%s) runs as %d kernels: %s", i, group.kind, len(group_steps), reason
             )
             unfused.append((i, reason))
-    grouped = {o for g in groups for o in g.ops}
-    steps += _views(graph, grouped)
+    steps += _views(graph, {o for g in groups for o in g.ops})
     return Program(graph, tuple(_order(graph, steps)), tuple(unfused))

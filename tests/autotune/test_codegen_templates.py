@@ -393,3 +393,42 @@ def test_an_output_of_two_products_of_different_widths_runs_as_several_kernels(t
     program, result = _one_group(model, config, tmp_path)
     assert result.ok, describe(result)
     assert "made from 2 products" in program.unfused[0][1]
+
+
+def test_a_view_between_two_ops_of_a_group_is_the_groups(tmp_path) -> None:
+    # found by fuzzing: the plan leaves the Flatten between the reduction and the Add out of
+    # their group; the kernel must take it in, or it reads its own output through a later step
+    nodes = [
+        helper.make_node("ReduceSumSquare", ["x"], ["s"], name="sq", axes=[2], keepdims=1),
+        helper.make_node("Flatten", ["s"], ["f"], name="flat", axis=1),
+        helper.make_node("Add", ["f", "b"], ["y"], name="add"),
+    ]
+    model = make(nodes, [_vi("x", [3, 4, 5])], [_vi("s", [3, 4, 1]), _vi("y", [3, 4])],
+                 [f32("b", RNG.normal(size=[4]))], opset=12)  # fmt: skip
+    graph = load_graph(model)
+    group = make_group(graph, ["sq", "add"])  # the view left out, as the plan had it
+    program, result = check_groups(model, [group], [KernelConfig(block_dim=2, ub_rows=4)],
+                                   tmp_path / "pkg")  # fmt: skip
+    assert result.ok, describe(result)
+    assert len(program.kernels) == 1 and "flat" in program.kernels[0].ops
+
+
+def test_float32_made_from_float16_is_held_to_float16s_tolerance(tmp_path) -> None:
+    # found by fuzzing (opset 12, float16): onnxruntime's float32 Cast of GlobalMaxPool's
+    # float16 output came out a float16 ulp off the value the generated kernel casts exactly
+    h = T.FLOAT16
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["p"], name="pow"),
+        helper.make_node("Unsqueeze", ["p"], ["u"], name="unsq", axes=[0]),
+        helper.make_node("GlobalAveragePool", ["u"], ["gap"], name="gap"),
+        helper.make_node("GlobalMaxPool", ["gap"], ["gmp"], name="gmp"),
+        helper.make_node("Cast", ["gmp"], ["y"], name="cast", to=T.FLOAT),
+    ]
+    two = helper.make_tensor("two", h, [], [2.0])
+    model = make(nodes, [_vi("x", [16, 8], h)], [_vi("u", [1, 16, 8], h), _vi("y", [1, 16, 1])],
+                 [two], opset=12)  # fmt: skip
+    graph = load_graph(model)
+    groups = [make_group(graph, ["pow", "unsq", "gap"]), make_group(graph, ["gmp", "cast"])]
+    _, result = check_groups(model, groups, [KernelConfig(block_dim=2, ub_rows=4)] * 2,
+                                   tmp_path / "pkg")  # fmt: skip
+    assert result.ok, describe(result)

@@ -19,6 +19,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from autotune.codegen.program import Program
 from autotune.codegen.templates.common import KernelSource
 from search_space.ir import Graph
 
-__all__ = ["TRITON_TYPES", "CompileResult", "compile_package"]
+__all__ = ["TRITON_TYPES", "CompileResult", "code_shape", "compile_package"]
 
 TRITON_TYPES = {
     "float32": "*fp32",
@@ -167,6 +168,15 @@ def signature(kernel: KernelSource, graph: Graph) -> dict[str, str]:
     sig |= {f"out{i}": ptr(t) for i, t in enumerate(kernel.outputs)}
     sig |= {name: "constexpr" for name, _ in kernel.launch.constexprs}
     return sig
+
+
+def code_shape(kernel: KernelSource, graph: Graph) -> tuple[object, ...]:
+    """What decides how a kernel compiles: its body with every number elided (shapes and
+    strides), its compile-time parameters and its pointer types. Kernels of one code shape
+    compile alike, so a check compiles one of each."""
+    body = kernel.text.split('"""')[-1]  # after the docstring, which names the group and tensors
+    numbers = re.sub(r"\b\d+\b", "#", body)
+    return (numbers, kernel.launch.constexprs, *signature(kernel, graph).values())
 
 
 def _compile(module: ModuleType, job: dict[str, Any], arch: int) -> CompileResult:

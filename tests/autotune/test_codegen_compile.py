@@ -13,7 +13,6 @@ them), which keeps this file near a minute on two cores.
 from __future__ import annotations
 
 import os
-import re
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autotune.codegen.ascend_rules import RULES, check_ascend, check_kernel
-from autotune.codegen.compile_check import CompileResult, compile_package, signature
+from autotune.codegen.compile_check import CompileResult, code_shape, compile_package
 from autotune.codegen.generate import generate
 from autotune.codegen.kernel_text import footprint
 from autotune.codegen.program import Program, Step
@@ -73,13 +72,6 @@ def packages(tmp_path_factory: pytest.TempPathFactory, target: Target) -> dict[s
     return out
 
 
-def _shape_of_code(k: KernelSource, graph: Graph) -> tuple[object, ...]:
-    """What decides how a kernel compiles: its body with every number elided (shapes and
-    strides), its compile-time parameters and its pointer types."""
-    body = k.text.split('"""')[-1]  # after the docstring, which names the group and tensors
-    return (re.sub(r"\b\d+\b", "#", body), k.launch.constexprs, *signature(k, graph).values())
-
-
 def _light(packages: dict[str, Package]) -> Iterator[tuple[Package, list[KernelSource]]]:
     """Per package, its kernels of a code shape not seen before (the same body but for
     shapes and strides, the same launch and pointer types), less the heavy cube kernels.
@@ -91,7 +83,7 @@ def _light(packages: dict[str, Package]) -> Iterator[tuple[Package, list[KernelS
             continue
         light = []
         for k in pkg.program.kernels:
-            key = _shape_of_code(k, pkg.graph)
+            key = code_shape(k, pkg.graph)
             if key not in seen and footprint(k, pkg.graph).cube <= HEAVY:
                 light.append(k)
             seen.add(key)

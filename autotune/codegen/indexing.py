@@ -175,7 +175,10 @@ def same_index(a: Index, b: Index, env: dict[str, np.ndarray]) -> bool:
             vx, vy = evaluate(x, env), evaluate(y, env)
         except (ValueError, SyntaxError):
             return False
-        shape = np.broadcast_shapes(vx.shape, vy.shape)
+        try:
+            shape = np.broadcast_shapes(vx.shape, vy.shape)
+        except ValueError:  # variables sampled on clashing axes: not provably the same
+            return False
         if not np.array_equal(np.broadcast_to(vx, shape), np.broadcast_to(vy, shape)):
             return False
     return True

@@ -79,3 +79,27 @@ def test_a_spread_that_reads_the_product_off_its_tile_runs_as_two_kernels(tmp_pa
     program, result = _one_group(model, tmp_path)
     assert result.ok, describe(result)
     assert program.unfused and len(program.kernels) == 2
+
+
+# found in review: a spread reading the product transposed (stored at another tile's place),
+# and one reading another batch's tile where the batch and broadcast sizes agree (3 and 3)
+def _transposed() -> onnx.ModelProto:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+             helper.make_node("Transpose", ["p"], ["t"], name="tr", perm=[0, 2, 1]),
+             helper.make_node("Add", ["t", "h"], ["y"], name="spread")]  # fmt: skip
+    return make(nodes, [_vi("x", [1, 32, 12]), _vi("h", [3, 32, 32])], [_vi("y", [3, 32, 32])],
+                [f32("w", RNG.normal(size=[12, 32]))])  # fmt: skip
+
+
+def _other_batch() -> onnx.ModelProto:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+             helper.make_node("Add", ["h", "p"], ["y"], name="spread"),
+             helper.make_node("Transpose", ["y"], ["z"], name="tr", perm=[1, 0, 2])]  # fmt: skip
+    return make(nodes, [_vi("x", [3, 1, 12]), _vi("h", [3, 3, 20])], [_vi("z", [3, 3, 20])],
+                [f32("w", RNG.normal(size=[12, 20]))])  # fmt: skip
+
+
+@pytest.mark.parametrize("build", [_transposed, _other_batch], ids=["transposed", "other batch"])
+def test_a_spread_of_another_tiles_elements_stays_correct(build, tmp_path) -> None:
+    _, result = _one_group(build(), tmp_path)
+    assert result.ok, describe(result)

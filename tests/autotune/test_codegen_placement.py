@@ -199,3 +199,55 @@ def test_a_rotation_of_a_product_beside_a_wider_one_stays_correct(tmp_path) -> N
                  inits)  # fmt: skip
     _, result = _one_group(model, CUBE, tmp_path)
     assert result.ok, describe(result)
+
+
+# found in review: a tile's piece the holes loop would read again (a concat of it twice, as
+# Llama's rotary table is built; a concat of it and an activation of it), and two concats on
+# the way (the outer one's input holds the inner one's holes)
+def _rotary_table() -> onnx.ModelProto:
+    nodes = [helper.make_node("MatMul", ["inv", "pos"], ["f"], name="freqs"),
+             helper.make_node("Transpose", ["f"], ["ft"], name="tr", perm=[0, 2, 1]),
+             helper.make_node("Concat", ["ft", "ft"], ["emb"], name="cat", axis=-1),
+             helper.make_node("Cos", ["emb"], ["cos"], name="cos")]  # fmt: skip
+    inv = 1.0 / 10000 ** (np.arange(0, 16, 2) / 16)
+    return make(nodes, [_vi("pos", [1, 1, 24])], [_vi("cos", [1, 24, 16])],
+                [f32("inv", inv.reshape(1, 8, 1))])  # fmt: skip
+
+
+def _concat_of(pieces: list[str], extra: list[onnx.NodeProto], out: list[int]) -> onnx.ModelProto:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+             helper.make_node("Add", ["p", "bias"], ["pb"], name="bias"), *extra,
+             helper.make_node("Concat", pieces, ["y"], name="cat", axis=1)]  # fmt: skip
+    inputs = [_vi("x", [2, 4, 24]), _vi("a", [2, 1, 20]), _vi("b2", [2, 3, 20])]
+    used = [i for i in inputs if i.name in {"x", *pieces, *(t for n in extra for t in n.input)}]
+    inits = [f32("w", RNG.normal(size=[24, 20])), f32("bias", RNG.normal(size=[20]))]
+    return make(nodes, used, [_vi("y", out)], inits)
+
+
+HOLED = {
+    "rotary table": _rotary_table,
+    "concat of itself and its relu": lambda: _concat_of(
+        ["pb", "r"], [helper.make_node("Relu", ["pb"], ["r"], name="act")], [2, 8, 20]),
+    "nested concats": lambda: _concat_of(
+        ["c1", "b2"], [helper.make_node("Concat", ["a", "pb"], ["c1"], name="in", axis=1)],
+        [2, 8, 20]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(HOLED))
+def test_holes_that_are_not_one_region_beside_the_tile_stay_correct(case: str, tmp_path) -> None:
+    _, result = _one_group(HOLED[case](), CUBE, tmp_path)
+    assert result.ok, describe(result)
+
+
+def test_rows_picked_on_a_products_batch_axis_are_stored_from_its_tile(tmp_path) -> None:
+    # the guard is on the batch, one value per program: Triton's interpreter takes no scalar
+    # in a mask, so it selects the mask whole
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+             helper.make_node("Relu", ["p"], ["r"], name="act"),
+             helper.make_node("Gather", ["r", "at"], ["g"], name="pick", axis=0)]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 9, 24])], [_vi("g", [9, 20])],
+                 [f32("w", RNG.normal(size=[24, 20])), i64("at", 1)])  # fmt: skip
+    program, result = _one_group(model, CUBE, tmp_path)
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]

@@ -137,3 +137,18 @@ def test_a_pooling_of_a_convolutions_pixels_is_one_kernel(
     program, result = _one_group(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul_cols"]
+
+
+def test_pools_of_a_product_in_two_row_orders_stay_correct(tmp_path) -> None:
+    # found in review: both reductions pool the product's rows, one per (batch, column), the
+    # other per (column, batch); one kernel would store both at the first one's rows
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+             helper.make_node("Transpose", ["p"], ["t1"], name="t1", perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["p"], ["t2"], name="t2", perm=[2, 0, 1]),
+             helper.make_node("ReduceSum", ["t1", "ax"], ["r1"], name="r1", keepdims=1),
+             helper.make_node("ReduceMax", ["t2"], ["r2"], name="r2", axes=[-1],
+                              keepdims=1)]  # fmt: skip
+    model = make(nodes, [_vi("x", [2, 6, 8])], [_vi("r1", [2, 5, 1]), _vi("r2", [5, 2, 1])],
+                 [f32("w", RNG.normal(size=[8, 5])), i64("ax", [-1])])  # fmt: skip
+    _, result = _one_group(model, CUBE, tmp_path)
+    assert result.ok, describe(result)

@@ -27,7 +27,7 @@ from autotune.codegen.templates.common import (
     kernel_io,
     store,
 )
-from autotune.codegen.templates.placement import Placed, placed, placed_value
+from autotune.codegen.templates.placement import Placed, guarded, placed, placed_value
 from autotune.codegen.templates.pointwise import side_outputs
 from autotune.codegen.templates.products import PRODUCTS, Product, product
 from search_space.ir import FusionGroup, Graph, KernelConfig
@@ -172,7 +172,7 @@ def _epilogue(
     pull = Pull(io, row, LANES, {p.out: p.result for p in prods})
     for pos, t in outs:
         where = placement(prods, io, t, holes=holes) or Placed(prods[0].out_index(io.shape(t)))
-        mask = pull.bind(" & ".join(["mask", *where.guards]), "mask") if where.guards else "mask"
+        mask = guarded(pull, "mask", where.guards)
         value = placed_value(pull, where, t, mask)
         ptr = pull.pointer(f"out{pos}", offset(where.index, io.shape(t)), mask)
         row.line(store(ptr, io.dtype(t), value, mask))
@@ -207,8 +207,8 @@ def matmul_kernel(
     tile_body(prods, io, on_tile, row, holes=True)
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    holes = {t: w.pieces for t, w in placed_at.items() if w is not None and w.pieces}
-    side = side_outputs(io, group, size, body, skip={t for _, t in on_tile}, holes=holes)
+    pieces = {t: w.piece for t, w in placed_at.items() if w is not None and w.piece}
+    side = side_outputs(io, group, size, body, skip={t for _, t in on_tile}, pieces=pieces)
     return finish(name, graph, group, config, io, body, tiles,
                   [*cube_constexprs(tm, tn, tk), *side], "matmul",
                   dot_dtype=dot_dtype(io, prods))  # fmt: skip

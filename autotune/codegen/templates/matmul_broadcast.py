@@ -25,10 +25,10 @@ from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
     Scratch,
-    block_of,
     check_outputs,
     finish,
     kernel_io,
+    next_pow2,
     store,
 )
 from autotune.codegen.templates.matmul import (
@@ -36,10 +36,12 @@ from autotune.codegen.templates.matmul import (
     cube_tiles,
     dot_dtype,
     one_tile_shape,
+    placement,
     products_of,
     tile_body,
     tile_lanes,
 )
+from autotune.codegen.templates.placement import Placed
 from autotune.codegen.templates.products import PRODUCTS, Product
 from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 
@@ -100,17 +102,18 @@ class _Spread:
         )
 
 
-def _read_back(spread: _Spread, io: KernelIO, tensor: str) -> Anchor:
-    """How the spreading phase reads a stored value of the product's size: at the tile's
-    own element only (the element a broadcast reads), else the group runs as two kernels."""
+def _read_back(spread: _Spread, prods: list[Product], io: KernelIO, tensor: str) -> Anchor:
+    """How the spreading phase reads a stored value of the product's size: only where the
+    matmul phase stored the tile's element at row ``row`` (its index carried through the
+    ops that made it: a transpose stores elsewhere), else the group runs as two kernels."""
+    where = placement(prods, io, tensor) or Placed(spread.first.out_index(io.shape(tensor)))
+    stored = None if where.guards else tuple(re.sub(r"\bm\b", "row", i) for i in where.index)
     first = spread.first
-    own = first.out_index(io.shape(tensor)) if io.shape(tensor) == spread.own else None
-    env = {"b": sample(first.nb)[:, None, None], "row": sample(first.M)[None, :, None],
-           "n": sample(first.N)[None, None, :], "e": sample(spread.E)[:, None, None]}  # fmt: skip
-    expected = tuple(re.sub(r"\bm\b", "row", i) for i in own) if own else None
+    env = {"b": sample(first.nb)[:, None, None, None], "row": sample(first.M)[:, None, None],
+           "n": sample(first.N)[:, None], "e": sample(spread.E)}  # fmt: skip
 
     def resolve(pull: Pull, idx: Index, mask: str) -> str:
-        if expected is None or not same_index(idx, expected, env):
+        if stored is None or not same_index(idx, stored, env):
             raise Unsupported("the broadcast reads the product off its tile")
         return pull.load(tensor, idx, mask)
 
@@ -120,13 +123,15 @@ def _read_back(spread: _Spread, io: KernelIO, tensor: str) -> Anchor:
 def _spread_phase(
     spread: _Spread,
     io: KernelIO,
+    head_io: KernelIO,
+    prods: list[Product],
     stored: list[str],
     outs: list[tuple[int, str]],
     tile_e: int,
     row: Body,
 ) -> None:
-    """After the tile's values (``stored``) are stored: per row of the tile, the wide
-    outputs over the broadcast elements, ``TILE_E`` at a time."""
+    """After the tile's values (``stored``, made by ``head_io``'s ops) are stored: per row
+    of the tile, the wide outputs over the broadcast elements, ``TILE_E`` at a time."""
     first = spread.first
     per_row = row.child()
     per_row.line("row = tm * TILE_M + mi")
@@ -135,7 +140,7 @@ def _spread_phase(
     chunk.line("lane_e = tl.arange(0, BLOCK_E)[:, None]")
     chunk.line("e = e0 + lane_e")
     chunk.line(f"emask = (lane_e < TILE_E) & (e < {spread.E}) & nmask")
-    pull = Pull(io, chunk, LANES, {t: _read_back(spread, io, t) for t in stored})
+    pull = Pull(io, chunk, LANES, {t: _read_back(spread, prods, head_io, t) for t in stored})
     for pos, t in outs:
         idx = spread.index("row")
         value = pull.value(t, idx, "emask")
@@ -190,10 +195,10 @@ def matmul_broadcast_kernel(
     tile_lanes(first, row)
     tile_body(prods, head_io, [(pos[t], t) for t in head.outputs], row)
     row.line("tl.debug_barrier()  # the tile's values are stored: any lane may read them back")
-    _spread_phase(spread, tail_io, list(head.outputs), wide, tile_e, row)
+    _spread_phase(spread, tail_io, head_io, prods, list(head.outputs), wide, tile_e, row)
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    consts = [*cube_constexprs(tm, tn, tk), ("TILE_E", tile_e), ("BLOCK_E", block_of(tile_e))]
+    consts = [*cube_constexprs(tm, tn, tk), ("TILE_E", tile_e), ("BLOCK_E", next_pow2(tile_e))]
     return finish(name, graph, group, config, io, body, tiles, consts, "matmul_broadcast",
                   outputs=[*group.outputs, *(s.name for s in scratch)], scratch=scratch,
                   dot_dtype=dot_dtype(head_io, prods))  # fmt: skip

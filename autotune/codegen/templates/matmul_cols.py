@@ -5,7 +5,8 @@ pool), as one kernel.
 In implicit GEMM a convolution's product has the pixels as rows (M) and the channels as
 columns (N), so a global pooling sums every row of a column: the reduction's rows are the
 product's (batch, column) pairs and its columns the product's rows. Each program owns a tile
-of ``TILE_N`` columns of one batch and runs the matmul over every ``TILE_M`` row tile of it
+of ``TILE_N`` columns of one image (a block of the product's rows) of one batch and runs the
+matmul over every ``TILE_M`` row tile of the image
 (the K loop, then the epilogue ops up to the reduction), folding each tile's rows into one
 running statistic per column; after the last row tile it computes the reduction's result and
 what follows it, and stores them. Nothing is handed off through memory: the statistic stays
@@ -60,13 +61,14 @@ LANES = lanes(
     m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA", bmask="KBN",
     r="N",
 )  # fmt: skip
-_FOLD = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}
-_START = {"sum": "0.0", "mean": "0.0", "max": "float('-inf')", "min": "float('inf')"}
+# how a single-statistic reduction (ROW_RESULT's) folds a tile's rows into its statistic
+_FOLD = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
+_START = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
 
 
 class _Columns:
     """The group cut at its first reduction, its products and its reductions. Product row
-    ``m`` is pixel ``m % C`` of block ``m // C`` (an image); ``row`` is the reduction's row
+    ``m`` is pixel ``m % C`` of block ``m // C`` (an image); ``row`` is every reduction's row
     of product element (b, m, n), in b, n and the block ``i`` (set by ``reads_columns``)."""
 
     def __init__(self, graph: Graph, group: FusionGroup, precision: str):
@@ -94,6 +96,7 @@ class _Columns:
         if self.rows.R != first.nb * self.blocks * first.N:
             return False
         env = _grid(first.nb, self.blocks, C, first.N)
+        rows: list[str] = []
         for red in self.rows.reds:
             own = first.out_index(self.io.shape(first.out))
             tile = placed_index(self.head_io, red.x, first.out, own)
@@ -103,8 +106,11 @@ class _Columns:
             col = offset(tile[red.k :], red.shape[red.k :])
             if not (_is_pixel(col, env) and _names_rows_apart(row, env, self.rows.R)):
                 return False
-            self.row = self.row or re.sub(r"\bm\b", f"(i * {C})", row)
+            if rows and not _is_same(row, rows[0], env):
+                return False  # one program stores every reduction's row at one index
+            rows.append(row)
             self.tiles[red.op.name] = tile
+        self.row = re.sub(r"\bm\b", f"(i * {C})", rows[0])
         return True
 
 
@@ -128,9 +134,13 @@ def _at(expr: str, env: dict[str, np.ndarray]) -> np.ndarray | None:
     return np.broadcast_to(value, np.broadcast_shapes(value.shape, full))
 
 
-def _is_pixel(col: str, env: dict[str, np.ndarray]) -> bool:
-    got, want = _at(col, env), _at("p", env)
+def _is_same(a: str, b: str, env: dict[str, np.ndarray]) -> bool:
+    got, want = _at(a, env), _at(b, env)
     return got is not None and want is not None and np.array_equal(got, want)
+
+
+def _is_pixel(col: str, env: dict[str, np.ndarray]) -> bool:
+    return _is_same(col, "p", env)
 
 
 def _names_rows_apart(row: str, env: dict[str, np.ndarray], rows: int) -> bool:
@@ -172,7 +182,7 @@ def _fold(cols: _Columns, row: Body, inner: Body) -> None:
         row.line(f"{acc} = tl.full([1, BLOCK_N], {_START[how]}, tl.float32)")
         x = pull.value(red.x, cols.tiles[red.op.name], "mask")
         part = f"{_FOLD[how]}(tl.where(mask, {term.format(x=x)}, {_START[how]}), axis=0)[None, :]"
-        if how in ("sum", "mean"):
+        if how == "sum":
             inner.line(f"{acc} = {acc} + {part}")
         else:
             inner.line(f"{acc} = tl.{'maximum' if how == 'max' else 'minimum'}({acc}, {part})")

@@ -23,7 +23,7 @@ from autotune.codegen.scatter import scattered_index
 from autotune.codegen.source import paren
 from search_space.ir import VIEW_OPS, Op
 
-__all__ = ["Placed", "placed", "placed_index", "placed_value"]
+__all__ = ["Placed", "guarded", "placed", "placed_index", "placed_value"]
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,13 @@ class Placed:
 
     index: Index
     guards: tuple[str, ...] = ()
-    # (gather output, its index here, the gathered tensor, its index here): the element a
-    # constant Gather picks is the tile's own (under the guards), not one read at run time
+    # (output of a Gather, Concat or ScatterND on the way, its index here, the input the tile
+    # comes through, its index there): the element such an op takes is the tile's own (under
+    # the guards), not one it reads at run time
     picks: tuple[tuple[str, Index, str, Index], ...] = ()
-    # the tile's piece of each Concat on the way: the output's other elements (the holes)
-    # come from the concat's other inputs, not from the tile
-    pieces: tuple[str, ...] = ()
+    # the tile's piece: the input of the first Concat or ScatterND on the way that the tile
+    # comes through; the output's other elements (its holes) come from that op's other inputs
+    piece: str = ""
 
     def anchors(self) -> dict[str, Anchor]:
         """Each picked tensor read where the tile holds it (a pull's extra anchors)."""
@@ -58,8 +59,10 @@ def _pick(tensor: str, at: Index, data: str, data_at: Index) -> Anchor:
 
 def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str, str]] | None:
     """Ops from ``anchor`` to ``tensor`` (last first), each with the output the path takes
-    and the input it comes from, through layout ops and elementwise ops of the traced
-    tensor's own shape; None when there is no such path."""
+    and the input it comes from: views, Transpose, Split, unit Slices, Gathers of constant
+    consecutive positions, Concats (through an input they take once), ScatterNDs of
+    constant indices (through their updates) and elementwise ops of the traced tensor's own
+    shape; None when there is no such path."""
     if tensor == anchor:
         return []
     op = io.graph.producer(tensor)
@@ -68,8 +71,8 @@ def _path(io: KernelIO, tensor: str, anchor: str) -> list[tuple[Op, str, str]] |
     layout = op.op_type in VIEW_OPS or op.op_type in ("Transpose", "Split")
     if layout or _unit_slice(io, op) or _gather_run(io, op) is not None:
         sources = [op.inputs[0]]
-    elif op.op_type == "Concat":
-        sources = [t for t in op.inputs if t]
+    elif op.op_type == "Concat":  # an input taken twice has no one place in the output
+        sources = [t for t in op.inputs if t and op.inputs.count(t) == 1]
     elif op.op_type == "ScatterND" and _scatters(io, op):
         sources = [op.inputs[2]]  # the updates; the data's other elements are holes
     elif op.op_class.value == "elementwise":
@@ -179,7 +182,7 @@ def placed(
     path = _path(io, tensor, anchor)
     if path is None:
         return None
-    idx, guards, picks, pieces = anchor_idx, [], [], []
+    idx, guards, picks, piece = anchor_idx, [], [], ""
     for op, out, src in reversed(path):
         before = idx
         idx, more = _forward(io, op, out, src, idx)
@@ -187,10 +190,10 @@ def placed(
         if op.op_type in ("Gather", "Concat", "ScatterND"):
             picks.append((out, idx, src, before))
         if op.op_type in ("Concat", "ScatterND"):
-            pieces.append(src)
-    if pieces and not holes:
+            piece = piece or src  # the innermost: an outer op's input holds holes too
+    if piece and not holes:
         return None
-    return Placed(idx, tuple(guards), tuple(picks), tuple(pieces))
+    return Placed(idx, tuple(guards), tuple(picks), piece)
 
 
 def placed_index(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> Index | None:
@@ -198,6 +201,17 @@ def placed_index(io: KernelIO, tensor: str, anchor: str, anchor_idx: Index) -> I
     split or a slice keeps only some)."""
     where = placed(io, tensor, anchor, anchor_idx)
     return where.index if where is not None and not where.guards else None
+
+
+def guarded(pull: Pull, mask: str, guards: tuple[str, ...]) -> str:
+    """``mask`` and the placement's guards; a guard on no lane (the tile's batch, one value
+    per program) selects the mask whole, as Triton's interpreter takes no scalar in a mask."""
+    lanes = [g for g in guards if pull.span(g)]
+    out = pull.bind(" & ".join([mask, *lanes]), "mask") if lanes else mask
+    for g in guards:
+        if not pull.span(g):
+            out = pull.bind(f"tl.where({g}, {out}, False)", "mask")
+    return out
 
 
 def placed_value(pull: Pull, where: Placed, tensor: str, mask: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
+from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, numel, unflatten
 from autotune.codegen.pull import KernelIO, Pull, lanes
 from autotune.codegen.source import Body, paren
@@ -40,13 +41,18 @@ def flat_loop(
     outputs: list[tuple[int, str]],
     body: Body,
     tile: int,
-    holes: Mapping[str, tuple[str, ...]] | None = None,
+    pieces: Mapping[str, str] | None = None,
 ) -> None:
     """A loop over the elements of ``outputs`` (all of one size), ``TILE`` per step; used
     also by the cube templates for an output that is not of their anchor's size (a prologue
-    tensor another kernel reads), which it computes again from its own inputs, and for the
-    holes of an output their tile fills only in part (``holes``: output -> the concat inputs
-    the tile writes), which it writes where the tile does not."""
+    tensor another kernel reads), which it computes again from its own inputs, and for an
+    output their tile fills only in part (``pieces``: output -> the input of a Concat or a
+    ScatterND the tile writes through), whose other elements (its holes) it writes.
+
+    Raises:
+        Unsupported: such an output reads the tile's piece more than once (a concat of it
+            and an activation of it): its holes are not one region.
+    """
     shape0 = io.shape(outputs[0][1])
     size = numel(shape0)
     inner = body.child()
@@ -55,28 +61,27 @@ def flat_loop(
     inner.line(f"mask = (lane < TILE) & (x < {size})")
     pull = Pull(io, inner, LANES)
     for pos, t in outputs:
-        shape = io.shape(t)
-        pieces = (holes or {}).get(t, ())
-        own, taken = _without(io, inner, pieces) if pieces else (pull, [])
-        value = own.value(t, unflatten("x", shape), "mask")
-        # where a piece the tile writes would have been read, this loop does not store
-        mask = (
-            own.bind(" & ".join(["mask", *(f"~{paren(m)}" for m in taken)])) if taken else "mask"
-        )
+        piece = (pieces or {}).get(t, "")
+        own, taken = _without(io, inner, piece) if piece else (pull, [])
+        value = own.value(t, unflatten("x", io.shape(t)), "mask")
+        if piece and len(taken) != 1:
+            raise Unsupported(f"'{t}' reads the tile's piece '{piece}' more than once")
+        # the tile wrote the elements its piece is read for: this loop stores the others
+        mask = own.bind(f"mask & ~{paren(taken[0])}", "mask") if taken else "mask"
         inner.line(store(own.pointer(f"out{pos}", "x", mask), io.dtype(t), value, mask))
     body.nest(f"for tile in range(pid, {math.ceil(size / tile)}, NPROG):", inner)
 
 
-def _without(io: KernelIO, body: Body, pieces: tuple[str, ...]) -> tuple[Pull, list[str]]:
-    """A reader for which ``pieces`` read as zero, and the masks they were asked under
-    (the elements that are theirs)."""
+def _without(io: KernelIO, body: Body, piece: str) -> tuple[Pull, list[str]]:
+    """A reader for which ``piece`` reads as zero, and the masks it was read under (the
+    elements that are the piece's)."""
     taken: list[str] = []
 
     def absent(pull: Pull, idx: Index, mask: str) -> str:
         taken.append(mask)
         return "0.0"
 
-    return Pull(io, body, LANES, {t: absent for t in pieces}), taken
+    return Pull(io, body, LANES, {piece: absent}), taken
 
 
 def pointwise_kernel(
@@ -108,18 +113,18 @@ def side_outputs(
     size: int,
     body: Body,
     skip: Collection[str] = (),
-    holes: Mapping[str, tuple[str, ...]] | None = None,
+    pieces: Mapping[str, str] | None = None,
 ) -> tuple[tuple[str, int], ...]:
     """Loops for the outputs not of the anchor's size and not in ``skip`` (those the anchor's
     tile stores), each computed again from its own inputs, and for the holes of those the
-    tile stores in part (``holes``, see :func:`flat_loop`); the constexprs they add."""
+    tile stores in part (``pieces``, see :func:`flat_loop`); the constexprs they add."""
     by_size: dict[int, list[tuple[int, str]]] = {}
     for pos, t in enumerate(group.outputs):
-        if (numel(io.shape(t)) != size and t not in skip) or t in (holes or {}):
+        if (numel(io.shape(t)) != size and t not in skip) or t in (pieces or {}):
             by_size.setdefault(numel(io.shape(t)), []).append((pos, t))
     if not by_size:
         return ()
     tile = max(1, min(1024, max(by_size)))
     for n in sorted(by_size, reverse=True):
-        flat_loop(io, by_size[n], body, tile, holes)
+        flat_loop(io, by_size[n], body, tile, pieces)
     return (("TILE", tile), ("BLOCK", next_pow2(tile)))

@@ -39,7 +39,7 @@ from autotune.codegen.templates.common import (
     next_pow2,
     store,
 )
-from autotune.codegen.templates.placement import Placed, placed, placed_value
+from autotune.codegen.templates.placement import Placed, guarded, placed, placed_value
 from search_space.ir import FusionGroup, Graph, KernelConfig, Op
 
 __all__ = [
@@ -307,7 +307,7 @@ def _store_outputs(
         else:
             picked = _picked(rows.reds, io, t)
             assert picked is not None  # _reductions refused any other output
-            where, mask = picked, pull.bind(" & ".join(["mask", *picked.guards]), "mask")
+            where, mask = picked, guarded(pull, "mask", picked.guards)
         value = placed_value(pull, where, t, mask)
         ptr = pull.pointer(f"out{pos}", offset(where.index, shape), mask)
         body.line(store(ptr, io.dtype(t), value, mask))

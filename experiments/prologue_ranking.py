@@ -3,8 +3,9 @@
 Add -> MatMul(1024 x 1024 x 1024, fp16) [-> Tanh]: the vector side computes the cube's operand
 each step. For every chip and both forms, about 40 configs of the group's grid are simulated
 and predicted by the raw analytic model; the table gives Kendall's tau of the two orders and
-the spread of their ratio (max / min of predicted / simulated). CI checks one case
-(``tests/costmodel/test_simulator_prologue.py``); this script runs them all (about 3 minutes).
+the spread of their ratio (max / min of predicted / simulated). CI checks one case, at half
+the rows (``tests/costmodel/test_simulator_prologue.py``); this script runs them all (about 3
+minutes).
 
     cd experiments && ../.venv/bin/python prologue_ranking.py
 

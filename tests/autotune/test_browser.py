@@ -58,12 +58,14 @@ def _errors(browser: Any) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A study and its report page (safe mode off: the page and the dashboard show nothing of
+    it, and it took a third of the study's time)."""
     folder = tmp_path_factory.mktemp("browser")
     runner = CliRunner()
     res = runner.invoke(
         app,
         ["tune", "zoo:bert-base", "--layers", "2", "--scale", "0.25", "--trials", "8",
-         "-o", str(folder / "plan.json"), "--storage", str(folder / "s.journal")],
+         "--unsafe", "-o", str(folder / "plan.json"), "--storage", str(folder / "s.journal")],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     res = runner.invoke(
@@ -131,7 +133,9 @@ def test_the_candidates_page_draws_each_verdict(browser: Any, tmp_path: Path) ->
 
 def test_the_full_bert_base_page_draws_its_folded_graph(browser: Any, tmp_path: Path) -> None:
     """Full bert-base (12 layers): the page draws every plot, and the graph shows each box the
-    folded figure holds (repeated layers drawn once), fewer than the fused groups."""
+    folded figure holds (repeated layers drawn once), fewer than the fused groups. Safe mode
+    is off (as for ``tuned``): checking the full model's fused kernels against the float64
+    reference took 40 s of this test's minute."""
     from autotune.graph_view import fused_graph
     from search_space.space import FusionPlan
 
@@ -140,7 +144,7 @@ def test_the_full_bert_base_page_draws_its_folded_graph(browser: Any, tmp_path: 
     res = runner.invoke(
         app,
         ["tune", "zoo:bert-base", "--trials", "6", "--cost", "analytic", "--polish", "0",
-         "-o", str(plan), "--storage", str(tmp_path / "s.journal")],
+         "--unsafe", "-o", str(plan), "--storage", str(tmp_path / "s.journal")],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["report", str(plan), "--html", str(page)])

@@ -3,9 +3,14 @@
 Under the additive analytic cost, where the ``optimal`` baseline (an ILP over candidate groups
 of up to six ops) is exact, the tuner's own trial loop (its sampler, the none/greedy/max warm
 start and, every ten trials, its local search: block moves, flips and, at a local optimum of
-those, swaps, with the descent in the model) must end within 1% of that optimum in 200 trials,
+those, swaps, with the descent in the model) must end within 1% of that optimum in 60 trials,
 with no optimal plan enqueued. The ILP is the independent oracle; the study's model is made
 additive (each kernel standalone, cold L2) so that the two rank plans alike.
+
+A study's trials do not depend on its budget (the sampler is seeded, nothing is measured, the
+local search runs every ten trials), so 60 trials are the first 60 of a 200-trial study; in
+200-trial runs the bert-base layer got within 1% at trial 20 (a local search's move) and the
+gpt2 layer at trial 2 (the max warm start): three times the trials needed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from autotune.zoo import build
 from search_space import load_graph
 from search_space.space import baseline_plan, plan_cost
 
-TRIALS = 200
+TRIALS = 60
 
 
 @pytest.mark.slow

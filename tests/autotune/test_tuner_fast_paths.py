@@ -68,7 +68,9 @@ def _tiled(s: Session, plan: SpacePlan, draw: st.DrawFn) -> SpacePlan:
     return SpacePlan(plan.groups, tuple(g[i] for g, i in zip(grids, picks, strict=True)))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 12 examples (96 plans): the 13 more that CI's derandomized run drew at 25 held two new
+# (seed, density, ahead) triples and 11 repeats of one triple or another, other configs drawn
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
     density=st.sampled_from([0.3, 0.7, 1.0]),
@@ -135,8 +137,10 @@ def test_a_descent_told_its_moves_ahead_ends_where_the_plain_one_does(
     tmp_path: Path, prior: bool
 ) -> None:
     """Two studies of one model, one descending with ``prepare`` and one without (nothing
-    shared between them but the model): the same end at the same cost."""
-    graph = load_graph(LIGHT / "light_inception_v2.onnx")
+    shared between them but the model): the same end at the same cost. On inception_v1, as on
+    inception_v2 (3x its ops, 2.5x the time), both steps of each descent reach the swap tier
+    and take a swap, so ``prepare`` is told four tiers of moves, over the same kernel kinds."""
+    graph = load_graph(LIGHT / "light_inception_v1.onnx")
     ends = []
     for i, ahead in enumerate((False, True)):
         (tmp_path / str(i)).mkdir()

@@ -73,13 +73,20 @@ def test_saved_plan_is_the_measured_plan_when_the_model_refits_often(graph, tmp_
     assert again.latency_us == pytest.approx(result.best_latency_us, rel=1e-9)
 
 
-def test_the_answer_is_the_best_measured_candidate(graph, tmp_path) -> None:
-    """Every plan measured as a candidate is listed with its simulated latency; the answer is
-    the cheapest of them (before safe mode, off here)."""
+@pytest.fixture(scope="module")
+def unsafe_study(graph, tmp_path_factory: pytest.TempPathFactory):
+    """A learned study with safe mode off, whose answer two tests check."""
     from search_space.rules import Policy
 
-    cfg = _cfg(tmp_path, study="cands", trials=8, policy=Policy(safe_mode=False))
-    result = tune_graph(graph, cfg, name="bert")
+    folder = tmp_path_factory.mktemp("unsafe")
+    cfg = _cfg(folder, study="cands", trials=8, policy=Policy(safe_mode=False))
+    return tune_graph(graph, cfg, name="bert")
+
+
+def test_the_answer_is_the_best_measured_candidate(unsafe_study) -> None:
+    """Every plan measured as a candidate is listed with its simulated latency; the answer is
+    the cheapest of them (before safe mode, off here)."""
+    result = unsafe_study
     cands = result.plan.meta["candidates"]
     assert {"greedy", "max"} <= {c["source"] for c in cands}
     assert result.best_latency_us == min(c["measured_us"] for c in cands)
@@ -163,14 +170,13 @@ def test_the_measured_winner_is_settled_by_a_descent_from_its_grouping(
     assert cost == "learned" or not any("settled by the prior" in c for c in kernels)
 
 
-def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, tmp_path):
+def test_learned_tuning_is_never_worse_than_the_analytic_models_max_plan(graph, unsafe_study):
     """`estimate --plan max` is the max grouping with the calibrated analytic model's tiles;
-    the learned study measures that plan too, so it can only end at or below it."""
+    the learned study measures that plan too, so it can only end at or below it (safe mode,
+    which may unfuse after the pick, is off)."""
     from autotune.estimate import estimate_graph
-    from search_space.rules import Policy
 
-    cfg = _cfg(tmp_path, study="vs-max", trials=6, policy=Policy(safe_mode=False))
-    result = tune_graph(graph, cfg, name="bert")  # (safe mode may unfuse after the pick)
+    result = unsafe_study
     for baseline in ("max", "greedy"):
         ref = estimate_graph(graph, model_name="m", plan=baseline, cost="simulator")
         assert result.best_latency_us <= ref.latency_us * (1 + 1e-9), baseline

@@ -17,8 +17,16 @@ def graph():
     return bert_graph()
 
 
-def test_tuned_plan_is_never_worse_than_greedy_and_reports_baselines(graph, tmp_path) -> None:
-    result = tune_graph(graph, _cfg(tmp_path), name="bert")
+@pytest.fixture(scope="module")
+def default_study(graph, tmp_path_factory: pytest.TempPathFactory):
+    """A study with the default settings, whose answer two tests check."""
+    return tune_graph(graph, _cfg(tmp_path_factory.mktemp("default")), name="bert")
+
+
+def test_tuned_plan_is_never_worse_than_greedy_and_reports_baselines(
+    graph, default_study, tmp_path
+) -> None:
+    result = default_study
     data = result.to_json()
     for key in (
         "measured_us",
@@ -182,11 +190,11 @@ def test_cli_tune_json_and_report(tmp_path, monkeypatch) -> None:
     assert bad.exit_code == 1 and "does not exist" in bad.stderr
 
 
-def test_max_mem_usage_limits_the_chosen_plan(graph, tmp_path) -> None:
+def test_max_mem_usage_limits_the_chosen_plan(graph, default_study, tmp_path) -> None:
     from search_space.rules import Policy
     from search_space.space import peak_live_bytes
 
-    free = tune_graph(graph, _cfg(tmp_path, study="free"), name="bert")
+    free = default_study  # no limit
     limit = 1  # no plan fits one byte: the leanest candidate is kept
     tight = tune_graph(
         graph, _cfg(tmp_path, study="tight", policy=Policy(max_mem_usage=limit)), name="bert"

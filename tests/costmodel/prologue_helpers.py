@@ -41,12 +41,12 @@ def prologue_graph(m: int, k: int, n: int, epilogue: bool) -> tuple[Graph, list[
 
 
 def prologue_ranking(
-    target_name: str, epilogue: bool, samples: int = 40
+    target_name: str, epilogue: bool, samples: int = 40, m: int = 1024
 ) -> tuple[float, float, int]:
     """Kendall's tau of the raw analytic model's order of about ``samples`` configs of the
-    1024^3 prologue group's grid against the simulator's, the spread (max / min) of their
-    ratio, and the number of configs."""
-    graph, ops = prologue_graph(1024, 1024, 1024, epilogue)
+    ``m`` x 1024 x 1024 prologue group's grid against the simulator's, the spread (max / min)
+    of their ratio, and the number of configs."""
+    graph, ops = prologue_graph(m, 1024, 1024, epilogue)
     target = load_target(target_name)
     lowering = Lowering(graph, target)
     group = make_group(graph, ops)

@@ -251,3 +251,19 @@ def test_rows_picked_on_a_products_batch_axis_are_stored_from_its_tile(tmp_path)
     program, result = _one_group(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
+
+
+def test_a_picked_row_of_as_many_elements_as_the_norm_has_rows_is_a_pick(tmp_path) -> None:
+    # found in review: [2, 20, 20] normalised over its last axis has R = 40 rows; its class
+    # token [2, 20] has 40 elements too, and was taken for one value per row
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1),
+        helper.make_node("Gather", ["y", "at"], ["cls"], name="pick", axis=1),
+    ]
+    inits = [f32("g", RNG.normal(1, 0.1, 20)), f32("b", RNG.normal(0, 0.1, 20)), i64("at", 0)]
+    model = make(nodes, [_vi("x", [2, 20, 20])], [_vi("y", [2, 20, 20]), _vi("cls", [2, 20])],
+                 inits)  # fmt: skip
+    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=64),
+                                 tmp_path)  # fmt: skip
+    assert result.ok, describe(result)
+    assert not program.unfused and [k.template for k in program.kernels] == ["reduction"]

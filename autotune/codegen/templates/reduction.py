@@ -291,8 +291,10 @@ def _picked(reds: list[Reduction], io: KernelIO, t: str) -> Placed | None:
 
 
 def _per_row(rows: Rows, t: str) -> bool:
+    """One value per row (a statistic, or what is made from one): R elements, not the grid,
+    and not picked from it (a class token may have R elements too)."""
     n = numel(rows.io.shape(t))
-    return n == rows.R and n != rows.R * rows.C
+    return n == rows.R and n != rows.R * rows.C and _picked(rows.reds, rows.io, t) is None
 
 
 def _store_outputs(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "same_index",
     "sample",
     "strides",
+    "substitute",
     "unflatten",
 ]
 
@@ -75,6 +77,12 @@ def _flat_name(idx: Index) -> str:
     last = next((e for e in reversed(idx) if e != "0"), "")
     name = last.split(" % ")[0]
     return name if name.isidentifier() else ""
+
+
+def substitute(idx: Index, name: str, by: str) -> Index:
+    """``idx`` with the variable ``name`` (a whole word) replaced by the expression ``by``."""
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    return tuple(word.sub(paren(by), e) for e in idx)
 
 
 def unflatten(flat: str, shape: Sequence[int]) -> Index:

@@ -76,6 +76,11 @@ class Lanes:
             shape[pos] = block
         return f"tl.zeros([{', '.join(shape)}], dtype=tl.int32)"
 
+    def naming(self, **axes: str) -> Lanes:
+        """These lanes, with more variables over their axes (``r="N"``)."""
+        more = {name: frozenset(_axis_names(text, self.blocks)) for name, text in axes.items()}
+        return Lanes({**self.axes, **more}, self.blocks, self.rank)
+
 
 def lanes(blocks: Mapping[str, tuple[int, str]], **axes: str) -> Lanes:
     """Lanes from ``name="AXES"`` pairs (one letter per axis: ``mask="MN"``)."""

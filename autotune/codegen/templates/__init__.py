@@ -11,11 +11,12 @@ from autotune.codegen.templates.attention import attention_kernels
 from autotune.codegen.templates.common import KernelSource, Scratch
 from autotune.codegen.templates.matmul import PRODUCTS, matmul_kernel
 from autotune.codegen.templates.matmul_broadcast import broadcast_shape, matmul_broadcast_kernel
-from autotune.codegen.templates.matmul_cols import matmul_cols_kernel, reduces_columns
+from autotune.codegen.templates.matmul_cols import columns_of, matmul_cols_kernel
 from autotune.codegen.templates.matmul_rows import matmul_rows_kernel
 from autotune.codegen.templates.matmul_segments import segments_kernel
 from autotune.codegen.templates.pointwise import pointwise_kernel
-from autotune.codegen.templates.reduction import REDUCTIONS, reduction_kernel
+from autotune.codegen.templates.reduction import reduction_kernel
+from autotune.codegen.templates.row_split import REDUCTIONS
 from autotune.codegen.window import WINDOW_HANDLERS, is_depthwise
 from search_space.ir import FusionGroup, Graph, KernelConfig, OpClass
 
@@ -46,8 +47,9 @@ def kernels_for(
         if len(cube) > 1 and any(op.op_type in ("Softmax", "LogSoftmax") for op in ops):
             return attention_kernels(name, graph, group, config, precision)
         if any(op.op_type in REDUCTIONS for op in ops):
-            if reduces_columns(graph, group, precision):
-                return [matmul_cols_kernel(name, graph, group, config, precision)]
+            cols = columns_of(name, graph, group, precision)
+            if cols is not None:
+                return [matmul_cols_kernel(name, graph, group, config, cols)]
             return [matmul_rows_kernel(name, graph, group, config, precision)]
         if len({graph.tensors[op.outputs[0]].static_shape for op in cube}) > 1:
             return [segments_kernel(name, graph, group, config, precision)]

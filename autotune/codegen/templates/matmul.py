@@ -69,7 +69,8 @@ def _k_loop(prods: list[Product], io: KernelIO, row: Body) -> None:
     row.nest(f"for k0 in range(0, {k}, TILE_K):", inner)
 
 
-def _tile_vars(prod: Product, row: Body, tiles_m: int, tiles_n: int) -> None:
+def tile_vars(prod: Product, row: Body, tiles_m: int, tiles_n: int) -> None:
+    """Output tile ``tile``'s batch ``b``, row tile ``tm``, column tile ``tn`` and lanes."""
     row.line(f"b = tile // {tiles_m * tiles_n}")
     row.line(f"tm = (tile // {tiles_n}) % {tiles_m}")
     row.line(f"tn = tile % {tiles_n}")
@@ -199,7 +200,7 @@ def matmul_kernel(
     tiles_m, tiles_n = math.ceil(first.M / tm), math.ceil(first.N / tn)
     body = Body(1)
     row = body.child()
-    _tile_vars(first, row, tiles_m, tiles_n)
+    tile_vars(first, row, tiles_m, tiles_n)
     size = first.nb * first.M * first.N
     placed_at = {t: placement(prods, io, t, holes=True) for t in group.outputs}
     on_tile = [(p, t) for p, t in enumerate(group.outputs)

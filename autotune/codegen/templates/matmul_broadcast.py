@@ -15,19 +15,15 @@ elements.
 from __future__ import annotations
 
 import math
-import re
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.indexing import Index, numel, offset, same_index, sample, unflatten
-from autotune.codegen.kernel_io import KernelIO
-from autotune.codegen.pull import Anchor, Pull, lanes
+from autotune.codegen.indexing import Index, numel, offset, sample, substitute, unflatten
+from autotune.codegen.pull import Pull, lanes
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
-    Scratch,
     check_outputs,
     finish,
-    kernel_io,
     next_pow2,
     store,
 )
@@ -35,13 +31,10 @@ from autotune.codegen.templates.matmul import (
     cube_constexprs,
     cube_tiles,
     dot_dtype,
-    one_tile_shape,
-    placement,
-    products_of,
     tile_body,
-    tile_lanes,
+    tile_vars,
 )
-from autotune.codegen.templates.placement import Placed
+from autotune.codegen.templates.phases import Phases
 from autotune.codegen.templates.products import PRODUCTS, Product
 from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 
@@ -95,44 +88,22 @@ class _Spread:
     def index(self, m: str) -> Index:
         """The wide output's element for broadcast element ``e`` of product element
         (b, ``m``, n)."""
-        canonical = [re.sub(r"\bm\b", m, i) for i in self.first.out_index(self.own)]
+        canonical = substitute(self.first.out_index(self.own), "m", m)
         spread = iter(unflatten("e", [self.big[d] for d in self.dims]))
         return tuple(
             next(spread) if d in self.dims else canonical[d] for d in range(len(self.big))
         )
 
 
-def _read_back(spread: _Spread, prods: list[Product], io: KernelIO, tensor: str) -> Anchor:
-    """How the spreading phase reads a stored value of the product's size: only where the
-    matmul phase stored the tile's element at row ``row`` (its index carried through the
-    ops that made it: a transpose stores elsewhere), else the group runs as two kernels."""
-    where = placement(prods, io, tensor) or Placed(spread.first.out_index(io.shape(tensor)))
-    stored = None if where.guards else tuple(re.sub(r"\bm\b", "row", i) for i in where.index)
+def _spread_phase(ph: Phases, spread: _Spread, tile_e: int, row: Body) -> None:
+    """After the tile's values are stored: per row of the tile, the wide outputs over the
+    broadcast elements, ``TILE_E`` at a time, reading the stored values back only where the
+    tile's row ``row`` stored them."""
     first = spread.first
     env = {"b": sample(first.nb)[:, None, None, None], "row": sample(first.M)[:, None, None],
            "n": sample(first.N)[:, None], "e": sample(spread.E)}  # fmt: skip
-
-    def resolve(pull: Pull, idx: Index, mask: str) -> str:
-        if stored is None or not same_index(idx, stored, env):
-            raise Unsupported("the broadcast reads the product off its tile")
-        return pull.load(tensor, idx, mask)
-
-    return resolve
-
-
-def _spread_phase(
-    spread: _Spread,
-    io: KernelIO,
-    head_io: KernelIO,
-    prods: list[Product],
-    stored: list[str],
-    outs: list[tuple[int, str]],
-    tile_e: int,
-    row: Body,
-) -> None:
-    """After the tile's values (``stored``, made by ``head_io``'s ops) are stored: per row
-    of the tile, the wide outputs over the broadcast elements, ``TILE_E`` at a time."""
-    first = spread.first
+    why = "the broadcast reads the product off its tile"
+    back = {t: ph.read_back(t, env, why, ("m", "row")) for t in ph.head.outputs}
     per_row = row.child()
     per_row.line("row = tm * TILE_M + mi")
     inside = per_row.child()  # a row past the product's last: nothing to spread
@@ -140,12 +111,12 @@ def _spread_phase(
     chunk.line("lane_e = tl.arange(0, BLOCK_E)[:, None]")
     chunk.line("e = e0 + lane_e")
     chunk.line(f"emask = (lane_e < TILE_E) & (e < {spread.E}) & nmask")
-    pull = Pull(io, chunk, LANES, {t: _read_back(spread, prods, head_io, t) for t in stored})
-    for pos, t in outs:
-        idx = spread.index("row")
+    pull = Pull(ph.tail_io, chunk, LANES, back)
+    idx = spread.index("row")
+    for pos, t in ph.written:
         value = pull.value(t, idx, "emask")
-        chunk.line(store(pull.pointer(f"out{pos}", offset(idx, io.shape(t)), "emask"),
-                         io.dtype(t), value, "emask"))  # fmt: skip
+        chunk.line(store(pull.pointer(f"out{pos}", offset(idx, ph.io.shape(t)), "emask"),
+                         ph.io.dtype(t), value, "emask"))  # fmt: skip
     inside.nest(f"for e0 in range(0, {spread.E}, TILE_E):", chunk)
     per_row.nest(f"if row < {first.M}:", inside)
     row.nest("for mi in range(0, TILE_M):", per_row)
@@ -165,40 +136,27 @@ def matmul_broadcast_kernel(
     big = broadcast_shape(graph, group)
     if big is None:
         raise Unsupported("outputs that are not one broadcast of the product")
-    io = kernel_io(graph, group, precision)
     cube = next(graph.op(o) for o in group.ops if graph.op(o).op_type in PRODUCTS)
-    own = io.shape(cube.outputs[0])
+    own = graph.tensors[cube.outputs[0]].static_shape
     head, tail = _split(graph, group, numel(own))
-    head_io = KernelIO(graph, frozenset(head.ops), io.params, io.literals, precision)
-    prods = products_of(graph, head, head_io)
-    if not one_tile_shape(prods):
-        raise Unsupported("products of different tile shapes before a broadcast")
-    first = prods[0]
-    handoff = [t for t in head.outputs if t not in group.outputs]
-    scratch = tuple(Scratch(f"{name}::{t}", io.shape(t), io.dtype(t)) for t in handoff)
-    pos = {t: i for i, t in enumerate([*group.outputs, *handoff])}
-    wide = [(pos[t], t) for t in tail.outputs]
-    if any(io.shape(t) != big for _, t in wide):
+    ph = Phases(name, graph, group, head, tail, precision, "a broadcast")
+    if any(ph.io.shape(t) != big for t in tail.outputs):
         raise Unsupported("an output of the broadcast's ops that is not the broadcast's shape")
+    first = ph.prods[0]
     spread = _Spread(first, own, big)
-    read_back = {**io.params, **{t: f"out{pos[t]}" for t in head.outputs}}
-    tail_io = KernelIO(graph, frozenset(tail.ops), read_back, io.literals, precision)
-    tm, tn, tk = cube_tiles(config, prods)
+    tm, tn, tk = cube_tiles(config, ph.prods)
     tiles_m, tiles_n = math.ceil(first.M / tm), math.ceil(first.N / tn)
     # the spreading block holds as many elements as the plan's output block (base_m x base_n)
     tile_e = max(1, min(spread.E, (config.base_m or tm) * (config.base_n or tn) // tn))
     body = Body(1)
     row = body.child()
-    row.line(f"b = tile // {tiles_m * tiles_n}")
-    row.line(f"tm = (tile // {tiles_n}) % {tiles_m}")
-    row.line(f"tn = tile % {tiles_n}")
-    tile_lanes(first, row)
-    tile_body(prods, head_io, [(pos[t], t) for t in head.outputs], row)
+    tile_vars(first, row, tiles_m, tiles_n)
+    tile_body(ph.prods, ph.head_io, ph.stored, row)
     row.line("tl.debug_barrier()  # the tile's values are stored: any lane may read them back")
-    _spread_phase(spread, tail_io, head_io, prods, list(head.outputs), wide, tile_e, row)
+    _spread_phase(ph, spread, tile_e, row)
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), ("TILE_E", tile_e), ("BLOCK_E", next_pow2(tile_e))]
-    return finish(name, graph, group, config, io, body, tiles, consts, "matmul_broadcast",
-                  outputs=[*group.outputs, *(s.name for s in scratch)], scratch=scratch,
-                  dot_dtype=dot_dtype(head_io, prods))  # fmt: skip
+    return finish(name, graph, group, config, ph.io, body, tiles, consts, "matmul_broadcast",
+                  outputs=ph.outputs, scratch=ph.scratch,
+                  dot_dtype=dot_dtype(ph.head_io, ph.prods))  # fmt: skip

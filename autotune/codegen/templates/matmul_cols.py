@@ -18,67 +18,56 @@ and is refused.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.indexing import Index, evaluate, numel, offset, sample, unflatten
-from autotune.codegen.kernel_io import KernelIO
-from autotune.codegen.pull import Pull, lanes
+from autotune.codegen.indexing import Index, evaluate, numel, offset, sample, substitute, unflatten
+from autotune.codegen.pull import Pull
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
     check_outputs,
     finish,
-    kernel_io,
     store,
 )
+from autotune.codegen.templates.matmul import LANES as MATMUL_LANES
 from autotune.codegen.templates.matmul import (
     cube_constexprs,
     cube_tiles,
     dot_dtype,
-    one_tile_shape,
-    products_of,
     tile_body,
 )
 from autotune.codegen.templates.matmul_rows import split_at_reduction
+from autotune.codegen.templates.phases import Phases
 from autotune.codegen.templates.placement import placed_index
 from autotune.codegen.templates.products import Product
-from autotune.codegen.templates.reduction import (
-    ROW_RESULT,
-    STATS,
-    Reduction,
-    reduction_rows,
-)
+from autotune.codegen.templates.row_split import ROW_RESULT, STATS, reduction_rows
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
-__all__ = ["matmul_cols_kernel", "reduces_columns"]
+__all__ = ["Columns", "columns_of", "matmul_cols_kernel"]
 
 # the matmul's lanes, and the reduction's row r (one per product column) along N
-LANES = lanes(
-    {"M": (0, "BLOCK_M"), "N": (1, "BLOCK_N"), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
-    m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA", bmask="KBN",
-    r="N",
-)  # fmt: skip
+LANES = MATMUL_LANES.naming(r="N")
 # how a single-statistic reduction (ROW_RESULT's) folds a tile's rows into its statistic
 _FOLD = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
 _START = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
 
 
-class _Columns:
+class Columns:
     """The group cut at its first reduction, its products and its reductions. Product row
     ``m`` is pixel ``m % C`` of block ``m // C`` (an image); ``row`` is every reduction's row
-    of product element (b, m, n), in b, n and the block ``i`` (set by ``reads_columns``)."""
+    of product element (b, m, n), in b, n and the block ``i`` (set by ``reads_columns``).
 
-    def __init__(self, graph: Graph, group: FusionGroup, precision: str):
-        head, self.tail = split_at_reduction(graph, group)
-        self.io = kernel_io(graph, group, precision)
-        self.head_io = KernelIO(graph, frozenset(head.ops), self.io.params, self.io.literals,
-                                precision)  # fmt: skip
-        self.head = head
-        self.prods = products_of(graph, head, self.head_io)
-        self.rows = reduction_rows(graph, self.tail, self.io)
+    Raises:
+        Unsupported: what the phases or the reduction template refuse.
+    """
+
+    def __init__(self, name: str, graph: Graph, group: FusionGroup, precision: str):
+        head, tail = split_at_reduction(graph, group)
+        ph = Phases(name, graph, group, head, tail, precision, "a pooling")
+        self.io, self.head_io, self.prods, self.head = ph.io, ph.head_io, ph.prods, head
+        self.rows = reduction_rows(graph, tail, ph.io)
         self.blocks = self.prods[0].M // self.rows.C
         self.row = ""
         self.tiles: dict[str, Index] = {}  # each reduction's input at the tile's elements
@@ -88,7 +77,7 @@ class _Columns:
         and at a row that (b, ``m // C``, n) alone names: one program's column tile of one
         block then holds whole rows of the reduction."""
         first, C = self.prods[0], self.rows.C
-        if not one_tile_shape(self.prods) or first.M % C:
+        if first.M % C:
             return False
         if any(len(STATS[r.op.op_type]) != 1 or r.op.op_type not in ROW_RESULT
                for r in self.rows.reds):  # fmt: skip
@@ -110,7 +99,7 @@ class _Columns:
                 return False  # one program stores every reduction's row at one index
             rows.append(row)
             self.tiles[red.op.name] = tile
-        self.row = re.sub(r"\bm\b", f"(i * {C})", rows[0])
+        (self.row,) = substitute((rows[0],), "m", f"i * {C}")
         return True
 
 
@@ -156,28 +145,22 @@ def _names_rows_apart(row: str, env: dict[str, np.ndarray], rows: int) -> bool:
     )
 
 
-def reduces_columns(graph: Graph, group: FusionGroup, precision: str = "auto") -> bool:
-    """Whether the group is a matmul whose reduction's rows are the product's columns (a
-    global pooling of a convolution's pixels), which :func:`matmul_cols_kernel` writes."""
+def columns_of(name: str, graph: Graph, group: FusionGroup, precision: str) -> Columns | None:
+    """The group cut for :func:`matmul_cols_kernel` when it is a matmul whose reduction's rows
+    are the product's columns (a global pooling of a convolution's pixels), else None."""
     try:
-        return _Columns(graph, group, precision).reads_columns()
+        cols = Columns(name, graph, group, precision)
     except Unsupported:
-        return False
+        return None
+    return cols if cols.reads_columns() else None
 
 
-def _one_stat(red: Reduction) -> tuple[str, str, str]:
-    stats = STATS[red.op.op_type]
-    if len(stats) != 1 or red.op.op_type not in ROW_RESULT:  # reads_columns refused it
-        raise Unsupported(f"a {red.op.op_type} over a product's rows")
-    return stats[0]
-
-
-def _fold(cols: _Columns, row: Body, inner: Body) -> None:
+def _fold(cols: Columns, row: Body, inner: Body) -> None:
     """A running statistic per column of the tile (``[1, BLOCK_N]``), started in ``row``
     and folded with each row tile in ``inner``."""
     pull = Pull(cols.head_io, inner, LANES, {p.out: p.result for p in cols.prods})
     for red in cols.rows.reds:
-        key, how, term = _one_stat(red)
+        key, how, term = STATS[red.op.op_type][0]  # one statistic: reads_columns says so
         acc = f"col{len(cols.rows.stats)}"
         row.line(f"{acc} = tl.full([1, BLOCK_N], {_START[how]}, tl.float32)")
         x = pull.value(red.x, cols.tiles[red.op.name], "mask")
@@ -189,7 +172,7 @@ def _fold(cols: _Columns, row: Body, inner: Body) -> None:
         cols.rows.stats[(red.op.name, key)] = acc
 
 
-def _store_results(cols: _Columns, outs: list[tuple[int, str]], row: Body) -> None:
+def _store_results(cols: Columns, outs: list[tuple[int, str]], row: Body) -> None:
     """The reductions' results and the ops after them, one value per reduction row."""
     row.line(f"r = {cols.row}")
     pull = Pull(cols.io, row, LANES, cols.rows.anchors())
@@ -214,7 +197,7 @@ def _lanes(first: Product, cols: int, row: Body, inner: Body) -> None:
     inner.line("mask = mmask & nmask")
 
 
-def _outputs(cols: _Columns, group: FusionGroup) -> tuple[list[tuple[int, str]], ...]:
+def _outputs(cols: Columns, group: FusionGroup) -> tuple[list[tuple[int, str]], ...]:
     """The group's outputs (position, tensor) stored from the tile, and those stored once
     per reduction row."""
     first = cols.prods[0]
@@ -228,19 +211,16 @@ def _outputs(cols: _Columns, group: FusionGroup) -> tuple[list[tuple[int, str]],
 
 
 def matmul_cols_kernel(
-    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, cols: Columns
 ) -> KernelSource:
-    """The kernel of a matmul group whose reduction's rows are the product's columns.
+    """The kernel of a matmul group whose reduction's rows are the product's columns
+    (``cols``, from :func:`columns_of`).
 
     Raises:
-        Unsupported: a reduction of more than one statistic (a softmax over the pixels), an
-            output of the group that is neither the product's size nor one per reduction row,
-            or what the matmul or the reduction template refuses.
+        Unsupported: an output of the group that is neither the product's size nor one per
+            reduction row, or what the matmul template refuses.
     """
     check_outputs(graph, group.outputs)
-    cols = _Columns(graph, group, precision)
-    if not cols.reads_columns():
-        raise Unsupported("a reduction across neither the product's rows nor its columns")
     first, C = cols.prods[0], cols.rows.C
     on_tile, per_row = _outputs(cols, group)
     tm, tn, tk = cube_tiles(config, cols.prods)

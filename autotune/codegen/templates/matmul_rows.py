@@ -16,38 +16,29 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.indexing import Index, numel, same_index, sample
-from autotune.codegen.kernel_io import KernelIO
-from autotune.codegen.pull import Anchor, Pull
+from autotune.codegen.indexing import numel, sample
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
-    Scratch,
     block_of,
     check_outputs,
     finish,
-    kernel_io,
 )
 from autotune.codegen.templates.matmul import (
     PRODUCTS,
     cube_constexprs,
     cube_tiles,
     dot_dtype,
-    one_tile_shape,
-    placement,
-    products_of,
     tile_body,
     tile_lanes,
 )
-from autotune.codegen.templates.placement import Placed
+from autotune.codegen.templates.phases import Phases
 from autotune.codegen.templates.products import Product
-from autotune.codegen.templates.reduction import (
-    REDUCTIONS,
-    reduction_rows,
-    row_constexprs,
-    rows_body,
-)
+from autotune.codegen.templates.reduction import row_constexprs, rows_body
+from autotune.codegen.templates.row_split import REDUCTIONS, reduction_rows
 from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 
 __all__ = ["matmul_rows_kernel", "split_at_reduction"]
@@ -65,20 +56,11 @@ def split_at_reduction(graph: Graph, group: FusionGroup) -> tuple[FusionGroup, F
     return make_group(graph, ops[:first]), make_group(graph, ops[first:])
 
 
-def _read_back(prods: list[Product], io: KernelIO, tensor: str, rows_per_batch: int) -> Anchor:
-    """How the reduction reads a hand-off back: only at the elements of the rows the program
-    computed (its row ``r`` is the product's row ``b * M + m``, its column ``c`` the product's
-    ``n``); any other element is another program's, and the group runs as two kernels."""
-    where = placement(prods, io, tensor) or Placed(prods[0].out_index(io.shape(tensor)))
-    r, c = sample(prods[0].nb * rows_per_batch)[:, None], sample(prods[0].N)[None, :]
-    env = {"r": r, "c": c, "b": r // rows_per_batch, "m": r % rows_per_batch, "n": c}
-
-    def resolve(pull: Pull, idx: Index, mask: str) -> str:
-        if where.guards or not same_index(idx, where.index, env):
-            raise Unsupported("the reduction reads the product off the rows it owns")
-        return pull.load(tensor, idx, mask)
-
-    return resolve
+def _row_env(first: Product) -> dict[str, np.ndarray]:
+    """Sample points of the reduction's row ``r`` (the product's row ``b * M + m``) and
+    column ``c`` (the product's ``n``): the reduction reads a hand-off back only there."""
+    r, c = sample(first.nb * first.M)[:, None], sample(first.N)[None, :]
+    return {"r": r, "c": c, "b": r // first.M, "m": r % first.M, "n": c}
 
 
 def matmul_rows_kernel(
@@ -93,26 +75,17 @@ def matmul_rows_kernel(
     """
     check_outputs(graph, group.outputs)
     head, tail = split_at_reduction(graph, group)
-    io = kernel_io(graph, group, precision)
-    head_io = KernelIO(graph, frozenset(head.ops), io.params, io.literals, precision)
-    prods = products_of(graph, head, head_io)
-    if not one_tile_shape(prods):
-        raise Unsupported("products of different tile shapes before a row reduction")
-    first = prods[0]
-    handoff = [t for t in head.outputs if t not in group.outputs]
-    scratch = tuple(Scratch(f"{name}::{t}", io.shape(t), io.dtype(t)) for t in handoff)
-    outputs = [*group.outputs, *(s.name for s in scratch)]
-    pos = {t: i for i, t in enumerate([*group.outputs, *handoff])}
+    ph = Phases(name, graph, group, head, tail, precision, "a row reduction")
+    first = ph.prods[0]
     for t in head.outputs:
-        if numel(io.shape(t)) != first.nb * first.M * first.N:
+        if numel(ph.io.shape(t)) != first.nb * first.M * first.N:
             raise Unsupported(f"'{t}' is handed to the reduction but not of the product's size")
-    read_back = {**io.params, **{t: f"out{pos[t]}" for t in head.outputs}}
-    tail_io = KernelIO(graph, frozenset(tail.ops), read_back, io.literals, precision)
-    rows = reduction_rows(graph, tail, tail_io)
+    rows = reduction_rows(graph, tail, ph.tail_io)
     if (rows.R, rows.C) != (first.nb * first.M, first.N):
         raise Unsupported("a reduction across the product's rows")
-    rows.inputs = {t: _read_back(prods, head_io, t, first.M) for t in head.outputs}
-    tm, tn, tk = cube_tiles(config, prods)
+    env, why = _row_env(first), "the reduction reads the product off the rows it owns"
+    rows.inputs = {t: ph.read_back(t, env, why) for t in head.outputs}
+    tm, tn, tk = cube_tiles(config, ph.prods)
     tiles_m = math.ceil(first.M / tm)
     body = Body(1)
     row = body.child()
@@ -120,16 +93,16 @@ def matmul_rows_kernel(
     row.line(f"tm = tile % {tiles_m}")
     inner = row.child()
     tile_lanes(first, inner)
-    tile_body(prods, head_io, [(pos[t], t) for t in head.outputs], inner)
+    tile_body(ph.prods, ph.head_io, ph.stored, inner)
     row.nest(f"for tn in range(0, {math.ceil(first.N / tn)}):", inner)
     row.line("tl.debug_barrier()  # the block's rows are stored: any lane may read them back")
     # the vector side holds half the plan's cube tile a pass, as the cost model sizes it
     tile_c = max(1, min((config.base_n or tn) // 2, first.N))
-    rows_body(rows, [(pos[t], t) for t in tail.outputs], tile_c, row,
+    rows_body(rows, ph.written, tile_c, row,
               f"b * {first.M} + tm * TILE_R", f"tm * TILE_R + lane_r < {first.M}")  # fmt: skip
     tiles = first.nb * tiles_m
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), *row_constexprs(tm, block_of(tm), tile_c)]
-    dots = dot_dtype(head_io, prods)
-    return finish(name, graph, group, config, io, body, tiles, consts, "matmul_rows",
-                  outputs=outputs, scratch=scratch, dot_dtype=dots)  # fmt: skip
+    dots = dot_dtype(ph.head_io, ph.prods)
+    return finish(name, graph, group, config, ph.io, body, tiles, consts, "matmul_rows",
+                  outputs=ph.outputs, scratch=ph.scratch, dot_dtype=dots)  # fmt: skip

@@ -44,6 +44,11 @@ def f32(name: str, arr: np.ndarray) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name)
 
 
+def vi(name: str, shape: list[int], elem: int = T.FLOAT) -> onnx.ValueInfoProto:
+    """A graph input's or output's type: ``elem`` (float32 unless said) of ``shape``."""
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
 def make(nodes, inputs, outputs, inits=(), opset: int = 17, name: str = "g") -> onnx.ModelProto:
     graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

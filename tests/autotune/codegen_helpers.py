@@ -16,7 +16,14 @@ from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 
-__all__ = ["check_groups", "check_plan", "check_zoo_model", "describe", "single_group"]
+__all__ = [
+    "check_groups",
+    "check_plan",
+    "check_whole",
+    "check_zoo_model",
+    "describe",
+    "single_group",
+]
 
 
 def describe(result: CodegenCheck) -> str:
@@ -65,6 +72,16 @@ def check_groups(
     program = build_program(graph, groups, configs, precision=precision)
     path = write_package(folder, model, program, {"model": "test"})
     return program, check_package(path, model, program)
+
+
+def check_whole(
+    model: onnx.ModelProto, config: KernelConfig, folder: Path, kind: str | None = None
+) -> tuple[Program, CodegenCheck]:
+    """Every op that computes (constants aside) as one group under ``config``, generated with
+    float32 products into ``folder``/pkg and checked (see :func:`check_groups`)."""
+    graph = load_graph(model)
+    group = make_group(graph, [op.name for op in graph.ops if not op.constant], kind)
+    return check_groups(model, [group], [config], folder / "pkg")
 
 
 def check_zoo_model(name: str, plan: str, folder: Path, **zoo: int) -> None:

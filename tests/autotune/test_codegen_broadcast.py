@@ -9,26 +9,15 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from codegen_helpers import check_groups, describe
-from conftest import f32, make
+from codegen_helpers import check_whole, describe
+from conftest import f32, make, vi
 from onnx import TensorProto as T
 from onnx import helper
 
-from search_space import load_graph
-from search_space.ir import KernelConfig, make_group
+from search_space.ir import KernelConfig
 
 RNG = np.random.default_rng(3)
 CUBE = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-
-
-def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, T.FLOAT, shape)
-
-
-def _one_group(model: onnx.ModelProto, tmp_path):
-    graph = load_graph(model)
-    group = make_group(graph, [op.name for op in graph.ops if not op.constant])
-    return check_groups(model, [group], [CUBE], tmp_path / "pkg")
 
 
 @pytest.mark.parametrize(("images", "channels", "gate_out"), [(1, 8, False), (2, 24, True)])
@@ -42,12 +31,12 @@ def test_a_squeeze_excitation_gate_scales_the_feature_map_in_one_kernel(
     ]
     inits = [f32("w", RNG.normal(size=[channels, 4, 1, 1])),
              f32("bias", RNG.normal(size=[channels]))]  # fmt: skip
-    outputs = [_vi("y", [images, channels, 5, 5])] + (
-        [_vi("g", [images, channels, 1, 1])] if gate_out else []
+    outputs = [vi("y", [images, channels, 5, 5])] + (
+        [vi("g", [images, channels, 1, 1])] if gate_out else []
     )
-    model = make(nodes, [_vi("s", [images, 4, 1, 1]), _vi("fmap", [images, channels, 5, 5])],
+    model = make(nodes, [vi("s", [images, 4, 1, 1]), vi("fmap", [images, channels, 5, 5])],
                  outputs, inits)  # fmt: skip
-    program, result = _one_group(model, tmp_path)
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul_broadcast"]
 
@@ -58,9 +47,9 @@ def test_a_per_sample_projection_is_added_to_every_row_in_one_kernel(tmp_path) -
         helper.make_node("Sigmoid", ["p"], ["a"], name="act"),
         helper.make_node("Add", ["h", "a"], ["y"], name="shift"),
     ]
-    model = make(nodes, [_vi("cond", [3, 1, 12]), _vi("h", [3, 7, 20])], [_vi("y", [3, 7, 20])],
+    model = make(nodes, [vi("cond", [3, 1, 12]), vi("h", [3, 7, 20])], [vi("y", [3, 7, 20])],
                  [f32("w", RNG.normal(size=[12, 20]))])  # fmt: skip
-    program, result = _one_group(model, tmp_path)
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul_broadcast"]
 
@@ -74,9 +63,9 @@ def test_a_spread_that_reads_the_product_off_its_tile_runs_as_two_kernels(tmp_pa
     inits = [f32("w", RNG.normal(size=[8, 4, 1, 1])),
              *(helper.make_tensor(n, T.INT64, [1], [v]) for n, v in
                (("starts", -1), ("ends", -9), ("axes", 1), ("steps", -1)))]  # fmt: skip
-    model = make(nodes, [_vi("s", [1, 4, 1, 1]), _vi("fmap", [1, 8, 3, 3])],
-                 [_vi("y", [1, 8, 3, 3])], inits)  # fmt: skip
-    program, result = _one_group(model, tmp_path)
+    model = make(nodes, [vi("s", [1, 4, 1, 1]), vi("fmap", [1, 8, 3, 3])],
+                 [vi("y", [1, 8, 3, 3])], inits)  # fmt: skip
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert program.unfused and len(program.kernels) == 2
 
@@ -87,7 +76,7 @@ def _transposed() -> onnx.ModelProto:
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
              helper.make_node("Transpose", ["p"], ["t"], name="tr", perm=[0, 2, 1]),
              helper.make_node("Add", ["t", "h"], ["y"], name="spread")]  # fmt: skip
-    return make(nodes, [_vi("x", [1, 32, 12]), _vi("h", [3, 32, 32])], [_vi("y", [3, 32, 32])],
+    return make(nodes, [vi("x", [1, 32, 12]), vi("h", [3, 32, 32])], [vi("y", [3, 32, 32])],
                 [f32("w", RNG.normal(size=[12, 32]))])  # fmt: skip
 
 
@@ -95,11 +84,11 @@ def _other_batch() -> onnx.ModelProto:
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
              helper.make_node("Add", ["h", "p"], ["y"], name="spread"),
              helper.make_node("Transpose", ["y"], ["z"], name="tr", perm=[1, 0, 2])]  # fmt: skip
-    return make(nodes, [_vi("x", [3, 1, 12]), _vi("h", [3, 3, 20])], [_vi("z", [3, 3, 20])],
+    return make(nodes, [vi("x", [3, 1, 12]), vi("h", [3, 3, 20])], [vi("z", [3, 3, 20])],
                 [f32("w", RNG.normal(size=[12, 20]))])  # fmt: skip
 
 
 @pytest.mark.parametrize("build", [_transposed, _other_batch], ids=["transposed", "other batch"])
 def test_a_spread_of_another_tiles_elements_stays_correct(build, tmp_path) -> None:
-    _, result = _one_group(build(), tmp_path)
+    _, result = check_whole(build(), CUBE, tmp_path)
     assert result.ok, describe(result)

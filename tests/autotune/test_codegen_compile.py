@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from codegen_helpers import single_group
+from conftest import vi
+from onnx import helper, numpy_helper
 
 from autotune.codegen.ascend_rules import RULES, check_ascend, check_kernel
 from autotune.codegen.compile_check import CompileResult, code_shape, compile_package
@@ -350,11 +351,9 @@ def _compile_alone(model, config, tmp_path: Path, template: str) -> None:
     """The whole graph as one group under ``config``: one kernel of ``template``, compiled."""
     from autotune.codegen import build_program
     from autotune.codegen.package import write_package
-    from search_space.ir import make_group
 
     graph = load_graph(model)
-    group = make_group(graph, [op.name for op in graph.ops])
-    program = build_program(graph, [group], [config])
+    program = build_program(graph, single_group(graph), [config])
     assert [k.template for k in program.kernels] == [template] and not program.unfused
     folder = write_package(tmp_path / "pkg", model, program, {"model": "test"})
     (result,) = compile_package(folder, graph, program)
@@ -371,7 +370,7 @@ def test_products_of_different_widths_compile_with_their_branches(tmp_path: Path
     inits = [numpy_helper.from_array(rng.normal(size=[48, n]).astype(np.float32), f"w{i}")
              for i, n in enumerate(widths)]  # fmt: skip
     model = helper.make_model(helper.make_graph(
-        nodes, "g", [_vi("x", [8, 48])], [_vi(f"y{i}", [8, n]) for i, n in enumerate(widths)],
+        nodes, "g", [vi("x", [8, 48])], [vi(f"y{i}", [8, n]) for i, n in enumerate(widths)],
         inits), opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
     config = KernelConfig(block_dim=4, base_m=16, base_n=32, base_k=16, m=16, n=32, k=16)
     _compile_alone(model, config, tmp_path, "matmul")
@@ -386,7 +385,7 @@ def test_a_convolution_and_its_global_pool_compile_as_one_kernel(tmp_path: Path)
              helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool")]  # fmt: skip
     w = numpy_helper.from_array(rng.normal(size=[32, 8, 3, 3]).astype(np.float32), "w")
     model = helper.make_model(helper.make_graph(
-        nodes, "g", [_vi("x", [2, 8, 7, 7])], [_vi("y", [2, 32, 1, 1])], [w]),
+        nodes, "g", [vi("x", [2, 8, 7, 7])], [vi("y", [2, 32, 1, 1])], [w]),
         opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
     config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=32, m=16, n=16, k=32)
     _compile_alone(model, config, tmp_path, "matmul_cols")
@@ -401,11 +400,7 @@ def test_a_squeeze_excitation_gate_compiles_as_one_kernel(tmp_path: Path) -> Non
              helper.make_node("Mul", ["g", "fmap"], ["y"], name="scale")]  # fmt: skip
     w = numpy_helper.from_array(rng.normal(size=[32, 8, 1, 1]).astype(np.float32), "w")
     model = helper.make_model(helper.make_graph(
-        nodes, "g", [_vi("s", [2, 8, 1, 1]), _vi("fmap", [2, 32, 7, 7])],
-        [_vi("y", [2, 32, 7, 7])], [w]), opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+        nodes, "g", [vi("s", [2, 8, 1, 1]), vi("fmap", [2, 32, 7, 7])],
+        [vi("y", [2, 32, 7, 7])], [w]), opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
     config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
     _compile_alone(model, config, tmp_path, "matmul_broadcast")
-
-
-def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)

@@ -11,26 +11,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from codegen_helpers import check_groups, describe
-from conftest import f32, i64, make
-from onnx import TensorProto as T
+from codegen_helpers import check_whole, describe
+from conftest import f32, i64, make, vi
 from onnx import helper
 
-from search_space import load_graph
-from search_space.ir import KernelConfig, make_group
+from search_space.ir import KernelConfig
 
 RNG = np.random.default_rng(1)
 CUBE = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-
-
-def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, T.FLOAT, shape)
-
-
-def _one_group(model: onnx.ModelProto, config: KernelConfig, tmp_path):
-    graph = load_graph(model)
-    group = make_group(graph, [op.name for op in graph.ops if not op.constant])
-    return check_groups(model, [group], [config], tmp_path / "pkg")
 
 
 def _picked_shape(shape: list[int], axis: int, index: list[int] | int) -> list[int]:
@@ -56,11 +44,11 @@ def test_pieces_of_a_product_are_stored_from_its_tile(cut: str, tmp_path) -> Non
              helper.make_node("Relu", ["v"], ["va"], name="v_act")]  # fmt: skip
     inits += [f32("w", RNG.normal(size=[24, 40])), f32("bias", RNG.normal(size=[40])),
               i64("hs", [2, 6, 2, 8])]  # fmt: skip
-    model = make([*mm, *cuts, *heads], [_vi("x", [2, 6, 24])],
-                 [_vi("q", [2, 6, 16]), _vi("kt", [2, 2, 8, 6]), _vi("va", [2, 6, 8])],
+    model = make([*mm, *cuts, *heads], [vi("x", [2, 6, 24])],
+                 [vi("q", [2, 6, 16]), vi("kt", [2, 2, 8, 6]), vi("va", [2, 6, 8])],
                  inits)  # fmt: skip
     config = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
     assert program.kernels[0].text.count("for tile in range") == 1  # no side loop re-reads
@@ -82,8 +70,8 @@ def test_a_row_picked_after_a_norm_is_stored_from_the_reduction(
     inits = [f32("g", RNG.normal(1, 0.1, 40)), f32("b", RNG.normal(0, 0.1, 40)), i64("at", index)]
     shape = [2, 7, 40]
     picked = _picked_shape(shape, axis, index)
-    model = make(nodes, [_vi("x", shape)], [_vi("y", shape), _vi("cls", picked)], inits)
-    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=ub_cols),
+    model = make(nodes, [vi("x", shape)], [vi("y", shape), vi("cls", picked)], inits)
+    program, result = check_whole(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=ub_cols),
                                  tmp_path)  # fmt: skip
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["reduction"]
@@ -98,9 +86,9 @@ def test_the_class_token_after_a_projection_and_its_norm_is_one_kernel(tmp_path)
     ]
     inits = [f32("w", RNG.normal(size=[24, 40])), f32("g", RNG.normal(1, 0.1, 40)),
              f32("b", RNG.normal(0, 0.1, 40)), i64("at", 0)]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 7, 24]), _vi("res", [2, 7, 40])],
-                 [_vi("y", [2, 7, 40]), _vi("cls", [2, 40])], inits)  # fmt: skip
-    program, result = _one_group(model, CUBE, tmp_path)
+    model = make(nodes, [vi("x", [2, 7, 24]), vi("res", [2, 7, 40])],
+                 [vi("y", [2, 7, 40]), vi("cls", [2, 40])], inits)  # fmt: skip
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul_rows"]
 
@@ -115,9 +103,9 @@ def test_rows_of_a_product_picked_by_a_gather_are_stored_from_its_tile(
         helper.make_node("Gather", ["r", "at"], ["y"], name="pick", axis=1),
     ]
     inits = [f32("w", RNG.normal(size=[24, 20])), i64("at", index)]
-    model = make(nodes, [_vi("x", [2, 9, 24])], [_vi("y", _picked_shape([2, 9, 20], 1, index))],
+    model = make(nodes, [vi("x", [2, 9, 24])], [vi("y", _picked_shape([2, 9, 20], 1, index))],
                  inits)  # fmt: skip
-    program, result = _one_group(model, CUBE, tmp_path)
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
 
@@ -128,8 +116,8 @@ def test_a_gather_of_scattered_rows_runs_as_its_ops(tmp_path) -> None:
         helper.make_node("Gather", ["y", "at"], ["z"], name="pick", axis=1),
     ]  # rows 5 and 1: no run of positions, so no tile element lands on one output element
     inits = [f32("g", RNG.normal(1, 0.1, 40)), f32("b", RNG.normal(0, 0.1, 40)), i64("at", [5, 1])]
-    model = make(nodes, [_vi("x", [2, 7, 40])], [_vi("z", [2, 2, 40])], inits)
-    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=64),
+    model = make(nodes, [vi("x", [2, 7, 40])], [vi("z", [2, 2, 40])], inits)
+    program, result = check_whole(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=64),
                                  tmp_path)  # fmt: skip
     assert result.ok, describe(result)
     assert program.unfused and "elements in a 14-row reduction" in program.unfused[0][1]
@@ -148,16 +136,16 @@ def test_a_product_concatenated_with_other_tensors_is_stored_from_its_tile(
              helper.make_node("Add", ["p", "bias"], ["pb"], name="bias")]  # fmt: skip
     if where == "after":
         pieces, cat = ["cls", "pb"], [2, 5, 20]
-        extra = [_vi("cls", [2, 1, 20])]
+        extra = [vi("cls", [2, 1, 20])]
     else:
         pieces, cat = ["left", "pb", "right"], [2, 4, 27]
-        extra = [_vi("left", [2, 4, 3]), _vi("right", [2, 4, 4])]
+        extra = [vi("left", [2, 4, 3]), vi("right", [2, 4, 4])]
     nodes += [helper.make_node("Concat", pieces, ["c"], name="cat", axis=axis),
               helper.make_node("Add", ["c", "pos"], ["y"], name="pos_add")]  # fmt: skip
     inits = [f32("w", RNG.normal(size=[24, 20])), f32("bias", RNG.normal(size=[20])),
              f32("pos", RNG.normal(size=cat[1:]))]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 4, 24]), *extra], [_vi("y", cat)], inits)
-    program, result = _one_group(model, CUBE, tmp_path)
+    model = make(nodes, [vi("x", [2, 4, 24]), *extra], [vi("y", cat)], inits)
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
 
@@ -174,9 +162,9 @@ def test_a_projection_scattered_into_a_cache_is_stored_from_its_tile(slot: int, 
     ]
     inits = [f32("w", RNG.normal(size=[24, 16])), i64("heads", [2, 2, 1, 8]),
              i64("slot", [[[[b, h, slot]] for h in range(2)] for b in range(2)])]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 1, 24]), _vi("past", [2, 2, 6, 8])],
-                 [_vi("present", [2, 2, 6, 8]), _vi("kt", [2, 2, 8, 6])], inits)  # fmt: skip
-    program, result = _one_group(model, CUBE, tmp_path)
+    model = make(nodes, [vi("x", [2, 1, 24]), vi("past", [2, 2, 6, 8])],
+                 [vi("present", [2, 2, 6, 8]), vi("kt", [2, 2, 8, 6])], inits)  # fmt: skip
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
 
@@ -195,9 +183,9 @@ def test_a_rotation_of_a_product_beside_a_wider_one_stays_correct(tmp_path) -> N
     ]
     inits = [f32("wq", RNG.normal(size=[24, 32])), f32("wk", RNG.normal(size=[24, 16])),
              i64("s0", [0]), i64("e0", [8]), i64("e1", [16]), i64("ax", [-1])]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 5, 24])], [_vi("q", [2, 5, 32]), _vi("rot", [2, 5, 16])],
+    model = make(nodes, [vi("x", [2, 5, 24])], [vi("q", [2, 5, 32]), vi("rot", [2, 5, 16])],
                  inits)  # fmt: skip
-    _, result = _one_group(model, CUBE, tmp_path)
+    _, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
 
 
@@ -210,7 +198,7 @@ def _rotary_table() -> onnx.ModelProto:
              helper.make_node("Concat", ["ft", "ft"], ["emb"], name="cat", axis=-1),
              helper.make_node("Cos", ["emb"], ["cos"], name="cos")]  # fmt: skip
     inv = 1.0 / 10000 ** (np.arange(0, 16, 2) / 16)
-    return make(nodes, [_vi("pos", [1, 1, 24])], [_vi("cos", [1, 24, 16])],
+    return make(nodes, [vi("pos", [1, 1, 24])], [vi("cos", [1, 24, 16])],
                 [f32("inv", inv.reshape(1, 8, 1))])  # fmt: skip
 
 
@@ -218,10 +206,10 @@ def _concat_of(pieces: list[str], extra: list[onnx.NodeProto], out: list[int]) -
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
              helper.make_node("Add", ["p", "bias"], ["pb"], name="bias"), *extra,
              helper.make_node("Concat", pieces, ["y"], name="cat", axis=1)]  # fmt: skip
-    inputs = [_vi("x", [2, 4, 24]), _vi("a", [2, 1, 20]), _vi("b2", [2, 3, 20])]
+    inputs = [vi("x", [2, 4, 24]), vi("a", [2, 1, 20]), vi("b2", [2, 3, 20])]
     used = [i for i in inputs if i.name in {"x", *pieces, *(t for n in extra for t in n.input)}]
     inits = [f32("w", RNG.normal(size=[24, 20])), f32("bias", RNG.normal(size=[20]))]
-    return make(nodes, used, [_vi("y", out)], inits)
+    return make(nodes, used, [vi("y", out)], inits)
 
 
 HOLED = {
@@ -236,7 +224,7 @@ HOLED = {
 
 @pytest.mark.parametrize("case", list(HOLED))
 def test_holes_that_are_not_one_region_beside_the_tile_stay_correct(case: str, tmp_path) -> None:
-    _, result = _one_group(HOLED[case](), CUBE, tmp_path)
+    _, result = check_whole(HOLED[case](), CUBE, tmp_path)
     assert result.ok, describe(result)
 
 
@@ -246,9 +234,9 @@ def test_rows_picked_on_a_products_batch_axis_are_stored_from_its_tile(tmp_path)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
              helper.make_node("Relu", ["p"], ["r"], name="act"),
              helper.make_node("Gather", ["r", "at"], ["g"], name="pick", axis=0)]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 9, 24])], [_vi("g", [9, 20])],
+    model = make(nodes, [vi("x", [2, 9, 24])], [vi("g", [9, 20])],
                  [f32("w", RNG.normal(size=[24, 20])), i64("at", 1)])  # fmt: skip
-    program, result = _one_group(model, CUBE, tmp_path)
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
 
@@ -261,9 +249,9 @@ def test_a_picked_row_of_as_many_elements_as_the_norm_has_rows_is_a_pick(tmp_pat
         helper.make_node("Gather", ["y", "at"], ["cls"], name="pick", axis=1),
     ]
     inits = [f32("g", RNG.normal(1, 0.1, 20)), f32("b", RNG.normal(0, 0.1, 20)), i64("at", 0)]
-    model = make(nodes, [_vi("x", [2, 20, 20])], [_vi("y", [2, 20, 20]), _vi("cls", [2, 20])],
+    model = make(nodes, [vi("x", [2, 20, 20])], [vi("y", [2, 20, 20]), vi("cls", [2, 20])],
                  inits)  # fmt: skip
-    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=64),
+    program, result = check_whole(model, KernelConfig(block_dim=3, ub_rows=4, ub_cols=64),
                                  tmp_path)  # fmt: skip
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["reduction"]

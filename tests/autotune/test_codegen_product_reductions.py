@@ -9,26 +9,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from codegen_helpers import check_groups, describe
-from conftest import f32, i64, make
-from onnx import TensorProto as T
+from codegen_helpers import check_whole, describe
+from conftest import f32, i64, make, vi
 from onnx import helper
 
-from search_space import load_graph
-from search_space.ir import KernelConfig, make_group
+from search_space.ir import KernelConfig
 
 RNG = np.random.default_rng(2)
 CUBE = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-
-
-def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, T.FLOAT, shape)
-
-
-def _one_group(model: onnx.ModelProto, config: KernelConfig, tmp_path):
-    graph = load_graph(model)
-    group = make_group(graph, [op.name for op in graph.ops if not op.constant])
-    return check_groups(model, [group], [config], tmp_path / "pkg")
 
 
 @pytest.mark.parametrize("base_n", [16, 128])  # three N tiles a row (looped), or one (whole)
@@ -41,10 +29,10 @@ def test_a_projection_and_the_norm_after_it_run_as_one_kernel(base_n: int, tmp_p
     ]
     inits = [f32("w", RNG.normal(size=[24, 40])), f32("bias", RNG.normal(size=[40])),
              f32("g", RNG.normal(1, 0.1, 40)), f32("b", RNG.normal(0, 0.1, 40))]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 7, 24]), _vi("res", [2, 7, 40])],
-                 [_vi("s", [2, 7, 40]), _vi("y", [2, 7, 40])], inits)  # fmt: skip
+    model = make(nodes, [vi("x", [2, 7, 24]), vi("res", [2, 7, 40])],
+                 [vi("s", [2, 7, 40]), vi("y", [2, 7, 40])], inits)  # fmt: skip
     config = KernelConfig(block_dim=3, base_m=4, base_n=base_n, base_k=16, m=4, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul_rows"]
     text = program.kernels[0].text
@@ -68,9 +56,9 @@ def test_a_row_reduction_of_a_product_hands_off_through_scratch(kind: str, tmp_p
         inits = [f32("two", np.array(2.0)), i64("axes", [-1]), f32("eps", np.array(1e-5)),
                  f32("g", RNG.normal(1, 0.1, 36))]  # fmt: skip
     inits.append(f32("w", RNG.normal(size=[36, 20])))
-    model = make(nodes, [_vi("x", [9, 20])], [_vi("y", [9, 36])], inits, opset=18)
+    model = make(nodes, [vi("x", [9, 20])], [vi("y", [9, 36])], inits, opset=18)
     config = KernelConfig(block_dim=2, base_m=8, base_n=16, base_k=16, m=8, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     (kernel,) = program.kernels
     assert kernel.template == "matmul_rows" and kernel.scratch
@@ -83,10 +71,10 @@ def test_a_softmax_over_a_products_columns_runs_as_two_kernels(tmp_path) -> None
         helper.make_node("Transpose", ["p"], ["t"], name="t", perm=[1, 0]),
         helper.make_node("Softmax", ["t"], ["y"], name="soft", axis=-1),
     ]
-    model = make(nodes, [_vi("x", [32, 32])], [_vi("y", [32, 32])],
+    model = make(nodes, [vi("x", [32, 32])], [vi("y", [32, 32])],
                  [f32("w", RNG.normal(size=[32, 32]))])  # fmt: skip
     config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert "rows it owns" in program.unfused[0][1]
 
@@ -131,10 +119,10 @@ def test_a_pooling_of_a_convolutions_pixels_is_one_kernel(
              f32("mu", RNG.normal(0, 0.1, channels)), f32("var", RNG.uniform(0.5, 1.5, channels)),
              i64("axes", [2, 3])]  # fmt: skip
     fmap = [images, channels, side, side]
-    outputs = [_vi("y", out_shape)] + ([_vi("r", fmap)] if pool == "GlobalMaxPool" else [])
-    model = make([*nodes, *pooled], [_vi("x", [images, 4, side, side]), _vi("short", fmap)],
+    outputs = [vi("y", out_shape)] + ([vi("r", fmap)] if pool == "GlobalMaxPool" else [])
+    model = make([*nodes, *pooled], [vi("x", [images, 4, side, side]), vi("short", fmap)],
                  outputs, inits)  # fmt: skip
-    program, result = _one_group(model, CUBE, tmp_path)
+    program, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul_cols"]
 
@@ -148,7 +136,7 @@ def test_pools_of_a_product_in_two_row_orders_stay_correct(tmp_path) -> None:
              helper.make_node("ReduceSum", ["t1", "ax"], ["r1"], name="r1", keepdims=1),
              helper.make_node("ReduceMax", ["t2"], ["r2"], name="r2", axes=[-1],
                               keepdims=1)]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 6, 8])], [_vi("r1", [2, 5, 1]), _vi("r2", [5, 2, 1])],
+    model = make(nodes, [vi("x", [2, 6, 8])], [vi("r1", [2, 5, 1]), vi("r2", [5, 2, 1])],
                  [f32("w", RNG.normal(size=[8, 5])), i64("ax", [-1])])  # fmt: skip
-    _, result = _one_group(model, CUBE, tmp_path)
+    _, result = check_whole(model, CUBE, tmp_path)
     assert result.ok, describe(result)

@@ -10,8 +10,8 @@ import dataclasses
 import numpy as np
 import onnx
 import pytest
-from codegen_helpers import check_groups, describe
-from conftest import f32, i64, make
+from codegen_helpers import check_groups, check_whole, describe
+from conftest import f32, i64, make, vi
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as T
@@ -28,17 +28,6 @@ FEW = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthC
 RNG = np.random.default_rng(0)
 
 
-def _vi(name: str, shape: list[int], elem: int = T.FLOAT) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _one_group(model: onnx.ModelProto, config: KernelConfig, tmp_path, kind: str | None = None):
-    graph = load_graph(model)
-    ops = [op.name for op in graph.ops if not op.constant]
-    group = make_group(graph, ops, kind)
-    return check_groups(model, [group], [config], tmp_path / "pkg")
-
-
 @pytest.mark.parametrize("ub_cols", [16, 24, 128])
 def test_add_layernorm_and_softmax_rows_looped_or_whole(ub_cols: int, tmp_path) -> None:
     nodes = [
@@ -47,10 +36,10 @@ def test_add_layernorm_and_softmax_rows_looped_or_whole(ub_cols: int, tmp_path) 
         helper.make_node("Softmax", ["y"], ["p"], name="soft", axis=-1),
     ]
     inits = [f32("g", RNG.normal(1, 0.1, 80)), f32("b", RNG.normal(0, 0.1, 80))]
-    model = make(nodes, [_vi("x", [2, 5, 80]), _vi("r", [1, 5, 80])],
-                 [_vi("s", [2, 5, 80]), _vi("p", [2, 5, 80])], inits)  # fmt: skip
+    model = make(nodes, [vi("x", [2, 5, 80]), vi("r", [1, 5, 80])],
+                 [vi("s", [2, 5, 80]), vi("p", [2, 5, 80])], inits)  # fmt: skip
     config = KernelConfig(block_dim=3, ub_rows=4, ub_cols=ub_cols)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and len(program.kernels) == 1
     looped = "for c0 in range" in program.kernels[0].text
@@ -63,8 +52,8 @@ def test_a_reduction_over_a_leading_axis_runs_as_its_ops(tmp_path) -> None:
         helper.make_node("ReduceSum", ["e", "axes"], ["s"], name="sum", keepdims=1),
         helper.make_node("Div", ["e", "s"], ["y"], name="div"),
     ]
-    model = make(nodes, [_vi("x", [6, 4, 8])], [_vi("y", [6, 4, 8])], [i64("axes", [0])])
-    program, result = _one_group(model, KernelConfig(block_dim=2, ub_rows=2, ub_cols=8), tmp_path)
+    model = make(nodes, [vi("x", [6, 4, 8])], [vi("y", [6, 4, 8])], [i64("axes", [0])])
+    program, result = check_whole(model, KernelConfig(block_dim=2, ub_rows=2, ub_cols=8), tmp_path)
     assert result.ok, describe(result)
     assert program.unfused and "not the last" in program.unfused[0][1]
 
@@ -79,9 +68,9 @@ def test_gemm_transposes_scalars_and_bias(ta, tb, alpha, beta, c_shape, tmp_path
                             transB=tb, alpha=alpha, beta=beta)  # fmt: skip
     relu = helper.make_node("Relu", ["g"], ["y"], name="relu")
     inits = [f32("w", RNG.normal(size=b_shape)), f32("c", RNG.normal(size=c_shape))]
-    model = make([node, relu], [_vi("a", a_shape)], [_vi("y", [10, 24])], inits)
+    model = make([node, relu], [vi("a", a_shape)], [vi("y", [10, 24])], inits)
     config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert [k.template for k in program.kernels] == ["matmul"]
 
@@ -95,9 +84,9 @@ def test_batched_matmul_broadcasts_and_shares_its_input(tmp_path) -> None:
         helper.make_node("Mul", ["silu", "b"], ["y"], name="mul2"),
     ]
     inits = [f32(w, RNG.normal(size=[3, 1, 12, 20])) for w in ("w1", "w2")]
-    model = make(nodes, [_vi("x", [2, 7, 12])], [_vi("y", [3, 2, 7, 20])], inits)
+    model = make(nodes, [vi("x", [2, 7, 12])], [vi("y", [3, 2, 7, 20])], inits)
     config = KernelConfig(block_dim=5, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     text = program.kernels[0].text
     assert text.count("tl.dot(") == 2 and text.count("for k0 in range") == 1
@@ -121,14 +110,14 @@ def test_convolution_as_implicit_gemm_with_bn_and_relu(
     params = [f32(k, RNG.normal(1 if k in ("s", "var") else 0, 0.1, cout) ** (2 if k == "var"
                                                                           else 1))
               for k in ("s", "o", "mu", "var", "cb")]  # fmt: skip
-    probe = make([conv], [_vi("x", [2, cin, 9, 9])], [_vi("c", None)], [w, *params])
+    probe = make([conv], [vi("x", [2, cin, 9, 9])], [vi("c", None)], [w, *params])
     out = onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape
     shape = [d.dim_value for d in out.dim]
     if min(shape) <= 0:
         return
-    model = make([conv, bn, relu], [_vi("x", [2, cin, 9, 9])], [_vi("y", shape)], [w, *params])
+    model = make([conv, bn, relu], [vi("x", [2, cin, 9, 9])], [vi("y", shape)], [w, *params])
     config = KernelConfig(block_dim=6, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path_factory.mktemp("conv"))
+    program, result = check_whole(model, config, tmp_path_factory.mktemp("conv"))
     assert result.ok, describe(result)
     assert not program.unfused
 
@@ -147,7 +136,7 @@ def test_pooling_windows_padding_and_ceil_mode(
     if kind == "AveragePool":
         attrs["count_include_pad"] = include
     pool = helper.make_node(kind, ["x"], ["p"], name="pool", **attrs)
-    probe = make([pool], [_vi("x", [1, 3, 7, 8])], [_vi("p", None)])
+    probe = make([pool], [vi("x", [1, 3, 7, 8])], [vi("p", None)])
     dims = onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape.dim
     # onnxruntime drops a ceil-mode window that starts in the end padding, onnx's shape
     # inference keeps it: the two disagree on the output's shape, so no oracle there
@@ -158,8 +147,8 @@ def test_pooling_windows_padding_and_ceil_mode(
         )
     )
     model = make([pool, helper.make_node("Neg", ["p"], ["y"], name="neg")],
-                 [_vi("x", [1, 3, 7, 8])], [_vi("y", [d.dim_value for d in dims])])  # fmt: skip
-    program, result = _one_group(model, KernelConfig(block_dim=3, ub_rows=1, ub_cols=32),
+                 [vi("x", [1, 3, 7, 8])], [vi("y", [d.dim_value for d in dims])])  # fmt: skip
+    program, result = check_whole(model, KernelConfig(block_dim=3, ub_rows=1, ub_cols=32),
                                  tmp_path_factory.mktemp("pool"))  # fmt: skip
     assert result.ok, describe(result)
     assert not program.unfused
@@ -188,9 +177,9 @@ def _attention(heads: int, kv_heads: int, sq: int, sk: int) -> onnx.ModelProto:
         i64("full", [1, heads, sk, d]), f32("scale", np.float32(d**-0.5)),
         f32("mask", causal),
     ]  # fmt: skip
-    ins = [_vi("q", [1, heads, sq, d]), _vi("k", [1, kv_heads, sk, d]),
-           _vi("v", [1, kv_heads, sk, d])]  # fmt: skip
-    return make(nodes, ins, [_vi("y", [1, sq, heads, d])], inits)
+    ins = [vi("q", [1, heads, sq, d]), vi("k", [1, kv_heads, sk, d]),
+           vi("v", [1, kv_heads, sk, d])]  # fmt: skip
+    return make(nodes, ins, [vi("y", [1, sq, heads, d])], inits)
 
 
 @pytest.mark.parametrize(("split", "sq", "sk"), [(1, 9, 9), (2, 9, 40), (3, 1, 40), (4, 2, 70)])
@@ -200,7 +189,7 @@ def test_attention_with_grouped_queries_a_causal_mask_and_a_key_split(
     model = _attention(4, 2, sq, sk)
     config = KernelConfig(block_dim=8, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16,
                           knobs=(("kv_split", split), ("kv_tile", 16)))  # fmt: skip
-    program, result = _one_group(model, config, tmp_path, kind="attention")
+    program, result = check_whole(model, config, tmp_path, kind="attention")
     assert result.ok, describe(result)
     templates = [k.template for k in program.kernels]
     attention = [k for k in program.kernels if k.template == "attention"]
@@ -218,9 +207,9 @@ def test_an_epilogue_that_reads_the_product_off_its_tile_runs_as_its_ops(tmp_pat
     ]
     inits = [f32("w", RNG.normal(size=[8, 16])), i64("s0", [0]), i64("s1", [8]),
              i64("s2", [16]), i64("ax", [-1])]  # fmt: skip
-    model = make(nodes, [_vi("x", [5, 8])], [_vi("y", [5, 16])], inits)
+    model = make(nodes, [vi("x", [5, 8])], [vi("y", [5, 16])], inits)
     config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert "off its tile" in program.unfused[0][1]
     assert {k.template for k in program.kernels} == {"matmul", "pointwise"}
@@ -229,8 +218,8 @@ def test_an_epilogue_that_reads_the_product_off_its_tile_runs_as_its_ops(tmp_pat
 def test_a_model_with_an_empty_tensor_runs_in_the_framework(tmp_path) -> None:
     from codegen_helpers import check_plan
 
-    model = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [0, 4])],
-                 [_vi("y", [0, 4])])  # fmt: skip
+    model = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [0, 4])],
+                 [vi("y", [0, 4])])  # fmt: skip
     gen, result = check_plan(model, "greedy", tmp_path / "pkg")
     assert result.ok and not gen.program.kernels and len(gen.program.externs) == 1
 
@@ -256,8 +245,8 @@ def test_a_config_with_more_programs_than_cores_is_refused_naming_the_group() ->
 def test_a_package_is_written_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
     from autotune.codegen import package
 
-    model = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [3, 4])],
-                 [_vi("y", [3, 4])])  # fmt: skip
+    model = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [3, 4])],
+                 [vi("y", [3, 4])])  # fmt: skip
     graph = load_graph(model)
 
     group = make_group(graph, ["relu"])
@@ -284,10 +273,10 @@ def test_a_kv_cache_update_scatters_in_a_kernel(kind: str, tmp_path) -> None:
         helper.make_node("Mul", ["new", "two"], ["upd"], name="scale"),
         helper.make_node("ScatterND", ["past", "slot", "upd"], ["present"], name="scatter"),
     ]
-    model = make(nodes, [_vi("past", [b, h, slots, d]), _vi("new", [b, h, 1, d])],
-                 [_vi("present", [b, h, slots, d])],
+    model = make(nodes, [vi("past", [b, h, slots, d]), vi("new", [b, h, 1, d])],
+                 [vi("present", [b, h, slots, d])],
                  [i64("slot", idx), f32("two", np.float32(2.0))])  # fmt: skip
-    program, result = _one_group(model, KernelConfig(block_dim=4, ub_rows=1, ub_cols=32),
+    program, result = check_whole(model, KernelConfig(block_dim=4, ub_rows=1, ub_cols=32),
                                  tmp_path)  # fmt: skip
     assert result.ok, describe(result)
     # shuffled slots name no row by its index: the scatter runs in the framework
@@ -298,8 +287,8 @@ def test_a_kv_cache_update_scatters_in_a_kernel(kind: str, tmp_path) -> None:
 def test_average_pool_counts_automatic_padding_on_both_sides(auto_pad: str, tmp_path) -> None:
     pool = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[3, 2],
                             strides=[2, 3], auto_pad=auto_pad, count_include_pad=1)  # fmt: skip
-    model = make([pool], [_vi("x", [1, 2, 8, 7])], [_vi("y", [1, 2, 4, 3])])
-    program, result = _one_group(model, KernelConfig(block_dim=2, ub_rows=1, ub_cols=16),
+    model = make([pool], [vi("x", [1, 2, 8, 7])], [vi("y", [1, 2, 4, 3])])
+    program, result = check_whole(model, KernelConfig(block_dim=2, ub_rows=1, ub_cols=16),
                                  tmp_path)  # fmt: skip
     assert result.ok, describe(result)
     assert not program.unfused and not program.externs
@@ -341,7 +330,7 @@ def test_bfloat16_products_are_written_but_not_checked_on_the_interpreter(tmp_pa
 
 def _matmul_at(precision: str, w: np.ndarray):
     node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
-    model = make([node], [_vi("x", [24, 96])], [_vi("y", [24, 20])], [f32("w", w)])
+    model = make([node], [vi("x", [24, 96])], [vi("y", [24, 20])], [f32("w", w)])
     graph = load_graph(model)
     config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=32, m=16, n=16, k=32)
     return model, build_program(graph, [make_group(graph, ["mm"])], [config], precision=precision)
@@ -352,7 +341,7 @@ def test_an_integer_product_keeps_its_values_at_precision_auto(tmp_path) -> None
     # odd weights past 2048, which float16 cannot hold: a float16 product would be off
     odd = 2 * RNG.integers(1025, 2048, 240) + 1
     w = helper.make_tensor("w", T.INT32, [20, 12], (odd * RNG.choice([-1, 1], 240)).tolist())
-    model = make([node], [_vi("x", [9, 20], T.INT32)], [_vi("y", [9, 12], T.INT32)], [w])
+    model = make([node], [vi("x", [9, 20], T.INT32)], [vi("y", [9, 12], T.INT32)], [w])
     graph = load_graph(model)
     config = KernelConfig(block_dim=2, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
     program = build_program(graph, [make_group(graph, ["mm"])], [config], precision="auto")
@@ -372,10 +361,10 @@ def test_products_of_different_widths_run_side_by_side_in_one_kernel(tmp_path) -
     inits = [f32("wq", RNG.normal(size=[24, 40])), f32("bq", RNG.normal(size=[40])),
              f32("wk", RNG.normal(size=[24, 16])),
              f32("wv", RNG.normal(size=[24, 12]))]  # fmt: skip
-    model = make(nodes, [_vi("x", [2, 6, 24])], [_vi("q", [2, 6, 40]), _vi("k", [2, 6, 16]),
-                 _vi("v", [2, 6, 12])], inits)  # fmt: skip
+    model = make(nodes, [vi("x", [2, 6, 24])], [vi("q", [2, 6, 40]), vi("k", [2, 6, 16]),
+                 vi("v", [2, 6, 12])], inits)  # fmt: skip
     config = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert not program.unfused and [k.template for k in program.kernels] == ["matmul"]
     assert program.kernels[0].text.count("tl.dot(") == 3  # one K loop per product's tiles
@@ -388,9 +377,9 @@ def test_an_output_of_two_products_of_different_widths_runs_as_several_kernels(t
         helper.make_node("Concat", ["q", "k"], ["y"], name="cat", axis=-1),
     ]
     inits = [f32("wq", RNG.normal(size=[24, 40])), f32("wk", RNG.normal(size=[24, 16]))]
-    model = make(nodes, [_vi("x", [6, 24])], [_vi("y", [6, 56])], inits)
+    model = make(nodes, [vi("x", [6, 24])], [vi("y", [6, 56])], inits)
     config = KernelConfig(block_dim=3, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
-    program, result = _one_group(model, config, tmp_path)
+    program, result = check_whole(model, config, tmp_path)
     assert result.ok, describe(result)
     assert "made from 2 products" in program.unfused[0][1]
 
@@ -403,7 +392,7 @@ def test_a_view_between_two_ops_of_a_group_is_the_groups(tmp_path) -> None:
         helper.make_node("Flatten", ["s"], ["f"], name="flat", axis=1),
         helper.make_node("Add", ["f", "b"], ["y"], name="add"),
     ]
-    model = make(nodes, [_vi("x", [3, 4, 5])], [_vi("s", [3, 4, 1]), _vi("y", [3, 4])],
+    model = make(nodes, [vi("x", [3, 4, 5])], [vi("s", [3, 4, 1]), vi("y", [3, 4])],
                  [f32("b", RNG.normal(size=[4]))], opset=12)  # fmt: skip
     graph = load_graph(model)
     group = make_group(graph, ["sq", "add"])  # the view left out, as the plan had it
@@ -425,7 +414,7 @@ def test_float32_made_from_float16_is_held_to_float16s_tolerance(tmp_path) -> No
         helper.make_node("Cast", ["gmp"], ["y"], name="cast", to=T.FLOAT),
     ]
     two = helper.make_tensor("two", h, [], [2.0])
-    model = make(nodes, [_vi("x", [16, 8], h)], [_vi("u", [1, 16, 8], h), _vi("y", [1, 16, 1])],
+    model = make(nodes, [vi("x", [16, 8], h)], [vi("u", [1, 16, 8], h), vi("y", [1, 16, 1])],
                  [two], opset=12)  # fmt: skip
     graph = load_graph(model)
     groups = [make_group(graph, ["pow", "unsq", "gap"]), make_group(graph, ["gmp", "cast"])]

@@ -6,8 +6,9 @@ packages, less the cube kernels whose ``tl.dot`` operand tiles pass 256 KB (a mi
 cores). This script compiles the rest: by default the heavy kernels of llama3-8b; with
 ``--sweep``, one kernel of each code shape of every zoo model under none, greedy and max at
 the CI scale (the shapes no earlier model showed), so every kind of generated code is
-compiled once. Per kernel: its L1 operand bytes (``kernel_text.footprint``), whether it
-compiled, registers, PTX lines and seconds.
+compiled once. Per kernel: whether it compiled, registers, PTX lines (and, for the heavy
+kernels, each compiled alone, its L1 operand bytes from ``kernel_text.footprint`` and its
+seconds; the sweep compiles a model's plan in one compiler process and prints its seconds).
 
     cd experiments && ../.venv/bin/python bench_codegen_compile.py
     cd experiments && ../.venv/bin/python bench_codegen_compile.py --model bert-base --min-l1 0
@@ -21,11 +22,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from _table import RESULTS, emit
+from bench_codegen import build_zoo  # experiments/bench_codegen.py (run from this folder)
 
 from autotune.codegen.compile_check import code_shape, compile_package
 from autotune.codegen.generate import generate
@@ -35,41 +36,58 @@ from autotune.zoo import build, list_models
 from costmodel.spec import load_target
 from search_space import load_graph
 
-CI_SCALE = 0.05
 
-
-def _zoo(name: str, scale: float, layers: int, ci: bool) -> Any:
-    """A zoo model (``ci``: at the shapes of the CI tests: batch 1, seq 8, cache 16)."""
-    info = next(i for i in list_models() if i.name == name)
-    kw: dict[str, Any] = {"layers": layers} if info.family == "transformer" else {}
-    if ci:
-        kw["batch"] = 1
-        kw.update({"seq_len": 8} if info.takes_seq_len else {})
-        kw.update({"cache_len": 16} if info.takes_cache_len else {})
-    return build(name, weights="random", scale=scale, **kw)
-
-
-def _compile_rows(
-    model_name: str, plans: list[str], scale: float, layers: int, keep: Callable[..., bool]
-) -> list[dict[str, Any]]:
-    """Each kernel ``keep(kernel, graph)`` selects, compiled alone: one row each (at the CI
-    shapes at scale 0.05)."""
-    model = _zoo(model_name, scale, layers, ci=scale == CI_SCALE)
+def _heavy(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each kernel of ``args.model`` with operand tiles of ``args.min_l1`` bytes or more,
+    compiled alone (one compiler process each, so its seconds are its own)."""
+    model = build(args.model, weights="random", scale=args.scale, layers=args.layers)
     graph = load_graph(model)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for plan in plans:
-            gen = generate(model, graph, plan, load_target("ascend910b"), model_name=model_name)
+        for plan in args.plans:
+            gen = generate(model, graph, plan, load_target("ascend910b"), model_name=args.model)
             folder = gen.write(Path(tmp) / plan)
-            for k in [k for k in gen.program.kernels if keep(k, graph)]:
+            for k in gen.program.kernels:
+                if footprint(k, graph).cube < args.min_l1:
+                    continue
                 t0 = time.perf_counter()
                 (res,) = compile_package(folder, graph, Program(graph, (Step(0, kernel=k),), ()))
-                rows.append({"model": model_name, "plan": plan, "kernel": k.name[:40],
-                             "template": k.template, "l1_bytes": footprint(k, graph).cube,
-                             "ok": res.ok, "registers": res.registers,
-                             "ptx_lines": res.ptx_lines,
+                rows.append({"plan": plan, "kernel": k.name[:40],
+                             "l1_bytes": footprint(k, graph).cube, "ok": res.ok,
+                             "registers": res.registers, "ptx_lines": res.ptx_lines,
                              "seconds": round(time.perf_counter() - t0, 1),
                              "error": res.error[:80]})  # fmt: skip
+    return rows
+
+
+def _sweep(plans: list[str]) -> list[dict[str, Any]]:
+    """One kernel of each code shape of every zoo model at the CI shapes (the shapes no
+    earlier model or plan showed), one compiler process per model and plan."""
+    seen: set[tuple[object, ...]] = set()
+    shapes = argparse.Namespace(layers=1, blocks=None, seq_len=8, cache_len=16, scale=0.05,
+                                batch=1)  # fmt: skip
+    rows = []
+    for name in (i.name for i in list_models()):
+        model, _ = build_zoo(name, shapes)
+        graph = load_graph(model)
+        with tempfile.TemporaryDirectory() as tmp:
+            for plan in plans:
+                gen = generate(model, graph, plan, load_target("ascend910b"), model_name=name)
+                kernels = [k for k in gen.program.kernels if code_shape(k, graph) not in seen]
+                seen.update(code_shape(k, graph) for k in kernels)
+                if not kernels:
+                    continue
+                steps = tuple(Step(0, kernel=k) for k in kernels)
+                t0 = time.perf_counter()
+                results = compile_package(gen.write(Path(tmp) / plan), graph,
+                                          Program(graph, steps, ()))  # fmt: skip
+                seconds = time.perf_counter() - t0
+                rows += [{"model": name, "plan": plan, "kernel": k.name[:40],
+                          "template": k.template, "ok": r.ok, "registers": r.registers,
+                          "ptx_lines": r.ptx_lines, "error": r.error[:80]}
+                         for k, r in zip(kernels, results, strict=True)]  # fmt: skip
+                print(f"{name} {plan}: {len(kernels)} new code shapes, {seconds:.0f} s",
+                      flush=True)  # fmt: skip
     return rows
 
 
@@ -84,23 +102,12 @@ def main() -> None:
     parser.add_argument("--csv", default="")
     args = parser.parse_args()
     if args.sweep:
-        seen: set[tuple[object, ...]] = set()
-
-        def first_of_shape(k: Any, graph: Any) -> bool:
-            key = code_shape(k, graph)
-            new = key not in seen
-            seen.add(key)
-            return new
-
-        rows = []
-        for m in (i.name for i in list_models()):
-            rows += _compile_rows(m, args.plans, CI_SCALE, args.layers, first_of_shape)
+        rows = _sweep(args.plans)
         emit(rows, args.csv or RESULTS / "codegen_compile_sweep.csv")
         bad = [r for r in rows if not r["ok"]]
         print(f"{len(rows)} distinct kernels, {len(bad)} failed to compile")
         return
-    rows = _compile_rows(args.model, args.plans, args.scale, args.layers,
-                         lambda k, g: footprint(k, g).cube >= args.min_l1)  # fmt: skip
+    rows = _heavy(args)
     if not rows:
         print(f"no kernel of {args.model} has operand tiles of {args.min_l1} B or more")
         return

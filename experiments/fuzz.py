@@ -56,6 +56,13 @@ def each_graph(examples: int, seed_: int, visit: Callable[[onnx.ModelProto], Non
     one()
 
 
+def save_defect(stem: Path, model: onnx.ModelProto, category: str, detail: str) -> None:
+    """A defect's model (``stem``.onnx) and what went wrong (``stem``.txt)."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, stem.with_suffix(".onnx"))
+    stem.with_suffix(".txt").write_text(f"{category}\n{detail}\n")
+
+
 def run(examples: int, seed_: int, defects: Path) -> list[tuple[int, Outcome]]:
     """Draw ``examples`` models from ``seed_`` and check each: (compute nodes, outcome)."""
     got: list[tuple[int, Outcome]] = []
@@ -66,10 +73,9 @@ def run(examples: int, seed_: int, defects: Path) -> list[tuple[int, Outcome]]:
         size = sum(n.op_type != "Constant" for n in model.graph.node)
         got.append((size, outcome))
         if outcome.category in DEFECTS:
-            defects.mkdir(parents=True, exist_ok=True)
-            stem = defects / f"seed{seed_}_{len(got)}"
-            onnx.save(model, stem.with_suffix(".onnx"))
-            stem.with_suffix(".txt").write_text(f"{outcome.category}\n{outcome.detail}\n")
+            save_defect(
+                defects / f"seed{seed_}_{len(got)}", model, outcome.category, outcome.detail
+            )
 
     each_graph(examples, seed_, visit)
     return got

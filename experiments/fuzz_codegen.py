@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnx
 from _table import RESULTS, emit
-from fuzz import each_graph  # experiments/fuzz.py (scripts run from this folder)
+from fuzz import each_graph, save_defect  # experiments/fuzz.py (scripts run from this folder)
 
 from autotune.codegen.check import check_package
 from autotune.codegen.generate import generate
@@ -64,10 +64,7 @@ def run(examples: int, seed_: int, defects: Path) -> list[tuple[str, str, int, i
             outcome, detail, one_kernel, unfused = check_one(model, plan)
             got.append((plan, outcome, one_kernel, unfused))
             if outcome != "ok":
-                defects.mkdir(parents=True, exist_ok=True)
-                stem = defects / f"seed{seed_}_{drawn[0]}_{plan}"
-                onnx.save(model, stem.with_suffix(".onnx"))
-                stem.with_suffix(".txt").write_text(f"{outcome}\n{detail}\n")
+                save_defect(defects / f"seed{seed_}_{drawn[0]}_{plan}", model, outcome, detail)
 
     each_graph(examples, seed_, visit)
     return got

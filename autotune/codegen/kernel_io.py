@@ -103,6 +103,7 @@ class Reader(Protocol):
 
     io: KernelIO
     lanes: Lanes
+    env: Mapping[str, np.ndarray]  # lanes' values where known exactly (a paired tile's)
 
     def value(self, tensor: str, idx: Index, mask: str) -> str: ...
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.indexing import Index, add, broadcast_index, mul, reshape_index
+from autotune.codegen.indexing import Index, add, broadcast_index, evaluate, mul, reshape_index
 from autotune.codegen.kernel_io import KernelIO, Reader
 from autotune.codegen.scalar_ops import cast_expr, onnx_dtype
 from autotune.codegen.source import paren
@@ -84,6 +84,19 @@ def _slice(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     return p.value(op.inputs[0], tuple(res), mask)
 
 
+def _inside(p: Reader, at: str, start: int, stop: int) -> bool | None:
+    """Whether ``at`` lies in ``[start, stop)`` for every lane the reader's ``env`` lists
+    (True), for none (False), or either or unknown (None)."""
+    if not p.env:
+        return None
+    try:
+        v = evaluate(at, dict(p.env))
+    except (ValueError, SyntaxError):  # a name the env does not list: not known statically
+        return None
+    inside = (v >= start) & (v < stop)
+    return True if inside.all() else False if not inside.any() else None
+
+
 def _concat(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     rank = len(p.io.shape(t))
     axis = int(op.attr("axis")) % rank
@@ -91,11 +104,15 @@ def _concat(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
     start = 0
     for src in op.inputs:
         size = p.io.shape(src)[axis]
-        if size == 0:
+        known = _inside(p, idx[axis], start, start + size) if size else False
+        if known is False:  # the tile's lanes never read this piece
+            start += size
             continue
         local = list(idx)
         local[axis] = add(idx[axis], str(-start)) if start else idx[axis]
         inside = f"({paren(idx[axis])} >= {start}) & ({paren(idx[axis])} < {start + size})"
+        if known:  # every lane reads this piece
+            return p.value(src, tuple(local), mask)
         cond = p.bind(inside, "inside")
         pieces.append((cond, p.value(src, tuple(local), p.bind(f"{mask} & {cond}", "mask"))))
         start += size

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+import numpy as np
+
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, broadcast_index, offset
 from autotune.codegen.kernel_io import KernelIO, Lanes, lanes, literals_of
@@ -37,9 +39,16 @@ class Pull:
     """Expressions of tensors at indices, emitted into one scope (``body``)."""
 
     def __init__(
-        self, io: KernelIO, body: Body, lanes: Lanes, anchors: Mapping[str, Anchor] | None = None
+        self,
+        io: KernelIO,
+        body: Body,
+        lanes: Lanes,
+        anchors: Mapping[str, Anchor] | None = None,
+        env: Mapping[str, np.ndarray] | None = None,
     ):
         self.io, self.body, self.anchors = io, body, dict(anchors or {})
+        # exact values of lane variables where known (a paired tile's): pieces read statically
+        self.env: Mapping[str, np.ndarray] = dict(env or {})
         self.memo: dict[tuple[str, Index, str], str] = {}
         self.lanes = lanes
         self.spans: dict[str, frozenset[str]] = dict(lanes.axes)

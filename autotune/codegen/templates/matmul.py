@@ -8,16 +8,20 @@ one K loop for the products of one depth (so products of a shared input read it 
 operand is read through the ops that make it inside the group (a transpose, a cast, a rotary
 embedding, a convolution's window), and every output is computed from the accumulators by the
 epilogue's ops (bias, batch norm, activation, residual, cast, a gate multiplying two products)
-at the tile's own elements; an epilogue that reads a product off its tile is refused.
+at the tile's own elements. An epilogue that reads a product half a head away (a rotary
+embedding) takes paired tiles (``templates.rotary``); one that reads it anywhere else off its
+tile is refused.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from autotune.codegen.errors import Unsupported
-from autotune.codegen.indexing import numel, offset
-from autotune.codegen.pull import KernelIO, Pull, lanes
+from autotune.codegen.indexing import Index, numel, offset, substitute
+from autotune.codegen.pull import Anchor, KernelIO, Lanes, Pull, lanes
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
@@ -30,6 +34,7 @@ from autotune.codegen.templates.common import (
 from autotune.codegen.templates.placement import Placed, guarded, placed, placed_value
 from autotune.codegen.templates.pointwise import side_outputs
 from autotune.codegen.templates.products import PRODUCTS, Product, product
+from autotune.codegen.templates.rotary import Pair, pair_of
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
 __all__ = ["PRODUCTS", "matmul_kernel"]
@@ -38,6 +43,12 @@ LANES = lanes(
     {"M": (0, "BLOCK_M"), "N": (1, "BLOCK_N"), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
     m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA", bmask="KBN",
 )  # fmt: skip
+# a paired tile's (``templates.rotary``): each half ``BLOCK_H`` columns wide
+PAIRED = lanes(
+    {"M": (0, "BLOCK_M"), "N": (1, "BLOCK_H"), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
+    m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA", bmask="KBN",
+    j="N", n_lo="N", n_hi="N",
+)  # fmt: skip
 
 
 def _operand(value: str, dtype: str) -> str:
@@ -45,17 +56,21 @@ def _operand(value: str, dtype: str) -> str:
     return value if dtype == "float32" else f"{value}.to(tl.{dtype})"
 
 
-def _k_loop(prods: list[Product], io: KernelIO, row: Body) -> None:
-    """One K loop accumulating every product in ``prods`` (all of one depth)."""
+def _k_loop(prods: list[Product], io: KernelIO, row: Body, pair: Pair | None) -> None:
+    """One K loop accumulating every product in ``prods`` (all of one depth); in a paired
+    tile, two accumulators per product (its columns ``n_lo`` and ``n_hi``)."""
+    halves = [("_lo", "n_lo"), ("_hi", "n_hi")] if pair else [("", "")]
     for p in prods:
-        row.line(f"{p.acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)")
+        for suffix, _ in halves:
+            width = "BLOCK_H" if pair else "BLOCK_N"
+            row.line(f"{p.acc}{suffix} = tl.zeros([BLOCK_M, {width}], dtype=tl.float32)")
     inner = row.child()
     k = prods[0].K
     inner.line("ka = k0 + lane_k[None, :]")
     inner.line("kb = k0 + lane_k[:, None]")
     inner.line(f"amask = mmask & (lane_k[None, :] < TILE_K) & (ka < {k})")
     inner.line(f"bmask = nmask & (lane_k[:, None] < TILE_K) & (kb < {k})")
-    pull = Pull(io, inner, LANES)
+    pull = Pull(io, inner, PAIRED if pair else LANES)
     for p in prods:
         dtype = io.dot_dtype(p.a, p.b)
         guard = p.a_guard()
@@ -63,29 +78,40 @@ def _k_loop(prods: list[Product], io: KernelIO, row: Body) -> None:
         a = pull.tile(p.a, p.a_index(), amask)
         if guard:
             a = pull.bind(f"tl.where({amask}, {a}, 0.0)")
-        a, b = _operand(a, dtype), _operand(pull.tile(p.b, p.b_index(), "bmask"), dtype)
+        a = _operand(a, dtype)
         precision = ', input_precision="ieee"' if dtype == "float32" else ""
-        inner.line(f"{p.acc} = tl.dot({a}, {b}, {p.acc}{precision})")
+        for suffix, cols in halves:
+            at = substitute(p.b_index(), "n", cols) if cols else p.b_index()
+            b = _operand(pull.tile(p.b, at, "bmask"), dtype)
+            acc = p.acc + suffix
+            inner.line(f"{acc} = tl.dot({a}, {b}, {acc}{precision})")
     row.nest(f"for k0 in range(0, {k}, TILE_K):", inner)
 
 
-def tile_vars(prod: Product, row: Body, tiles_m: int, tiles_n: int) -> None:
+def tile_vars(
+    prod: Product, row: Body, tiles_m: int, tiles_n: int, pair: Pair | None = None
+) -> None:
     """Output tile ``tile``'s batch ``b``, row tile ``tm``, column tile ``tn`` and lanes."""
     row.line(f"b = tile // {tiles_m * tiles_n}")
     row.line(f"tm = (tile // {tiles_n}) % {tiles_m}")
     row.line(f"tn = tile % {tiles_n}")
-    tile_lanes(prod, row)
+    tile_lanes(prod, row, pair)
 
 
-def tile_lanes(prod: Product, row: Body) -> None:
-    """The lanes and masks of output tile (``b``, ``tm``, ``tn``)."""
+def tile_lanes(prod: Product, row: Body, pair: Pair | None = None) -> None:
+    """The lanes and masks of output tile (``b``, ``tm``, ``tn``); of a paired tile, its two
+    halves' columns (``Pair.lanes``)."""
     row.line("lane_m = tl.arange(0, BLOCK_M)")
-    row.line("lane_n = tl.arange(0, BLOCK_N)")
+    row.line(f"lane_n = tl.arange(0, {'BLOCK_H' if pair else 'BLOCK_N'})")
     row.line("lane_k = tl.arange(0, BLOCK_K)")
     row.line("m = tm * TILE_M + lane_m[:, None]")
-    row.line("n = tn * TILE_N + lane_n[None, :]")
+    if pair:
+        pair.lanes(row)
+    else:
+        row.line("n = tn * TILE_N + lane_n[None, :]")
     row.line(f"mmask = (lane_m[:, None] < TILE_M) & (m < {prod.M})")
-    row.line(f"nmask = (lane_n[None, :] < TILE_N) & (n < {prod.N})")
+    if not pair:
+        row.line(f"nmask = (lane_n[None, :] < TILE_N) & (n < {prod.N})")
     row.line("mask = mmask & nmask")
 
 
@@ -111,11 +137,13 @@ def _fit(tile: int, base: int) -> int:
     return tile if block_of(tile) <= max(base, 16) else 1 << (max(1, base).bit_length() - 1)
 
 
-def cube_constexprs(tm: int, tn: int, tk: int) -> list[tuple[str, int]]:
-    """``TILE_*`` (the tiles) and ``BLOCK_*`` (their lanes) of M, N and K."""
+def cube_constexprs(tm: int, tn: int, tk: int, pair: Pair | None = None) -> list[tuple[str, int]]:
+    """``TILE_*`` (the tiles) and ``BLOCK_*`` (their lanes) of M, N and K; of a paired tile,
+    also of each half (``H``)."""
+    axes = [("M", tm), ("N", tn), ("K", tk), *([("H", pair.tile)] if pair else [])]
     return [
         (f"{kind}_{axis}", tile if kind == "TILE" else block_of(tile))
-        for axis, tile in (("M", tm), ("N", tn), ("K", tk))
+        for axis, tile in axes
         for kind in ("TILE", "BLOCK")
     ]
 
@@ -148,13 +176,21 @@ def tile_body(
     row: Body,
     *,
     holes: bool = False,
+    pair: Pair | None = None,
 ) -> None:
     """One output tile: a K loop per depth, then ``outs`` (position, tensor) stored; with
     ``holes``, an output the tile fills in part is stored at the tile's elements (the caller
-    writes its holes)."""
+    writes its holes); a paired tile stores them once per half."""
     for depth in sorted({p.K for p in prods}):
-        _k_loop([p for p in prods if p.K == depth], io, row)
-    _epilogue(prods, io, outs, row, holes)
+        _k_loop([p for p in prods if p.K == depth], io, row, pair)
+    if pair is None:
+        _epilogue(prods, io, outs, row, holes)
+        return
+    for start, env in pair.passes(prods):
+        half = Body(row.indent, row, counter=row.counter)  # names bound apart: n differs
+        half.line(start)
+        _epilogue(prods, io, outs, half, holes, PAIRED, env)
+        row.lines += half.lines
 
 
 def placement(prods: list[Product], io: KernelIO, t: str, *, holes: bool = False) -> Placed | None:
@@ -167,10 +203,45 @@ def placement(prods: list[Product], io: KernelIO, t: str, *, holes: bool = False
     return None
 
 
+def find_pair(
+    prods: list[Product],
+    io: KernelIO,
+    outs: list[tuple[int, str]],
+    tile_n: int,
+    *,
+    holes: bool = False,
+) -> Pair | None:
+    """The pairing of columns under which the epilogue (``tile_body``'s, with ``holes`` as
+    there) reads the products on their tiles (``templates.rotary``), when it reads them off
+    ordinary ones."""
+    reads: list[tuple[Product, Index]] = []
+
+    def recorder(p: Product) -> Anchor:
+        def read(pull: Pull, idx: Index, mask: str) -> str:
+            reads.append((p, idx))
+            return p.acc
+
+        return read
+
+    anchors = {p.out: recorder(p) for p in prods}
+    try:
+        _epilogue(prods, io, outs, Body(0), holes, anchors=anchors)
+    except Unsupported:
+        return None
+    return pair_of(prods, io, reads, tile_n)
+
+
 def _epilogue(
-    prods: list[Product], io: KernelIO, outs: list[tuple[int, str]], row: Body, holes: bool
+    prods: list[Product],
+    io: KernelIO,
+    outs: list[tuple[int, str]],
+    row: Body,
+    holes: bool,
+    lanes: Lanes = LANES,
+    env: dict[str, np.ndarray] | None = None,
+    anchors: dict[str, Anchor] | None = None,
 ) -> None:
-    pull = Pull(io, row, LANES, {p.out: p.result for p in prods})
+    pull = Pull(io, row, lanes, anchors or {p.out: p.result for p in prods}, env)
     for pos, t in outs:
         where = placement(prods, io, t, holes=holes) or Placed(prods[0].out_index(io.shape(t)))
         mask = guarded(pull, "mask", where.guards)
@@ -197,21 +268,23 @@ def matmul_kernel(
         raise Unsupported("products of different tile shapes in one kernel")
     first = prods[0]
     tm, tn, tk = cube_tiles(config, prods)
-    tiles_m, tiles_n = math.ceil(first.M / tm), math.ceil(first.N / tn)
-    body = Body(1)
-    row = body.child()
-    tile_vars(first, row, tiles_m, tiles_n)
     size = first.nb * first.M * first.N
     placed_at = {t: placement(prods, io, t, holes=True) for t in group.outputs}
     on_tile = [(p, t) for p, t in enumerate(group.outputs)
                if numel(io.shape(t)) == size or placed_at[t]]  # fmt: skip
-    tile_body(prods, io, on_tile, row, holes=True)
+    pair = find_pair(prods, io, on_tile, tn, holes=True)
+    tiles_m = math.ceil(first.M / tm)
+    tiles_n = pair.tiles(first.N) if pair else math.ceil(first.N / tn)
+    body = Body(1)
+    row = body.child()
+    tile_vars(first, row, tiles_m, tiles_n, pair)
+    tile_body(prods, io, on_tile, row, holes=True, pair=pair)
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     pieces = {t: w.piece for t, w in placed_at.items() if w is not None and w.piece}
     side = side_outputs(io, group, size, body, skip={t for _, t in on_tile}, pieces=pieces)
     return finish(name, graph, group, config, io, body, tiles,
-                  [*cube_constexprs(tm, tn, tk), *side], "matmul",
+                  [*cube_constexprs(tm, tn, tk, pair), *side], "matmul",
                   dot_dtype=dot_dtype(io, prods))  # fmt: skip
 
 

@@ -5,7 +5,8 @@ The cost model sizes such siblings as one matmul over their concatenated columns
 kernel: its column tiles run over the products one after another, ``TILE_N = base_n`` columns
 each, a tile in one product's span (a product's last tile is masked at its own width rather
 than straddling into the next). A tile runs its product's K loop and the epilogue of the
-outputs made from that product alone; an output made from two of them (a gate multiplying
+outputs made from that product alone (in paired tiles where its epilogue rotates it, as
+``templates.rotary`` says); an output made from two of them (a gate multiplying
 two products of one width is the ``matmul`` template's) is refused.
 """
 
@@ -21,6 +22,7 @@ from autotune.codegen.templates.matmul import (
     cube_constexprs,
     cube_tiles,
     dot_dtype,
+    find_pair,
     products_of,
     tile_body,
     tile_lanes,
@@ -75,23 +77,32 @@ def segments_kernel(
         raise Unsupported("products of different batches or rows in one kernel")
     owners = _owners(graph, group, prods)
     tm, tn, tk = cube_tiles(config, prods, parts=1)  # a tile in one product's span
-    tiles_m, spans = math.ceil(first.M / tm), [math.ceil(p.N / tn) for p in prods]
+    outs = [[(pos, t) for pos, t in enumerate(group.outputs) if owners[t] == i]
+            for i in range(len(prods))]  # fmt: skip
+    for p in prods:
+        p.acc = "acc"
+    pairs = [find_pair([p], io, o, tn) for p, o in zip(prods, outs, strict=True)]
+    if len({q.tile for q in pairs if q}) > 1:
+        raise Unsupported("rotary embeddings of different head sizes in one kernel")
+    tiles_m = math.ceil(first.M / tm)
+    spans = [q.tiles(p.N) if q else math.ceil(p.N / tn)
+             for p, q in zip(prods, pairs, strict=True)]  # fmt: skip
     body = Body(1)
     row = body.child()
     row.line(f"b = tile // {tiles_m * sum(spans)}")
     row.line(f"tm = (tile // {sum(spans)}) % {tiles_m}")
     row.line(f"tc = tile % {sum(spans)}")
     start = 0
-    for i, (p, span) in enumerate(zip(prods, spans, strict=True)):
+    for i, (p, span, pair) in enumerate(zip(prods, spans, pairs, strict=True)):
         branch = row.child()
         branch.line(f"tn = tc - {start}")
-        tile_lanes(p, branch)
-        p.acc = "acc"
-        tile_body([p], io, [(pos, t) for pos, t in enumerate(group.outputs) if owners[t] == i],
-                  branch)  # fmt: skip
+        tile_lanes(p, branch, pair)
+        tile_body([p], io, outs[i], branch, pair=pair)
         row.nest(f"{'if' if i == 0 else 'elif'} tc < {start + span}:", branch)
         start += span
     tiles = first.nb * tiles_m * sum(spans)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    return finish(name, graph, group, config, io, body, tiles, cube_constexprs(tm, tn, tk),
-                  "matmul", dot_dtype=dot_dtype(io, prods))  # fmt: skip
+    paired = next((q for q in pairs if q), None)
+    return finish(name, graph, group, config, io, body, tiles,
+                  cube_constexprs(tm, tn, tk, paired), "matmul",
+                  dot_dtype=dot_dtype(io, prods))  # fmt: skip

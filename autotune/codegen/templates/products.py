@@ -24,6 +24,7 @@ from autotune.codegen.indexing import (
     offset,
     same_index,
     sample,
+    substitute,
     unflatten,
 )
 from autotune.codegen.kernel_io import KernelIO, Reader
@@ -46,6 +47,10 @@ class Product:
     N: int
     K: int
     acc: str = "acc"
+    # a paired tile's pass (``templates.rotary``): the columns its lanes hold, and the shift
+    # and accumulator of the partner columns the other half holds
+    columns: np.ndarray | None = None
+    partner: tuple[int, str] | None = None
 
     @property
     def nb(self) -> int:
@@ -73,15 +78,28 @@ class Product:
         raise NotImplementedError
 
     def env(self) -> dict[str, np.ndarray]:
+        n = sample(self.N) if self.columns is None else self.columns
         return {
             "b": sample(self.nb)[:, None, None],
             "m": sample(self.M)[None, :, None],
-            "n": sample(self.N)[None, None, :],
+            "n": n[None, None, :],
         }
 
-    def check(self, idx: Index) -> None:
-        if not same_index(idx, self.out_index(self.io.shape(self.out)), self.env()):
-            raise Unsupported("the epilogue reads the product off its tile")
+    def accumulator(self, idx: Index) -> str:
+        """The accumulator holding the product at ``idx``: the tile's own, or in a paired
+        tile's pass the partner's.
+
+        Raises:
+            Unsupported: ``idx`` is neither.
+        """
+        own = self.out_index(self.io.shape(self.out))
+        if same_index(idx, own, self.env()):
+            return self.acc
+        if self.partner is not None:
+            shift, acc = self.partner
+            if same_index(idx, substitute(own, "n", add("n", str(shift))), self.env()):
+                return acc
+        raise Unsupported("the epilogue reads the product off its tile")
 
     def result(self, pull: Reader, idx: Index, mask: str) -> str:
         """The product at ``idx`` of its output (the accumulator, plus any bias)."""
@@ -130,8 +148,7 @@ class MatMul(Product):
         return unflatten(f"b * {self.M * self.N} + m * {self.N} + n", shape)
 
     def result(self, pull: Reader, idx: Index, mask: str) -> str:
-        self.check(idx)
-        value = self.acc
+        value = self.accumulator(idx)
         if self.op.op_type != "Gemm":
             return value
         alpha, beta = float(self.op.attr("alpha", 1.0)), float(self.op.attr("beta", 1.0))
@@ -194,10 +211,10 @@ class Conv(Product):
         return self.flat_index(shape)
 
     def result(self, pull: Reader, idx: Index, mask: str) -> str:
-        self.check(idx)
+        acc = self.accumulator(idx)
         if len(self.op.inputs) > 2 and self.op.inputs[2]:
-            return f"{self.acc} + {pull.value(self.op.inputs[2], (idx[1],), mask)}"
-        return self.acc
+            return f"{acc} + {pull.value(self.op.inputs[2], (idx[1],), mask)}"
+        return acc
 
 
 def product(op: Op, io: KernelIO) -> Product:

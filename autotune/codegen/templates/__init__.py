@@ -1,7 +1,8 @@
 """Kernel templates, one per kind of work: elementwise and layout chains (``pointwise``),
 row reductions and norms (``reduction``), matmul with prologue and epilogue (``matmul``), a
 matmul whose epilogue reduces its rows (``matmul_rows``) or pools its rows per column
-(``matmul_cols``) or spreads it over broadcast dims (``matmul_broadcast``), products of
+(``matmul_cols``) or spreads it over broadcast dims (``matmul_broadcast``) or ends in a
+pooling window (``matmul_window``), products of
 different widths (``matmul_segments``), attention (``attention``)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from autotune.codegen.templates.matmul_broadcast import broadcast_shape, matmul_
 from autotune.codegen.templates.matmul_cols import columns_of, matmul_cols_kernel
 from autotune.codegen.templates.matmul_rows import matmul_rows_kernel
 from autotune.codegen.templates.matmul_segments import segments_kernel
+from autotune.codegen.templates.matmul_window import matmul_window_kernel, split_at_window
 from autotune.codegen.templates.pointwise import pointwise_kernel
 from autotune.codegen.templates.reduction import reduction_kernel
 from autotune.codegen.templates.row_split import REDUCTIONS
@@ -51,6 +53,8 @@ def kernels_for(
             if cols is not None:
                 return [matmul_cols_kernel(name, graph, group, config, cols)]
             return [matmul_rows_kernel(name, graph, group, config, precision)]
+        if split_at_window(graph, group) is not None:
+            return [matmul_window_kernel(name, graph, group, config, precision)]
         if len({graph.tensors[op.outputs[0]].static_shape for op in cube}) > 1:
             return [segments_kernel(name, graph, group, config, precision)]
         return [_matmul_or_broadcast(name, graph, group, config, precision)]

@@ -404,3 +404,45 @@ def test_a_squeeze_excitation_gate_compiles_as_one_kernel(tmp_path: Path) -> Non
         [vi("y", [2, 32, 7, 7])], [w]), opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
     config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16)
     _compile_alone(model, config, tmp_path, "matmul_broadcast")
+
+
+def test_a_projection_and_its_rotary_embedding_compile_as_paired_tiles(tmp_path: Path) -> None:
+    """The paired tile (templates.rotary) is compiled: two accumulators of half the tile's
+    width, and ``n`` rebound between the two halves' epilogues."""
+    rng = np.random.default_rng(0)
+    ints = [helper.make_tensor(n, 7, [len(v)], v) for n, v in
+            (("shape", [1, 8, 2, 32]), ("zero", [0]), ("half", [16]), ("end", [32]),
+             ("last", [-1]))]  # fmt: skip
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
+             helper.make_node("Reshape", ["p", "shape"], ["h"], name="heads"),
+             helper.make_node("Slice", ["h", "zero", "half", "last"], ["x1"], name="s1"),
+             helper.make_node("Slice", ["h", "half", "end", "last"], ["x2"], name="s2"),
+             helper.make_node("Neg", ["x2"], ["n2"], name="neg"),
+             helper.make_node("Concat", ["n2", "x1"], ["rot"], name="cat", axis=-1),
+             helper.make_node("Mul", ["h", "cos"], ["a"], name="mcos"),
+             helper.make_node("Mul", ["rot", "sin"], ["b"], name="msin"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="rope")]  # fmt: skip
+    tables = [numpy_helper.from_array(rng.normal(size=[8, 1, 32]).astype(np.float32), n)
+              for n in ("cos", "sin")]  # fmt: skip
+    w = numpy_helper.from_array(rng.normal(size=[48, 64]).astype(np.float32), "w")
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [vi("x", [1, 8, 48])], [vi("y", [1, 8, 2, 32])], [w, *tables, *ints]),
+        opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    config = KernelConfig(block_dim=4, base_m=16, base_n=32, base_k=16, m=16, n=32, k=16)
+    _compile_alone(model, config, tmp_path, "matmul")
+
+
+def test_a_convolution_and_its_max_pool_compile_as_one_kernel(tmp_path: Path) -> None:
+    """The banded kernel (matmul_window) is compiled: a K loop over a band's conv rows whose
+    count is known only at run time, the barrier, and the window's loads after it."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[3, 3],
+                              strides=[2, 2], pads=[1, 1, 1, 1])]  # fmt: skip
+    w = numpy_helper.from_array(rng.normal(size=[16, 8, 3, 3]).astype(np.float32), "w")
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [vi("x", [2, 8, 12, 12])], [vi("y", [2, 16, 6, 6])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=32, m=16, n=16, k=32)
+    _compile_alone(model, config, tmp_path, "matmul_window")

@@ -18,7 +18,20 @@ from search_space.ir import Graph, Op
 # the cube formats of autotune.verify.numerics as Triton's dtype names
 _DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
-__all__ = ["KernelIO", "Lanes", "Reader", "lanes", "literal", "literals_of"]
+__all__ = ["KernelIO", "Lanes", "Reader", "lanes", "literal", "literals_of", "storage_dtype"]
+
+# the precision modes whose float tensors live in memory in 16 bits (Target.vector_itemsize)
+_HALF_MEMORY = {"fp16": "float16", "mixed": "float16", "bf16": "bfloat16"}
+
+
+def storage_dtype(dtype: str, precision: str) -> str:
+    """The type a tensor declared ``dtype`` is stored in between and inside kernels under a
+    precision mode, as the cost model sizes its bytes (``lower.common.mem_itemsize``): wider
+    floats in 16 bits under ``fp16``, ``mixed`` (float16) and ``bf16`` (bfloat16), the
+    model's own types under ``auto`` and ``fp32``; values are computed in float32 either way."""
+    if dtype in ("float32", "float64") and precision in _HALF_MEMORY:
+        return _HALF_MEMORY[precision]
+    return dtype
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,21 @@ class KernelIO:
         return self.graph.tensors[tensor].static_shape
 
     def dtype(self, tensor: str) -> str:
+        """The type the graph declares (what the ops compute, a Cast rounds to)."""
         return self.graph.tensors[tensor].dtype
+
+    def storage(self, tensor: str) -> str:
+        """The type the tensor is loaded and stored in (:func:`storage_dtype`)."""
+        return storage_dtype(self.dtype(tensor), self.precision)
+
+    def fit(self, tensor: str, value: str) -> str:
+        """``value`` as ``tensor`` stores it: a float32 value narrowed to float16 saturates at
+        float16's largest finite value (a mask's float32 minimum stays a large negative, as
+        fp16 inference writes it with float16's minimum, not an infinity that turns a fully
+        masked row into NaN)."""
+        if self.storage(tensor) != "float16" or self.dtype(tensor) == "float16":
+            return value
+        return f"tl.clamp({value}, -65504.0, 65504.0)"
 
     def constant(self, tensor: str) -> np.ndarray:
         value = self.graph.constants.get(tensor)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from autotune.codegen.errors import Unsupported
+from autotune.codegen.kernel_io import storage_dtype
 from autotune.codegen.templates import kernels_for
 from autotune.codegen.templates.common import KernelSource
 from search_space.ir import FusionGroup, Graph, KernelConfig, is_compile_time, make_group
@@ -56,6 +57,11 @@ class Program:
     graph: Graph
     steps: tuple[Step, ...]
     unfused: tuple[tuple[int, str], ...]  # (group index, reason) of groups split into ops
+    precision: str = "auto"  # the plan's mode: the type each tensor is stored in
+
+    def storage(self, tensor: str) -> str:
+        """The type ``tensor`` is stored in on the device (``kernel_io.storage_dtype``)."""
+        return storage_dtype(self.graph.tensors[tensor].dtype, self.precision)
 
     @property
     def kernels(self) -> list[KernelSource]:
@@ -228,4 +234,4 @@ def build_program(
             )
             unfused.append((i, reason))
     steps += _views(graph, {o for g in groups for o in g.ops})
-    return Program(graph, tuple(_order(graph, steps)), tuple(unfused))
+    return Program(graph, tuple(_order(graph, steps)), tuple(unfused), precision)

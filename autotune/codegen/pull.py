@@ -96,7 +96,7 @@ class Pull:
         if param is None:
             raise Unsupported(f"'{tensor}' is read but is not an input of the kernel")
         off = offset(idx, self.io.shape(tensor))
-        dtype = self.io.dtype(tensor)
+        dtype = self.io.storage(tensor)
         if not self.span(off):  # one address for the whole tile (a batch's element)
             text = f"tl.load({param} + {paren(off)})" if off != "0" else f"tl.load({param})"
         else:

@@ -20,6 +20,7 @@ __all__ = [
     "extern_op",
     "load_params",
     "pick_device",
+    "stored",
     "to_numpy",
     "torch_dtype",
 ]
@@ -50,6 +51,15 @@ def pick_device(prefer: str | None = None) -> str:
 
 def torch_dtype(name: str) -> torch.dtype:
     return _TORCH[name]
+
+
+def stored(value: torch.Tensor, name: str) -> torch.Tensor:
+    """``value`` in the type ``name`` the plan's precision stores it in; a wider float
+    narrowed to float16 saturates at float16's largest finite value, as the kernels store."""
+    dtype = _TORCH[name]
+    if dtype == torch.float16 and value.dtype in (torch.float32, torch.float64):
+        value = value.clamp(-65504.0, 65504.0)
+    return value.to(dtype)
 
 
 def check_inputs(

@@ -45,11 +45,12 @@ def check_plan(
     *,
     target: str = "ascend910b",
     input_shapes: dict[str, tuple[int, ...]] | None = None,
+    precision: str = "auto",
 ) -> tuple[Generated, CodegenCheck]:
-    """Generate ``model`` under ``plan`` (a baseline name or a FusionPlan), write it to
-    ``folder`` and check it."""
+    """Generate ``model`` under ``plan`` (a baseline name or a FusionPlan) at ``precision``,
+    write it to ``folder`` and check it."""
     graph = load_graph(model, input_shapes=input_shapes)
-    gen = generate(model, graph, plan, load_target(target, (), "auto"))  # type: ignore[arg-type]
+    gen = generate(model, graph, plan, load_target(target, (), precision))  # type: ignore[arg-type]
     path = gen.write(folder)
     return gen, check_package(path, model, gen.program)
 

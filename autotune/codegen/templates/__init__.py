@@ -59,7 +59,7 @@ def kernels_for(
             return [segments_kernel(name, graph, group, config, precision)]
         return [_matmul_or_broadcast(name, graph, group, config, precision)]
     if any(op.op_type in REDUCTIONS for op in ops):
-        return [reduction_kernel(name, graph, group, config)]
+        return [reduction_kernel(name, graph, group, config, precision)]
     other = [
         op
         for op in ops
@@ -67,7 +67,7 @@ def kernels_for(
     ]  # a depthwise convolution is a window, read inside any vector kernel
     if other:
         raise Unsupported(f"no template for {other[0].op_type} yet")
-    return [pointwise_kernel(name, graph, group, config)]
+    return [pointwise_kernel(name, graph, group, config, precision)]
 
 
 def _matmul_or_broadcast(

@@ -209,7 +209,7 @@ def _epilogue(att: _Shape, io: KernelIO, group: FusionGroup, row: Body, out: str
         idx = placed_index(io, t, o, _at(att, io, o, ("q", "dv"))) or _out_index(att, io.shape(t))
         value = pull.value(t, idx, "omask")
         ptr = pull.pointer(f"out{pos}", offset(idx, io.shape(t)), "omask")
-        row.line(store(ptr, io.dtype(t), value, "omask"))
+        row.line(store(ptr, io.storage(t), io.fit(t, value), "omask"))
 
 
 def _constexprs(tq: int, tkv: int, att: _Shape) -> tuple[tuple[str, int], ...]:

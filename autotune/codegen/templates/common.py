@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import numel
+from autotune.codegen.kernel_io import storage_dtype
 from autotune.codegen.pull import KernelIO, literals_of
 from autotune.codegen.scalar_ops import TRITON_DTYPES
 from autotune.codegen.source import Body
@@ -70,6 +71,8 @@ class KernelSource:
         dot_dtype: the format of the ``tl.dot`` operands its results go through ('' where
             none do; a split attention's combine kernel merges the split kernel's): the
             narrowest format its arithmetic rounds to, which its check's tolerance follows.
+        precision: the plan's precision mode, which sets the type each tensor is stored in
+            (``kernel_io.storage_dtype``).
     """
 
     name: str
@@ -81,6 +84,7 @@ class KernelSource:
     template: str
     scratch: tuple[Scratch, ...] = ()
     dot_dtype: str = ""
+    precision: str = "auto"
 
     def tensor_type(self, graph: Graph, tensor: str) -> tuple[tuple[int, ...], str]:
         """Shape and storage type of a tensor the kernel reads or writes (scratch included)."""
@@ -88,7 +92,7 @@ class KernelSource:
             if s.name == tensor:
                 return s.shape, s.dtype
         ten = graph.tensors[tensor]
-        return ten.static_shape, ten.dtype
+        return ten.static_shape, storage_dtype(ten.dtype, self.precision)
 
 
 def kernel_io(graph: Graph, group: FusionGroup, precision: str = "auto") -> KernelIO:
@@ -177,7 +181,16 @@ def finish(
     lines = header(name, group, graph, config, io, outs, meta, template, scratch, dot_dtype)
     text = "\n".join([*lines, *body.lines])
     return KernelSource(
-        name, text, group.ops, tuple(io.params), outs, launch, template, scratch, dot_dtype
+        name,
+        text,
+        group.ops,
+        tuple(io.params),
+        outs,
+        launch,
+        template,
+        scratch,
+        dot_dtype,
+        io.precision,
     )
 
 

@@ -247,7 +247,7 @@ def _epilogue(
         mask = guarded(pull, "mask", where.guards)
         value = placed_value(pull, where, t, mask)
         ptr = pull.pointer(f"out{pos}", offset(where.index, io.shape(t)), mask)
-        row.line(store(ptr, io.dtype(t), value, mask))
+        row.line(store(ptr, io.storage(t), io.fit(t, value), mask))
 
 
 def matmul_kernel(

@@ -116,7 +116,7 @@ def _spread_phase(ph: Phases, spread: _Spread, tile_e: int, row: Body) -> None:
     for pos, t in ph.written:
         value = pull.value(t, idx, "emask")
         chunk.line(store(pull.pointer(f"out{pos}", offset(idx, ph.io.shape(t)), "emask"),
-                         ph.io.dtype(t), value, "emask"))  # fmt: skip
+                         ph.io.storage(t), ph.io.fit(t, value), "emask"))  # fmt: skip
     inside.nest(f"for e0 in range(0, {spread.E}, TILE_E):", chunk)
     per_row.nest(f"if row < {first.M}:", inside)
     row.nest("for mi in range(0, TILE_M):", per_row)

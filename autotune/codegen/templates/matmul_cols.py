@@ -180,8 +180,8 @@ def _store_results(cols: Columns, outs: list[tuple[int, str]], row: Body) -> Non
         shape = cols.io.shape(t)
         idx = unflatten("r", shape)
         value = pull.value(t, idx, "nmask")
-        row.line(store(pull.pointer(f"out{pos}", offset(idx, shape), "nmask"), cols.io.dtype(t),
-                       value, "nmask"))  # fmt: skip
+        row.line(store(pull.pointer(f"out{pos}", offset(idx, shape), "nmask"), cols.io.storage(t),
+                       cols.io.fit(t, value), "nmask"))  # fmt: skip
 
 
 def _lanes(first: Product, cols: int, row: Body, inner: Body) -> None:

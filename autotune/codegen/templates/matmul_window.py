@@ -257,5 +257,5 @@ def _window_phase(
     for pos, t in ph.written:
         value = pull.value(t, at, "fmask")
         ptr = pull.pointer(f"out{pos}", offset(at, out_shape), "fmask")
-        loop.line(store(ptr, ph.io.dtype(t), value, "fmask"))
+        loop.line(store(ptr, ph.io.storage(t), ph.io.fit(t, value), "fmask"))
     row.nest(f"for f0 in range(0, {size}, BLOCK_F):", loop)

@@ -52,7 +52,7 @@ class Phases:
         if not one_tile_shape(self.prods):
             raise Unsupported(f"products of different tile shapes before {before}")
         handoff = [t for t in head.outputs if t not in group.outputs]
-        self.scratch = tuple(Scratch(f"{name}::{t}", io.shape(t), io.dtype(t)) for t in handoff)
+        self.scratch = tuple(Scratch(f"{name}::{t}", io.shape(t), io.storage(t)) for t in handoff)
         self.outputs = [*group.outputs, *(s.name for s in self.scratch)]
         self.pos = {t: i for i, t in enumerate([*group.outputs, *handoff])}
         stored = {**io.params, **{t: f"out{self.pos[t]}" for t in head.outputs}}

@@ -68,7 +68,9 @@ def flat_loop(
             raise Unsupported(f"'{t}' reads the tile's piece '{piece}' more than once")
         # the tile wrote the elements its piece is read for: this loop stores the others
         mask = own.bind(f"mask & ~{paren(taken[0])}", "mask") if taken else "mask"
-        inner.line(store(own.pointer(f"out{pos}", "x", mask), io.dtype(t), value, mask))
+        inner.line(
+            store(own.pointer(f"out{pos}", "x", mask), io.storage(t), io.fit(t, value), mask)
+        )
     body.nest(f"for tile in range(pid, {math.ceil(size / tile)}, NPROG):", inner)
 
 
@@ -85,7 +87,7 @@ def _without(io: KernelIO, body: Body, piece: str) -> tuple[Pull, list[str]]:
 
 
 def pointwise_kernel(
-    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
 ) -> KernelSource:
     """The kernel of a group of elementwise and layout ops.
 
@@ -93,7 +95,7 @@ def pointwise_kernel(
         Unsupported: an op or tensor type no template computes.
     """
     check_outputs(graph, group.outputs)
-    io = kernel_io(graph, group)
+    io = kernel_io(graph, group, precision)
     by_size: dict[int, list[tuple[int, str]]] = {}
     for pos, t in enumerate(group.outputs):
         by_size.setdefault(numel(io.shape(t)), []).append((pos, t))

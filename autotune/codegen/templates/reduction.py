@@ -119,7 +119,7 @@ def _store_outputs(
             mask = guarded(pull, "mask", where.guards)
         value = placed_value(pull, where, t, mask)
         ptr = pull.pointer(f"out{pos}", offset(where.index, shape), mask)
-        body.line(store(ptr, io.dtype(t), value, mask))
+        body.line(store(ptr, io.storage(t), io.fit(t, value), mask))
 
 
 def rows_body(
@@ -148,7 +148,7 @@ def rows_body(
 
 
 def reduction_kernel(
-    name: str, graph: Graph, group: FusionGroup, config: KernelConfig
+    name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
 ) -> KernelSource:
     """The kernel of a group with one or more row reductions.
 
@@ -157,7 +157,7 @@ def reduction_kernel(
             their rows; an op no template computes.
     """
     check_outputs(graph, group.outputs)
-    io = kernel_io(graph, group)
+    io = kernel_io(graph, group, precision)
     rows = reduction_rows(graph, group, io)
     tile_r = max(1, min(config.ub_rows or 1, rows.R))
     tile_c = max(1, min(config.ub_cols or rows.C, rows.C))

@@ -3,7 +3,7 @@ API and the checks share."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,10 @@ class Generated:
     model: onnx.ModelProto
     meta: Mapping[str, Any]
     predicted: Mapping[int, float] = field(default_factory=dict)
+    given: frozenset[str] = frozenset()  # compile-time tensors the caller supplies
 
     def write(self, out: str | Path, *, force: bool = False, force_hint: bool = True) -> Path:
+        """The package in ``out`` (``package.write_package``; ``given`` not stored)."""
         return write_package(
             out,
             self.model,
@@ -43,6 +45,7 @@ class Generated:
             self.predicted,
             force=force,
             force_hint=force_hint,
+            given=self.given,
         )
 
 
@@ -69,8 +72,11 @@ def generate(
     *,
     policy: Policy | None = None,
     model_name: str = "",
+    given: Collection[str] = (),
 ) -> Generated:
-    """Kernels for a plan (a baseline name: none, greedy, max, optimal; or a plan record).
+    """Kernels for a plan (a baseline name: none, greedy, max, optimal; or a plan record);
+    ``given`` compile-time tensors (a PyTorch module's weights) are read in place from what
+    the caller passes the runner, never stored in the package.
 
     Raises:
         PlanError: a plan for another model or target; InfeasibleConfig: a config that
@@ -81,7 +87,7 @@ def generate(
     # a model with an empty tensor has no kernels: its ops run in the framework
     configs = [k.config for k in kernels] or [KernelConfig(block_dim=1)] * len(groups)
     default = Lowering(graph, target).default if kernels else None
-    program = build_program(graph, groups, configs, default, target.precision)
+    program = build_program(graph, groups, configs, default, target.precision, given)
     costs = make_cost_model("analytic", target).evaluate(kernels) if kernels else []
     predicted = {i: c.device_us for i, c in enumerate(costs)}
     meta = {
@@ -94,4 +100,4 @@ def generate(
         "unfused_groups": len(program.unfused),
         "framework_ops": len(program.externs),
     }
-    return Generated(program, model, meta, predicted)
+    return Generated(program, model, meta, predicted, frozenset(given))

@@ -3,6 +3,8 @@ value reader (:class:`Reader`, implemented by :class:`autotune.codegen.pull.Pull
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,7 +20,26 @@ from search_space.ir import Graph, Op
 # the cube formats of autotune.verify.numerics as Triton's dtype names
 _DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
-__all__ = ["KernelIO", "Lanes", "Reader", "lanes", "literal", "literals_of", "storage_dtype"]
+__all__ = [
+    "F16_MAX",
+    "KernelIO",
+    "Lanes",
+    "Reader",
+    "is_literal",
+    "lanes",
+    "literal",
+    "literals_of",
+    "storage_dtype",
+]
+
+F16_MAX = 65504.0  # float16's largest finite value
+_LITERAL = re.compile(r"^\(?(-?\d+\.?\d*(e[-+]?\d+)?|float\('-?(inf|nan)'\))\)?$")
+
+
+def is_literal(expr: str) -> bool:
+    """Whether a generated expression is a Python number (``2.0``, ``float('-inf')``)."""
+    return bool(_LITERAL.match(expr))
+
 
 # the precision modes whose float tensors live in memory in 16 bits (Target.vector_itemsize)
 _HALF_MEMORY = {"fp16": "float16", "mixed": "float16", "bf16": "bfloat16"}
@@ -71,13 +92,19 @@ class KernelIO:
         return storage_dtype(self.dtype(tensor), self.precision)
 
     def fit(self, tensor: str, value: str) -> str:
-        """``value`` as ``tensor`` stores it: a float32 value narrowed to float16 saturates at
-        float16's largest finite value (a mask's float32 minimum stays a large negative, as
-        fp16 inference writes it with float16's minimum, not an infinity that turns a fully
-        masked row into NaN)."""
+        """``value`` as ``tensor`` stores it: a finite float32 value narrowed to float16
+        saturates at float16's largest finite value (a mask's float32 minimum stays a large
+        negative, as fp16 inference writes it with float16's minimum, not an infinity that
+        turns a fully masked row into NaN); infinities and NaN stay what they are."""
         if self.storage(tensor) != "float16" or self.dtype(tensor) == "float16":
             return value
-        return f"tl.clamp({value}, -65504.0, 65504.0)"
+        if is_literal(value):  # a number: saturated here (float('inf') and NaN stay)
+            number = value.strip("()")
+            f = float(number) if "(" not in number else math.inf
+            big = math.isfinite(f) and abs(f) > F16_MAX
+            return repr(math.copysign(F16_MAX, f)) if big else value
+        clamped = f"tl.clamp({value}, -{F16_MAX}, {F16_MAX})"
+        return f"tl.where(tl.abs({value}) < float('inf'), {clamped}, {value})"
 
     def constant(self, tensor: str) -> np.ndarray:
         value = self.graph.constants.get(tensor)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +74,12 @@ def manifest(
     return {"format": FORMAT, **dict(meta), "groups": [groups[i] for i in sorted(groups)]}
 
 
-def _params(model: onnx.ModelProto, program: Program, names: list[str]) -> dict[str, np.ndarray]:
+def _params(
+    model: onnx.ModelProto, program: Program, names: list[str], given: Collection[str]
+) -> dict[str, np.ndarray]:
     source = ModelSource(model, program.graph)
-    return {f"t{i}": np.ascontiguousarray(source.value(t)) for i, t in enumerate(names)}
+    return {f"t{i}": np.ascontiguousarray(source.value(t)) for i, t in enumerate(names)
+            if t not in given}  # fmt: skip
 
 
 def write_package(
@@ -88,8 +91,11 @@ def write_package(
     *,
     force: bool = False,
     force_hint: bool = True,
+    given: Collection[str] = (),
 ) -> Path:
-    """Write the package to ``out`` (a new folder, or one this command wrote before).
+    """Write the package to ``out`` (a new folder, or one this command wrote before);
+    compile-time tensors in ``given`` are not stored: the caller passes them to ``Model``
+    (a PyTorch module's own weights).
 
     Raises:
         CodegenError: ``out`` exists and is not a generated package (unless ``force``), or
@@ -111,7 +117,7 @@ def write_package(
         (tmp / "__init__.py").write_text(_INIT.format(model=meta.get("model", "")))
         (tmp / "kernels.py").write_text(kernels_source(program, meta))
         (tmp / "runner.py").write_text(runner)
-        values = _params(model, program, params)
+        values = _params(model, program, params, given)
         np.savez(tmp / "params.npz", **values)  # type: ignore[arg-type]
         (tmp / MANIFEST).write_text(json.dumps(manifest(program, meta, predicted), indent=1))
         _swap(tmp, target)

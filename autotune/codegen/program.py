@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -14,7 +14,14 @@ from autotune.codegen.errors import Unsupported
 from autotune.codegen.kernel_io import storage_dtype
 from autotune.codegen.templates import kernels_for
 from autotune.codegen.templates.common import KernelSource
-from search_space.ir import FusionGroup, Graph, KernelConfig, is_compile_time, make_group
+from search_space.ir import (
+    VIEW_OPS,
+    FusionGroup,
+    Graph,
+    KernelConfig,
+    is_compile_time,
+    make_group,
+)
 
 __all__ = ["Extern", "Program", "Step", "View", "build_program"]
 
@@ -168,6 +175,48 @@ def _with_inner_views(graph: Graph, groups: Sequence[FusionGroup]) -> list[Fusio
     return out
 
 
+_LAYOUT = frozenset({"Transpose", "Identity"}) | VIEW_OPS
+
+
+def _reading_given(
+    graph: Graph, groups: Sequence[FusionGroup], given: Collection[str]
+) -> list[FusionGroup]:
+    """Groups that read a compile-time tensor made from a ``given`` one by layout ops alone
+    (the transposed weight of a linear layer, folded offline otherwise) take those ops in,
+    so the kernel reads the given tensor through them: the caller's own weights, in place,
+    with no transposed copy."""
+    if not given:
+        return list(groups)
+    out = []
+    for group in groups:
+        extra: list[str] = []
+        for t in group.inputs:
+            extra += _layout_chain(graph, t, given)
+        if not extra:
+            out.append(group)
+            continue
+        ops = set(group.ops) | set(extra)
+        ordered = tuple(op.name for op in graph.ops if op.name in ops)
+        made = {o for name in ordered for o in graph.op(name).outputs if o}
+        inputs = tuple(dict.fromkeys(t for name in ordered for t in graph.op(name).inputs
+                                     if t and t not in made))  # fmt: skip
+        out.append(FusionGroup(ordered, group.kind, inputs, group.outputs))
+    return out
+
+
+def _layout_chain(graph: Graph, tensor: str, given: Collection[str]) -> list[str]:
+    """The constant layout ops that make ``tensor`` from a given tensor (none if other ops
+    do, or it is given itself)."""
+    chain: list[str] = []
+    op = graph.producer(tensor)
+    while op is not None and op.constant and op.op_type in _LAYOUT:
+        chain.append(op.name)
+        if op.inputs[0] in given:
+            return chain
+        op = graph.producer(op.inputs[0])
+    return []
+
+
 def _views(graph: Graph, grouped: set[str]) -> list[Step]:
     out = []
     for op in graph.ops:
@@ -216,15 +265,18 @@ def build_program(
     configs: Sequence[KernelConfig],
     default: DefaultConfig | None = None,
     precision: str = "auto",
+    given: Collection[str] = (),
 ) -> Program:
     """Kernels for every group of a plan, in launch order; ``default`` gives the config of a
     part of a group that runs as several kernels when the part is of another kind (a
     reduction after a matmul: the cost model's default for it); ``precision`` is the plan's
-    mode (``costmodel.spec.PRECISIONS``), which sets the format of the cube's operands."""
+    mode (``costmodel.spec.PRECISIONS``), which sets the format of the cube's operands;
+    ``given`` are compile-time tensors the caller supplies at run time (a module's weights),
+    read in place (:func:`_reading_given`)."""
     steps: list[Step] = []
     unfused = []
     plan = _Plan(graph, default, precision)
-    groups = _with_inner_views(graph, groups)
+    groups = _reading_given(graph, _with_inner_views(graph, groups), given)
     for i, (group, config) in enumerate(zip(groups, configs, strict=True)):
         group_steps, reason = _group_steps(i, plan, group, config)
         steps += group_steps

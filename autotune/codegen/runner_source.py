@@ -241,10 +241,15 @@ class Model(torch.nn.Module):
     """The model's forward as the generated kernels (compile-time tensors are buffers)."""
 
     def __init__(self, params: Mapping[str, Any] | None = None, device: str = DEVICE) -> None:
+        """``params`` (by tensor name) are used as given; the rest are read from
+        params.npz."""
         super().__init__()
-        if params is None:
-            saved = load_params(Path(__file__).with_name("params.npz"))
-            params = {{name: saved[f"t{{i}}"] for i, name in enumerate(PARAMS)}}
+        saved = load_params(Path(__file__).with_name("params.npz"))
+        params = {{**{{name: saved[f"t{{i}}"] for i, name in enumerate(PARAMS)
+                      if f"t{{i}}" in saved}}, **(params or {{}})}}
+        missing = [name for name in PARAMS if name not in params]
+        if missing:
+            raise ValueError(f"parameter '{{missing[0]}}' is neither given nor in params.npz")
         for i, name in enumerate(PARAMS):
             value = stored(torch.as_tensor(params[name]), PARAM_TYPES[i])
             self.register_buffer(f"p{{i}}", value.to(device))

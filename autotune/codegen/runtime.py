@@ -46,7 +46,29 @@ def pick_device(prefer: str | None = None) -> str:
             choice = "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+        _interpreted_stdlib()
     return choice
+
+
+def _interpreted_stdlib() -> None:
+    """Triton's library functions (``tl.sum``, ``tl.sigmoid``...) are made when
+    ``triton.language`` is first imported, for the compiler unless the interpreter was chosen
+    by then; an interpreted kernel cannot call them. Where Triton came first (torch.compile
+    imports it), they are made again for the interpreter."""
+    import sys
+
+    if "triton.language" not in sys.modules:
+        return
+    import triton.language as tl
+    from triton.language import random, standard
+
+    if type(tl.sum).__name__ == "InterpretedFunction":
+        return
+    for module in (standard, random):
+        importlib.reload(module)
+        for name, obj in vars(module).items():
+            if type(obj).__name__ == "InterpretedFunction" and hasattr(tl, name):
+                setattr(tl, name, obj)
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -54,11 +76,12 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def stored(value: torch.Tensor, name: str) -> torch.Tensor:
-    """``value`` in the type ``name`` the plan's precision stores it in; a wider float
-    narrowed to float16 saturates at float16's largest finite value, as the kernels store."""
+    """``value`` in the type ``name`` the plan's precision stores it in; a finite wider float
+    narrowed to float16 saturates at float16's largest finite value, as the kernels store
+    (infinities and NaN stay)."""
     dtype = _TORCH[name]
     if dtype == torch.float16 and value.dtype in (torch.float32, torch.float64):
-        value = value.clamp(-65504.0, 65504.0)
+        value = torch.where(value.isfinite(), value.clamp(-65504.0, 65504.0), value)
     return value.to(dtype)
 
 

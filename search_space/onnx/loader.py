@@ -190,6 +190,8 @@ class _Pass:
             start, end = attrs.get("start", 0), attrs.get("end", len(shape))
             self.set_value(node.output[0], np.array(shape[start:end], dtype=np.int64))
             return True
+        if node.op_type == "CastLike" and node.domain in ("", "ai.onnx"):
+            return self._fold_cast_like(node)
         if any(t and t not in self.values for t in node.input) or not node.input:
             return False
         if node.op_type in CUBE_OPS:  # compute stays visible even on constant inputs
@@ -212,6 +214,20 @@ class _Pass:
         for name, value in zip(node.output, outs, strict=False):
             if name:
                 self.set_value(name, value)
+        return True
+
+    def _fold_cast_like(self, node: onnx.NodeProto) -> bool:
+        """CastLike of a known value: only the second input's type is read, so an
+        activation there (the dynamo exporter's zero bias cast like the conv's input) leaves
+        it a constant."""
+        like = self.types.get(node.input[1]) if len(node.input) > 1 else None
+        if node.input[0] not in self.values or like is None or not like.tensor_type.elem_type:
+            return False
+        value = np.asarray(self.values[node.input[0]])
+        if value.size > FOLD_LIMIT or self.kinds.get(node.input[0]) == "weight":
+            return False
+        dtype = helper.tensor_dtype_to_np_dtype(like.tensor_type.elem_type)
+        self.set_value(node.output[0], value.astype(dtype))
         return True
 
 

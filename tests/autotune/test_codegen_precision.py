@@ -119,3 +119,20 @@ def test_zoo_models_at_fp16_reproduce_onnxruntimes_float32(name: str, plan: str,
     gen, result = check_plan(model, plan, tmp_path / "pkg", precision="fp16")
     assert result.ok, describe(result)
     assert not gen.program.unfused
+
+
+@pytest.mark.parametrize("plan", ["none", "max"])
+def test_infinities_and_nan_survive_float16_storage(plan: str, tmp_path) -> None:
+    nodes = [  # found in review: a saturating store turned -inf and NaN into -65504
+        helper.make_node("Less", ["x", "zero"], ["neg"], name="less"),
+        helper.make_node("Where", ["neg", "minus_inf", "x"], ["masked"], name="mask"),
+        helper.make_node("IsInf", ["masked"], ["inf"], name="isinf"),
+        helper.make_node("Sqrt", ["x"], ["root"], name="sqrt"),
+        helper.make_node("IsNaN", ["root"], ["nan"], name="isnan"),
+    ]
+    inits = [f32("zero", np.array(0.0)), f32("minus_inf", np.array(-np.inf))]
+    outputs = [vi("masked", [6, 8]), vi("inf", [6, 8], T.BOOL), vi("root", [6, 8]),
+               vi("nan", [6, 8], T.BOOL)]  # fmt: skip
+    model = make(nodes, [vi("x", [6, 8])], outputs, inits)
+    _, result = check_plan(model, plan, tmp_path / "pkg", precision="fp16")
+    assert result.ok, describe(result)  # -inf, the IsInf count and the NaNs as in float32

@@ -142,3 +142,22 @@ def test_paired_tiles_store_every_column_exactly_once(half: int, heads: int, til
     width = heads * 2 * half
     assert sorted(_held(pair, width)) == list(range(width))
     assert pair.tiles(width) == heads * math.ceil(half / pair.tile)
+
+
+def test_an_interleaved_rotation_is_not_paired_one_column_at_a_time(tmp_path) -> None:
+    nodes = [  # GPT-J: each column with its neighbour (a shift of 1), via [.., half, 2] pairs
+        helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
+        helper.make_node("Reshape", ["p", "pairs"], ["tp"], name="pairs"),
+        helper.make_node("Slice", ["tp", "zero", "one", "last"], ["ev"], name="even"),
+        helper.make_node("Slice", ["tp", "one", "two", "last"], ["od"], name="odd"),
+        helper.make_node("Neg", ["od"], ["nod"], name="neg"),
+        helper.make_node("Concat", ["nod", "ev"], ["rp"], name="cat", axis=-1),
+        helper.make_node("Reshape", ["rp", "flat"], ["y"], name="back"),
+    ]
+    inits = [f32("w", RNG.normal(size=[12, 32])), _ints("pairs", [1, 5, 16, 2]),
+             _ints("flat", [1, 5, 32]), _ints("zero", [0]), _ints("one", [1]),
+             _ints("two", [2]), _ints("last", [-1])]  # fmt: skip
+    model = make(nodes, [vi("x", [1, 5, 12])], [vi("y", [1, 5, 32])], inits)
+    program, result = check_whole(model, _cube(32), tmp_path)
+    assert result.ok, describe(result)
+    assert not any("acc_lo" in k.text for k in program.kernels)

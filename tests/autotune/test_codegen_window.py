@@ -97,10 +97,11 @@ def test_an_expansion_and_the_depthwise_convolution_after_it_are_one_kernel(tmp_
     dil=st.integers(1, 2),
     height=st.integers(1, 40),
     cores=st.integers(1, 30),
+    cover=st.booleans(),
     data=st.data(),
 )
 def test_every_conv_row_a_window_reads_is_in_its_band(
-    kernel: int, stride: int, dil: int, height: int, cores: int, data: st.DataObject
+    kernel: int, stride: int, dil: int, height: int, cores: int, cover: bool, data: st.DataObject
 ) -> None:
     reach = (kernel - 1) * dil
     pad = data.draw(st.integers(0, reach))
@@ -108,16 +109,39 @@ def test_every_conv_row_a_window_reads_is_in_its_band(
     if out_rows < 1:
         return
     rows = -(-out_rows // min(out_rows, cores))
-    band = Band(rows, stride, pad, reach, height, out_rows)
-    covered = []
+    band = Band(rows, stride, pad, reach, height, out_rows, cover)
+    covered, computed = [], set()
     for b in range(band.bands):
         p0 = b * rows
         first, end = int(band.first(np.asarray(p0))), int(band.end(np.asarray(p0)))
+        computed |= set(range(first, end))
         for p in range(p0, min(p0 + rows, out_rows)):
             covered.append(p)
             read = [p * stride - pad + t * dil for t in range(kernel)]
             assert all(first <= r < end for r in read if 0 <= r < height)
     assert covered == list(range(out_rows))
+    if cover:  # the group outputs the conv: every row of it is computed
+        assert computed == set(range(height))
+
+
+@pytest.mark.parametrize(("pool", "block_dim"), [((2, 2, 0), 1), ((2, 2, 0), 4), ((2, 3, 0), 3)])
+def test_a_conv_output_the_group_returns_is_whole_where_no_window_reads_it(
+    pool: tuple[int, int, int], block_dim: int, tmp_path
+) -> None:
+    kernel, stride, pad = pool  # UNet's skip: returned, and pooled over an odd height
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["skip"], name="relu"),
+        helper.make_node("MaxPool", ["skip"], ["y"], name="pool", kernel_shape=[kernel] * 2,
+                         strides=[stride] * 2, pads=[pad] * 4),
+    ]  # fmt: skip
+    out = (13 + 2 * pad - kernel) // stride + 1, (12 + 2 * pad - kernel) // stride + 1
+    model = make(nodes, [vi("x", [1, 3, 13, 12])],
+                 [vi("y", [1, 8, *out]), vi("skip", [1, 8, 13, 12])],
+                 [f32("w", RNG.normal(size=[8, 3, 3, 3]))])  # fmt: skip
+    program, result = check_whole(model, _cube(block_dim), tmp_path)
+    assert result.ok, describe(result)
+    assert [k.template for k in program.kernels] == ["matmul_window"]
 
 
 def test_a_window_over_the_transposed_convolution_runs_as_two_kernels(tmp_path) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import numel
-from autotune.codegen.kernel_io import storage_dtype
+from autotune.codegen.kernel_io import is_literal, storage_dtype
 from autotune.codegen.pull import KernelIO, literals_of
 from autotune.codegen.scalar_ops import TRITON_DTYPES
 from autotune.codegen.source import Body
@@ -136,8 +136,11 @@ def header(
     extra = {s.name: (s.shape, s.dtype) for s in scratch}
 
     def describe(t: str) -> str:
-        shape, dtype = extra.get(t) or (graph.tensors[t].static_shape, graph.tensors[t].dtype)
-        return f"{t!r} {list(shape)} {dtype}"
+        if t in extra:
+            return f"{t!r} {list(extra[t][0])} {extra[t][1]}"
+        dtype, stored = graph.tensors[t].dtype, io.storage(t)
+        kept = f"{dtype}, stored {stored}" if stored != dtype else dtype
+        return f"{t!r} {list(graph.tensors[t].static_shape)} {kept}"
 
     lines = ["@triton.jit", f"def {name}({signature(io, outputs, meta)}):"]
     lines.append(f'    """{template} kernel of a {group.kind} group of {len(ops)} ops.')
@@ -196,7 +199,10 @@ def finish(
 
 def store(ptr: str, dtype: str, value: str, mask: str) -> str:
     """A store of a computed value at ``ptr`` (see ``Pull.pointer``) into a tensor of
-    storage type ``dtype``."""
+    storage type ``dtype``; a value that is a Python number (an output made of constants
+    only) becomes a one-element tensor first, as a number has no ``.to``."""
+    if is_literal(value):
+        value = f"tl.full([1], {value}, tl.float32)"
     typed = (
         f"({value}).to({TRITON_DTYPES[dtype]})"
         if dtype != "bool"

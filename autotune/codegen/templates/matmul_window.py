@@ -7,9 +7,10 @@ bands of ``BAND`` output rows of one image instead: it runs the convolution (the
 the epilogue ops up to the window) over every conv row the band's windows read, the halo rows
 at its edges included, and stores them (into scratch unless the group outputs them); after a
 barrier it runs the window and what follows it over the band, reading back only rows it
-stored. Neighbouring bands both compute the halo rows they share (the same values, stored
-twice): ``kernel - stride`` conv rows per band, which one band per program, where the cores
-allow, keeps to the fewest.
+stored. Neighbouring bands both compute the halo rows they share and store them twice, a
+race that is harmless because the values are bitwise the same (the same code on the same
+inputs in the same order): ``kernel - stride`` conv rows per band, which one band per
+program, where the cores allow, keeps to the fewest.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def split_at_window(graph: Graph, group: FusionGroup) -> tuple[FusionGroup, Fusi
 class Band:
     """The window's geometry along its first spatial dim: ``rows`` output rows per band,
     read from conv rows ``[row * stride - pad, ... + (kernel - 1) * dilation]``, of an input
-    ``height`` rows high."""
+    ``height`` rows high. With ``cover`` (the group also outputs what the window reads) the
+    bands compute every conv row between them and below the last, which no window may read
+    (a 2x2 pool of 13 rows, a stride past the kernel), so that output is whole."""
 
     rows: int
     stride: int
@@ -81,6 +84,7 @@ class Band:
     reach: int  # (kernel - 1) * dilation: the last tap's offset
     height: int
     out_rows: int
+    cover: bool = False
 
     @property
     def bands(self) -> int:
@@ -91,12 +95,31 @@ class Band:
         return np.maximum(p0 * self.stride - self.pad, 0)
 
     def end(self, p0: np.ndarray) -> np.ndarray:
-        """One past the last conv row it reads."""
-        last = (p0 + self.rows - 1) * self.stride - self.pad + self.reach + 1
-        return np.minimum(last, self.height)
+        """One past the last conv row it computes: the last its windows read, or with
+        ``cover`` up to the next band's first row, and the last band to the bottom."""
+        last = np.minimum((p0 + self.rows - 1) * self.stride - self.pad + self.reach + 1,
+                          self.height)  # fmt: skip
+        if not self.cover:
+            return last
+        upto = np.minimum(self.first(p0 + self.rows), self.height)
+        bottom = np.where(p0 + self.rows >= self.out_rows, self.height, 0)
+        return np.maximum(np.maximum(last, upto), bottom)
+
+    def end_lines(self) -> list[str]:
+        """``end`` in Triton, of the band starting at output row ``p0`` (into ``r1``)."""
+        last = (self.rows - 1) * self.stride - self.pad + self.reach + 1
+        lines = [f"r1 = tl.minimum(p0 * {self.stride} + {last}, {self.height})"]
+        if self.cover:
+            nxt = f"tl.maximum((p0 + BAND) * {self.stride} - {self.pad}, 0)"
+            last_band = f"(p0 + BAND >= {self.out_rows}).to(tl.int32)"
+            lines += [
+                f"r1 = tl.maximum(r1, tl.minimum({nxt}, {self.height}))",
+                f"r1 = tl.maximum(r1, {last_band} * {self.height})",
+            ]
+        return lines
 
 
-def _band(graph: Graph, window: Op, config: KernelConfig, images: int) -> Band:
+def _band(graph: Graph, window: Op, config: KernelConfig, images: int, cover: bool) -> Band:
     x, y = graph.tensors[window.inputs[0]].static_shape, graph.tensors[window.outputs[0]]
     out = y.static_shape
     if len(x) != 4:
@@ -108,7 +131,7 @@ def _band(graph: Graph, window: Op, config: KernelConfig, images: int) -> Band:
     # one band per program where the cores allow: the fewest halo rows computed twice
     per_image = min(out[2], max(1, math.ceil(config.block_dim / images)))
     rows = math.ceil(out[2] / per_image)
-    return Band(rows, stride, pad, (kernel[0] - 1) * dil, x[2], out[2])
+    return Band(rows, stride, pad, (kernel[0] - 1) * dil, x[2], out[2], cover)
 
 
 def _expand(body: Body, expr: str) -> str:
@@ -186,7 +209,7 @@ def matmul_window_kernel(
     out_shape = ph.io.shape(window.outputs[0])
     if any(ph.io.shape(t) != out_shape for t in tail.outputs):
         raise Unsupported("outputs of the window's tail of different shapes")
-    band = _band(graph, window, config, images)
+    band = _band(graph, window, config, images, bool(set(head.outputs) & set(group.outputs)))
     tm, tn, tk = cube_tiles(config, ph.prods)
     body = Body(1)
     row = body.child()
@@ -208,11 +231,11 @@ def _conv_phase(ph: Phases, band: Band, row: Body, image: tuple[int, int], tiles
     rows its windows read (``image``: pixels per image and per row), stored."""
     first = ph.prods[0]
     pixels, width = image
-    last = (band.rows - 1) * band.stride - band.pad + band.reach + 1
     row.line(f"img = tile // {band.bands}")
     row.line(f"p0 = (tile % {band.bands}) * BAND")
     row.line(f"r0 = tl.maximum(p0 * {band.stride} - {band.pad}, 0)")
-    row.line(f"r1 = tl.minimum(p0 * {band.stride} + {last}, {band.height})")
+    for line in band.end_lines():
+        row.line(line)
     row.line(f"m0 = img * {pixels} + r0 * {width}")
     row.line(f"m1 = img * {pixels} + r1 * {width}")
     row.line("b = 0")

@@ -24,7 +24,11 @@ from autotune.codegen.kernel_io import KernelIO
 from autotune.codegen.source import Body
 from autotune.codegen.templates.products import MatMul, Product
 
-__all__ = ["Pair", "pair_of"]
+__all__ = ["MIN_HALF", "Pair", "pair_of"]
+
+# the narrowest pairing taken: GPT-J's interleaved rotation (columns 1 apart) would make tiles
+# of one column per half, each a tl.dot of 16 lanes that uses one; it runs as two kernels
+MIN_HALF = 8
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,6 @@ def pair_of(
     if len(shifts) != 1:
         return None
     half = shifts.pop()
-    if half >= prods[0].N or any(p.N % (2 * half) for p in prods):
+    if half < MIN_HALF or half >= prods[0].N or any(p.N % (2 * half) for p in prods):
         return None
     return Pair(half, min(half, max(16, tile_n // 2)))

@@ -19,14 +19,28 @@ __all__ = [
     "AutofusionError",
     "AutotuneError",
     "Graph",
+    "OptimizedModule",
     "Plan",
     "PlanError",
     "ZooOptions",
     "load_graph",
     "load_model_spec",
     "load_plan",
+    "optimize",
     "tune",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``autotune.optimize`` (and ``OptimizedModule``): the PyTorch front end, imported on
+    first use (it needs the ``[torch]`` extra)."""
+    if name in ("optimize", "OptimizedModule"):
+        from autotune import frontend
+
+        return getattr(frontend, name)
+    raise AttributeError(f"module 'autotune' has no attribute '{name}'")
+
+
 try:
     __version__ = version("ascend-autofusion")
 except PackageNotFoundError:  # run from a source tree that was never installed

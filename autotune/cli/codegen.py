@@ -252,7 +252,7 @@ def run(
 
     read = {
         "--inputs file": inputs,
-        "model": None if model.startswith("zoo:") else model,
+        "model": opts.file(model),
         "plan": None if plan in BASELINES else plan,
     }
     output_path(output, read)  # never write over what the run reads

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from autotune.cli.flags import FLAGS, FUSION_FLAGS, POLICY_FLAGS
+from autotune.exceptions import AutotuneError
 from autotune.zoo import ZooOptions, load_model_spec, resolve_model
 from search_space import AutofusionError, Graph, parse_input_shapes
 from search_space.rules import Policy, load_policy
@@ -35,6 +36,7 @@ __all__ = [
     "FUSION_FLAGS",
     "JSON_SCHEMA",
     "POLICY_FLAGS",
+    "PYTHON",
     "JsonOpt",
     "ModelArg",
     "ModelOptions",
@@ -50,6 +52,7 @@ __all__ = [
     "model_options",
     "out",
     "policy_options",
+    "python_source",
     "user_errors",
 ]
 
@@ -110,11 +113,54 @@ class ModelOptions:
 
     def graph(self, model: str) -> Graph:
         """MODEL as a static graph."""
+        if model.startswith(PYTHON):
+            from search_space.onnx import load_graph
+
+            return load_graph(python_source(model), input_shapes=self.input_shapes)
         return load_model_spec(model, self.input_shapes, self.zoo)
 
+    @staticmethod
+    def file(model: str) -> str | None:
+        """MODEL's file, which no output may overwrite (None for a zoo or python model)."""
+        return None if model.startswith(("zoo:", PYTHON)) else model
+
+    @staticmethod
+    def name(model: str) -> str:
+        """A short name for MODEL: the zoo name, the factory's, or the file's stem."""
+        if model.startswith(PYTHON):
+            return model.rsplit(":", 1)[-1]
+        return Path(model.removeprefix("zoo:")).stem
+
+    def reference(self, model: str) -> Any:
+        """MODEL as safe mode re-reads it: the spec, or a python model's export (once)."""
+        return self.source(model) if model.startswith(PYTHON) else model
+
     def source(self, model: str) -> Any:
-        """MODEL as given: a path stays a path, ``zoo:NAME`` is built (a ModelProto)."""
+        """MODEL as given: a path stays a path, ``zoo:NAME`` is built and
+        ``python:package.module:factory`` exported (ModelProtos)."""
+        if model.startswith(PYTHON):
+            return python_source(model)
         return resolve_model(model, self.zoo)
+
+
+PYTHON = "python:"
+
+
+@functools.cache
+def python_source(model: str) -> onnx.ModelProto:
+    """A ``python:package.module:factory`` MODEL exported to ONNX (once per command).
+
+    Raises:
+        AutofusionError: no torch to export with, or what ``python_model`` refuses.
+    """
+    try:
+        from autotune.frontend.python_model import python_model
+    except ImportError as err:
+        raise AutotuneError(
+            f"model '{model}' needs the PyTorch front end: pip install "
+            f"'ascend-autofusion[torch]' ({err})"
+        ) from None
+    return python_model(model)
 
 
 def _bundle(

@@ -199,7 +199,7 @@ def candidates(
     from costmodel.spec import load_target
 
     if html is not None:
-        output_path(html, {"model": None if model.startswith("zoo:") else model})
+        output_path(html, {"model": opts.file(model)})
     graph = opts.graph(model)
     result = {
         "model": model,

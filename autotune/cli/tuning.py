@@ -103,11 +103,11 @@ def tune(
     from search_space.atomic import output_path
 
     # fail before the study, not after it; and never write over what the run reads
-    model_file = None if model.startswith("zoo:") else model
+    given = opts.file(model)
     journal = journal_path(storage)
-    output_path(output, {"model": model_file, "study's storage": journal, "--dataset": dataset})
+    output_path(output, {"model": given, "study's storage": journal, "--dataset": dataset})
     if dataset is not None:
-        output_path(dataset, {"model": model_file, "study's storage": journal, "plan": output})
+        output_path(dataset, {"model": given, "study's storage": journal, "plan": output})
         _check_dataset(dataset)
     graph = opts.graph(model)
     extra = {"share_repeated": False} if no_share else {}
@@ -134,9 +134,9 @@ def tune(
         dataset=str(dataset) if dataset else None,
         policy=policy.load(**extra),
     )
-    name = Path(model.removeprefix("zoo:")).stem
+    name = opts.name(model)
     tgt = load_target(target, cfg.sets, precision)
-    safety = make_safety(graph, model, opts.zoo, cfg.policy, tgt)
+    safety = make_safety(graph, opts.reference(model), opts.zoo, cfg.policy, tgt)
     result = _run_with_progress(graph, cfg, name, safety)
     path = result.plan.save(output)
     if result.study:  # for `autotune dashboard` (a model with no work opens no study)
@@ -315,7 +315,7 @@ def apply(
     output_path(
         output,
         {
-            "model": None if model.startswith("zoo:") else model,
+            "model": opts.file(model),
             "plan": plan,
             "--storage": journal,
         },

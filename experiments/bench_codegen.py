@@ -24,6 +24,7 @@ last total row is every row's groups, unfused groups and share generated as one 
     cd experiments && ../.venv/bin/python bench_codegen.py --models bert-base gpt2 --quick
     cd experiments && ../.venv/bin/python bench_codegen.py --scale 0.25 --layers 2 --trials 32
     cd experiments && ../.venv/bin/python bench_codegen.py --models resnet50 --check
+    cd experiments && ../.venv/bin/python bench_codegen.py --check --precision fp16 --csv x.csv
 
 Writes experiments/results/codegen_coverage.csv (one row per model and plan, then the totals).
 """
@@ -104,6 +105,7 @@ def tuned_plan(model: onnx.ModelProto, args: argparse.Namespace) -> tuple[Any, f
             trials=args.trials,
             cost="analytic",
             target=args.target,
+            precision=args.precision,
             storage=str(Path(tmp) / "s.journal"),
             policy=Policy(codegen_check="off"),  # no interpreter run inside the study
         )
@@ -319,6 +321,9 @@ def main() -> None:
     parser.add_argument("--cache-len", type=int, default=16, help="the decode steps")
     parser.add_argument("--target", default="ascend910b")
     parser.add_argument(
+        "--precision", default="auto", help="the plans' mode: auto, fp32, fp16, bf16, mixed"
+    )
+    parser.add_argument(
         "--check", action="store_true", help="also check_package each plan (slow on the CPU)"
     )
     parser.add_argument("--csv", default=str(RESULTS / "codegen_coverage.csv"))
@@ -331,10 +336,11 @@ def main() -> None:
     print(
         f"scale {args.scale}, batch {args.batch}, layers {args.layers} (transformers; CNN "
         f"blocks: {blocks}), seq_len {args.seq_len}, cache_len {args.cache_len}; target "
-        f"{args.target}; tuned: {args.trials} trials, analytic cost",
+        f"{args.target} at precision {args.precision}; tuned: {args.trials} trials, analytic "
+        "cost",
         flush=True,
     )
-    target = load_target(args.target)
+    target = load_target(args.target, (), args.precision)
     rows: list[dict[str, Any]] = []
     for name in args.models:
         t0 = time.perf_counter()

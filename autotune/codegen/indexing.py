@@ -141,8 +141,9 @@ def reshape_index(idx: Index, out_shape: Sequence[int], in_shape: Sequence[int])
 
 
 def evaluate(expr: str, env: dict[str, np.ndarray]) -> np.ndarray:
-    """An index expression (names, integers, ``+ - * // %``, parentheses) on numpy arrays,
-    read with ``ast`` (never ``eval``); anything else raises ValueError."""
+    """An index expression (names, integers, ``+ - * // %``, parentheses) or a condition on
+    them (one comparison, ``&``, ``|``) on numpy arrays, read with ``ast`` (never ``eval``);
+    anything else raises ValueError."""
 
     def walk(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
@@ -155,6 +156,8 @@ def evaluate(expr: str, env: dict[str, np.ndarray]) -> np.ndarray:
             return -walk(node.operand)
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP:
+            return _CMP[type(node.ops[0])](walk(node.left), walk(node.comparators[0]))
         raise ValueError(f"not index arithmetic: {ast.dump(node)[:60]}")
 
     return np.asarray(walk(ast.parse(expr, mode="eval")))
@@ -166,28 +169,42 @@ _OPS: dict[type, Any] = {
     ast.Mult: lambda a, b: a * b,
     ast.FloorDiv: lambda a, b: a // b,
     ast.Mod: lambda a, b: a % b,
+    ast.BitAnd: lambda a, b: np.logical_and(a, b),
+    ast.BitOr: lambda a, b: np.logical_or(a, b),
+}
+_CMP: dict[type, Any] = {
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.Eq: lambda a, b: a == b,
 }
 
 
-def same_index(a: Index, b: Index, env: dict[str, np.ndarray]) -> bool:
+def same_index(a: Index, b: Index, env: dict[str, np.ndarray], where: Sequence[str] = ()) -> bool:
     """Whether two indices name the same element at every point of ``env`` (numpy arrays of
-    the tile's index variables); an index that is not plain arithmetic is never the same."""
+    the tile's index variables) where every condition in ``where`` holds; an index that is
+    not plain arithmetic (or a condition that is not) is never the same."""
     if a == b:
         return True
     if len(a) != len(b):
+        return False
+    try:
+        keep = [evaluate(w, env) for w in where]
+    except (ValueError, SyntaxError):
         return False
     for x, y in zip(a, b, strict=True):
         if x == y:
             continue
         try:
             vx, vy = evaluate(x, env), evaluate(y, env)
-        except (ValueError, SyntaxError):
+            shape = np.broadcast_shapes(vx.shape, vy.shape, *(k.shape for k in keep))
+        except (ValueError, SyntaxError):  # not arithmetic, or sampled on clashing axes
             return False
-        try:
-            shape = np.broadcast_shapes(vx.shape, vy.shape)
-        except ValueError:  # variables sampled on clashing axes: not provably the same
-            return False
-        if not np.array_equal(np.broadcast_to(vx, shape), np.broadcast_to(vy, shape)):
+        held = np.ones(shape, dtype=bool)
+        for k in keep:
+            held &= np.broadcast_to(k, shape)
+        if not np.array_equal(np.broadcast_to(vx, shape)[held], np.broadcast_to(vy, shape)[held]):
             return False
     return True
 

@@ -12,6 +12,7 @@ import torch
 import torch_models as tm
 
 import autotune
+from autotune.codegen.execute import read_manifest
 from autotune.codegen.runtime import load_params
 from autotune.exceptions import AutotuneError
 from autotune.frontend import optimize
@@ -154,3 +155,13 @@ def test_optimization_level_zero_fuses_nothing(tmp_path: Path) -> None:
 
 def test_autotune_optimize_is_the_front_ends() -> None:
     assert autotune.optimize is optimize
+
+
+@pytest.mark.parametrize("make", [tm.make_llama_layer, tm.make_vit_block])
+def test_exported_blocks_generate_every_group_as_one_kernel(make, tmp_path: Path) -> None:
+    """The dynamo exporter's forms (Q, K and V sliced and squeezed out of one projection; a
+    slice of K beside its projection) are stored from the tile, not split into two kernels."""
+    module, inputs = make()
+    fast = optimize(module, inputs, cache_dir=tmp_path, **FAST)
+    groups = read_manifest(fast.folder)["groups"]
+    assert all(len(g["kernels"]) == 1 and "unfused" not in g for g in groups), groups

@@ -245,7 +245,13 @@ def _epilogue(
     for pos, t in outs:
         where = placement(prods, io, t, holes=holes) or Placed(prods[0].out_index(io.shape(t)))
         mask = guarded(pull, "mask", where.guards)
-        value = placed_value(pull, where, t, mask)
+        for p in prods:  # the output holds the tile's elements under its guards only
+            p.guards = where.guards
+        try:
+            value = placed_value(pull, where, t, mask)
+        finally:
+            for p in prods:
+                p.guards = ()
         ptr = pull.pointer(f"out{pos}", offset(where.index, io.shape(t)), mask)
         row.line(store(ptr, io.storage(t), io.fit(t, value), mask))
 

@@ -16,6 +16,7 @@ import math
 
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import numel
+from autotune.codegen.kernel_io import KernelIO
 from autotune.codegen.source import Body
 from autotune.codegen.templates.common import KernelSource, check_outputs, finish, kernel_io
 from autotune.codegen.templates.matmul import (
@@ -23,6 +24,7 @@ from autotune.codegen.templates.matmul import (
     cube_tiles,
     dot_dtype,
     find_pair,
+    placement,
     products_of,
     tile_body,
     tile_lanes,
@@ -33,8 +35,11 @@ from search_space.ir import FusionGroup, Graph, KernelConfig
 __all__ = ["segments_kernel"]
 
 
-def _owners(graph: Graph, group: FusionGroup, prods: list[Product]) -> dict[str, int]:
-    """Each output of the group -> the one product it is made from."""
+def _owners(
+    graph: Graph, group: FusionGroup, prods: list[Product], io: KernelIO
+) -> dict[str, int]:
+    """Each output of the group -> the one product it is made from (of its size, or a piece
+    of it stored from the tile: a slice of K that Llama's rotary embedding reads)."""
     made_by = {p.out: i for i, p in enumerate(prods)}
     ops = set(group.ops)
 
@@ -55,7 +60,8 @@ def _owners(graph: Graph, group: FusionGroup, prods: list[Product]) -> dict[str,
             )
         owners[t] = found.pop()
         p = prods[owners[t]]
-        if numel(graph.tensors[t].static_shape) != p.nb * p.M * p.N:
+        whole = numel(graph.tensors[t].static_shape) == p.nb * p.M * p.N
+        if not whole and placement([p], io, t) is None:
             raise Unsupported(f"output '{t}' is not of its product's size")
     return owners
 
@@ -75,7 +81,7 @@ def segments_kernel(
     first = prods[0]
     if any((p.batch, p.M) != (first.batch, first.M) for p in prods):
         raise Unsupported("products of different batches or rows in one kernel")
-    owners = _owners(graph, group, prods)
+    owners = _owners(graph, group, prods, io)
     tm, tn, tk = cube_tiles(config, prods, parts=1)  # a tile in one product's span
     outs = [[(pos, t) for pos, t in enumerate(group.outputs) if owners[t] == i]
             for i in range(len(prods))]  # fmt: skip

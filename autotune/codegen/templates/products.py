@@ -51,6 +51,9 @@ class Product:
     # and accumulator of the partner columns the other half holds
     columns: np.ndarray | None = None
     partner: tuple[int, str] | None = None
+    # the placement's guards of the output being written: the tile's elements it holds
+    # (a product's slice after a Squeeze drops the dim that said which slice)
+    guards: tuple[str, ...] = ()
 
     @property
     def nb(self) -> int:
@@ -93,11 +96,12 @@ class Product:
             Unsupported: ``idx`` is neither.
         """
         own = self.out_index(self.io.shape(self.out))
-        if same_index(idx, own, self.env()):
+        if same_index(idx, own, self.env(), self.guards):
             return self.acc
         if self.partner is not None:
             shift, acc = self.partner
-            if same_index(idx, substitute(own, "n", add("n", str(shift))), self.env()):
+            partner = substitute(own, "n", add("n", str(shift)))
+            if same_index(idx, partner, self.env(), self.guards):
                 return acc
         raise Unsupported("the epilogue reads the product off its tile")
 

@@ -28,7 +28,7 @@ __all__ = ["MIN_HALF", "Pair", "pair_of"]
 
 # the narrowest pairing taken: GPT-J's interleaved rotation (columns 1 apart) would make tiles
 # of one column per half, each a tl.dot of 16 lanes that uses one; it runs as two kernels
-MIN_HALF = 8
+MIN_HALF = 4
 
 
 @dataclass(frozen=True)

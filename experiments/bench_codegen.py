@@ -36,6 +36,7 @@ import csv
 import importlib.util
 import math
 import re
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -53,7 +54,11 @@ from autotune.estimate import plan_target
 from autotune.zoo import build, list_models
 from costmodel.spec import Target, load_target
 from search_space import Graph, load_graph
+from search_space.onnx import read_model_with_data
 from search_space.rules import Policy
+
+sys.path.append(str(Path(__file__).parent.parent / "tests"))  # the exports and their shapes
+from conftest import EXPORT_FILES, EXPORTS, export_shapes
 
 BASELINES = ("none", "greedy", "max")
 NO_DEVICE = "no GPU or NPU: kernels run only under the CPU interpreter, timing skipped"
@@ -96,12 +101,15 @@ def build_zoo(name: str, args: argparse.Namespace) -> tuple[onnx.ModelProto, dic
     return model, kw
 
 
-def tuned_plan(model: onnx.ModelProto, args: argparse.Namespace) -> tuple[Any, float]:
+def tuned_plan(
+    model: onnx.ModelProto, args: argparse.Namespace, shapes: dict[str, Any] | None = None
+) -> tuple[Any, float]:
     """A short study's plan record (fresh journal in a temp folder) and its wall seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         plan = tune(
             model,
+            input_shapes=shapes,
             trials=args.trials,
             cost="analytic",
             target=args.target,
@@ -174,8 +182,14 @@ def bench_model(
     name: str, args: argparse.Namespace, target: Target, device: str | None
 ) -> list[dict[str, Any]]:
     """One model's rows, one per plan."""
-    model, kw = build_zoo(name, args)
-    graph = load_graph(model)
+    shapes = None
+    if name.endswith(".onnx"):  # a real export (--exports) at its tests' shapes
+        model, kw = read_model_with_data(EXPORTS / name), {}
+        shapes = export_shapes(name, args.batch, args.seq_len)
+        graph = load_graph(model, input_shapes=shapes)
+    else:
+        model, kw = build_zoo(name, args)
+        graph = load_graph(model)
     plans: list[str] = ["none", "greedy"] if args.quick else [*BASELINES, "tuned"]
     rows = []
     for plan in plans:
@@ -186,7 +200,7 @@ def bench_model(
         try:
             study_s = math.nan
             if plan == "tuned":
-                record, study_s = tuned_plan(model, args)
+                record, study_s = tuned_plan(model, args, shapes)
                 plan_arg: Any = record
                 tgt = plan_target(record)
             else:
@@ -312,6 +326,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=names, choices=names, metavar="MODEL")
     parser.add_argument("--quick", action="store_true", help="the none and greedy plans only")
+    parser.add_argument(
+        "--exports", action="store_true",
+        help="the real torch exports of tests/fixtures/exports instead of the zoo",
+    )  # fmt: skip
     parser.add_argument("--trials", type=int, default=8, help="trials of the tuned study")
     parser.add_argument("--scale", type=float, default=0.05)
     parser.add_argument("--batch", type=int, default=1)
@@ -342,7 +360,7 @@ def main() -> None:
     )
     target = load_target(args.target, (), args.precision)
     rows: list[dict[str, Any]] = []
-    for name in args.models:
+    for name in EXPORT_FILES if args.exports else args.models:
         t0 = time.perf_counter()
         got = bench_model(name, args, target, device)
         rows += got

@@ -424,3 +424,32 @@ def test_float32_made_from_float16_is_held_to_float16s_tolerance(tmp_path) -> No
     _, result = check_groups(model, groups, [KernelConfig(block_dim=2, ub_rows=4)] * 2,
                                    tmp_path / "pkg")  # fmt: skip
     assert result.ok, describe(result)
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_the_exporters_nan_guard_after_the_softmax_stays_in_the_attention(
+    split: int, tmp_path
+) -> None:
+    """SDPA's decomposition writes Where(IsNaN(p), 0, p) before the second matmul: a fully
+    masked row is zeros, not NaN (onnxruntime's answer), in one kernel (or split and
+    combined)."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+        helper.make_node("Add", ["s", "mask"], ["sm"], name="mask"),
+        helper.make_node("Softmax", ["sm"], ["p"], name="softmax", axis=-1),
+        helper.make_node("IsNaN", ["p"], ["bad"], name="isnan"),
+        helper.make_node("Where", ["bad", "zero", "p"], ["pg"], name="guard"),
+        helper.make_node("MatMul", ["pg", "v"], ["o"], name="pv"),
+    ]
+    mask = np.zeros([6, 32], dtype=np.float32)
+    mask[2, :] = -np.inf  # a fully masked query
+    mask[4, 20:] = -np.inf
+    inits = [f32("mask", mask), f32("zero", np.array(0.0))]
+    model = make(nodes, [vi("q", [2, 6, 16]), vi("k", [2, 32, 16]), vi("v", [2, 32, 16])],
+                 [vi("o", [2, 6, 16])], inits)  # fmt: skip
+    config = KernelConfig(block_dim=4, base_m=16, base_n=16, base_k=16,
+                          knobs=(("kv_tile", 16), ("kv_split", split)))  # fmt: skip
+    program, result = check_whole(model, config, tmp_path, kind="attention")
+    assert result.ok, describe(result)
+    assert not program.unfused and len(program.kernels) == split

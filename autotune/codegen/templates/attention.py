@@ -65,6 +65,9 @@ class _Shape:
     sk: int
     d: int
     dv: int
+    # the exporters' guard Where(IsNaN(p), 0, p) between the softmax and the second matmul:
+    # a fully masked row (NaN probabilities) gives zeros, not NaN
+    nan_guard: bool = False
 
     @property
     def nb(self) -> int:
@@ -84,7 +87,9 @@ def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
     mms = [op for op in ops if op.op_type == "MatMul"]
     if len(soft) != 1 or len(mms) != 2:
         raise Unsupported("attention other than two matmuls around one softmax")
-    pv = next((m for m in mms if m.inputs[0] == soft[0].outputs[0]), None)
+    probs = soft[0].outputs[0]
+    guarded = _nan_guard(graph, group, io, probs)
+    pv = next((m for m in mms if m.inputs[0] in (probs, guarded)), None)
     if pv is None:
         raise Unsupported("the softmax's output is not the second matmul's left operand")
     qk = next(m for m in mms if m is not pv)
@@ -96,7 +101,30 @@ def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
     if s_shape[:-1] != o_shape[:-1] or io.shape(pv.inputs[1])[-2] != s_shape[-1]:
         raise Unsupported(f"attention shapes {s_shape} and {o_shape} do not line up")
     d = io.shape(qk.inputs[0])[-1]
-    return _Shape(qk, soft[0], pv, s_shape[:-2], s_shape[-2], s_shape[-1], d, o_shape[-1])
+    return _Shape(qk, soft[0], pv, s_shape[:-2], s_shape[-2], s_shape[-1], d, o_shape[-1],
+                  pv.inputs[0] == guarded)  # fmt: skip
+
+
+def _nan_guard(graph: Graph, group: FusionGroup, io: KernelIO, probs: str) -> str:
+    """The output of ``Where(IsNaN(probs), 0, probs)`` in the group ('' if there is none)."""
+    ops = set(group.ops)
+    for op in graph.consumers(probs):
+        if op.name not in ops or op.op_type != "Where" or len(op.inputs) != 3:
+            continue
+        cond, zero, value = op.inputs
+        test = graph.producer(cond)
+        if (value == probs and test is not None and test.name in ops
+                and test.op_type == "IsNaN" and test.inputs[0] == probs
+                and io.literals.get(zero) in ("0.0", "0", "-0.0")):  # fmt: skip
+            return op.outputs[0]
+    return ""
+
+
+def _normalised(att: _Shape, acc: str, total: str) -> str:
+    """The output row: ``acc`` over the softmax's sum ``total`` (lanes past the last query
+    divide by 1; with the NaN guard, so does a fully masked row, whose ``acc`` is 0)."""
+    live = "qmask & (" + total + " > 0.0)" if att.nan_guard else "qmask"
+    return f"o = {acc} / tl.where({live}, {total}, 1.0)"
 
 
 def _tiles(config: KernelConfig, att: _Shape) -> tuple[int, int, int]:
@@ -256,7 +284,7 @@ def _combine(att: _Shape, row: Body, split: int, part: dict[str, str]) -> None:
     row.line(f"    w = tl.exp(tl.load({mx} + {base}, mask=qmask, other=float('-inf')) - m_use)")
     row.line(f"    num = num + w * tl.load({acc} + ({base}) * {att.dv} + dv, mask=omask, other=0)")
     row.line(f"    den = den + w * tl.load({sm} + {base}, mask=qmask, other=0)")
-    row.line("o = num / tl.where(qmask, den, 1.0)  # lanes past the last query divide by 1")
+    row.line(_normalised(att, "num", "den"))
 
 
 def attention_kernels(
@@ -282,7 +310,7 @@ def attention_kernels(
     _tile_vars(att, row, tiles_q, split)
     _kv_loop(att, io, row, chunk, split)
     if split == 1:
-        row.line("o = acc / tl.where(qmask, l_i, 1.0)")
+        row.line(_normalised(att, "acc", "l_i"))
         _epilogue(att, io, group, row, "o")
         body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
         side = side_outputs(io, group, att.nb * att.sq * att.dv, body)

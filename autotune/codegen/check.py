@@ -24,6 +24,7 @@ from onnx import helper
 
 from autotune.codegen.errors import CodegenError
 from autotune.codegen.execute import load_package
+from autotune.codegen.kernel_io import F16_MAX
 from autotune.codegen.program import Program
 from autotune.codegen.runtime import load_params, stored
 from autotune.codegen.templates.common import KernelSource
@@ -171,7 +172,7 @@ def _saturated(ref: np.ndarray, storage: str) -> np.ndarray:
     ref = np.asarray(ref)
     if storage != "float16" or ref.dtype not in (np.float32, np.float64):
         return ref
-    return np.where(np.isfinite(ref), np.clip(ref, -65504.0, 65504.0), ref)
+    return np.where(np.isfinite(ref), np.clip(ref, -F16_MAX, F16_MAX), ref)
 
 
 def _rounding(formats: list[str]) -> str:

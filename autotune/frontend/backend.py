@@ -13,6 +13,8 @@ eagerly, with a warning naming why.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +23,7 @@ import torch
 
 from autotune.exceptions import AutotuneError
 from autotune.frontend.optimize import kernel_device, optimize, policy_of
+from autotune.tuner import TuneConfig
 from search_space import AutofusionError
 
 __all__ = ["autotune_backend"]
@@ -51,11 +54,12 @@ def autotune_backend(
     return _Specialised(gm, opts)
 
 
-# optimize()'s keyword arguments and the tune options it passes on
-_OPTIONS = frozenset({
-    "trials", "target", "config", "optimization_level", "cache_dir", "precision", "cost",
-    "sampler", "seed", "strategy", "measure_every", "measure_top", "polish",
-})  # fmt: skip
+# optimize()'s keyword arguments and the tune options it passes on (TuneConfig's fields but
+# those optimize sets itself)
+_OPTIONS = frozenset(
+    {n for n, p in inspect.signature(optimize).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    | {f.name for f in dataclasses.fields(TuneConfig)} - {"storage", "policy", "sets"}
+)
 
 
 class _Bound(torch.nn.Module):

@@ -29,7 +29,7 @@ from onnx import numpy_helper
 
 from autotune.exceptions import AutotuneError
 
-__all__ = ["Exported", "as_inputs", "export_module"]
+__all__ = ["Exported", "as_inputs", "export_module", "first_line", "tensors_of"]
 
 log = logging.getLogger(__name__)
 OPSET = 18
@@ -81,7 +81,7 @@ def export_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     try:
         model, exporter = _dynamo(module, inputs, names), "dynamo"
     except Exception as err:  # any failure of the new exporter: the legacy one gets its turn
-        first = _first_line(err)
+        first = first_line(err)
         log.info("the dynamo exporter failed (%s); trying the TorchScript exporter", first)
         try:
             model, exporter = _legacy(module, inputs, names), "legacy"
@@ -94,7 +94,7 @@ def export_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
         except Exception as err2:
             raise AutotuneError(
                 f"the module could not be exported to ONNX: {first} (dynamo exporter); "
-                f"{_first_line(err2)} (TorchScript exporter)"
+                f"{first_line(err2)} (TorchScript exporter)"
             ) from None
     log.info("exported with the %s exporter", exporter)
     return Exported(model, exporter, tuple(names), structure, _weights(module, model))
@@ -170,7 +170,7 @@ def _legacy(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], names: li
     traced = [w for w in seen if issubclass(w.category, torch.jit.TracerWarning)]
     if traced:
         w = traced[0]
-        what = _first_line(w.message).split(" might ")[0]  # "Converting a tensor to a ..."
+        what = first_line(w.message).split(" might ")[0]  # "Converting a tensor to a ..."
         raise _Traced(f"{what} at {w.filename}:{w.lineno}")
     return onnx.load_from_string(buf.getvalue())
 
@@ -203,7 +203,7 @@ def _weights(module: torch.nn.Module, model: onnx.ModelProto) -> frozenset[str]:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _first_line(err: object) -> str:
+def first_line(err: object) -> str:
     """The first line of an error's innermost cause (the exporters wrap theirs), no colours."""
     while isinstance(err, BaseException) and err.__cause__ is not None:
         err = err.__cause__

@@ -12,7 +12,7 @@ import onnx
 import torch
 
 from autotune.exceptions import AutotuneError
-from autotune.frontend.export import as_inputs, export_module
+from autotune.frontend.export import as_inputs, export_module, first_line
 
 __all__ = ["PREFIX", "python_model"]
 
@@ -39,7 +39,7 @@ def python_model(spec: str) -> onnx.ModelProto:
     try:
         made = factory()
     except Exception as err:  # the user's code: any error it raises is the reason
-        raise AutotuneError(f"calling {path}:{name}() failed: {_first(err)}") from None
+        raise AutotuneError(f"calling {path}:{name}() failed: {first_line(err)}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise AutotuneError(
             f"{path}:{name}() returned a {type(made).__name__}; it must return "
@@ -58,11 +58,8 @@ def _import(path: str, spec: str) -> object:
     try:
         return importlib.import_module(path)
     except Exception as err:  # the user's module: any error it raises is the reason
-        raise AutotuneError(f"cannot import '{path}' (model '{spec}'): {_first(err)}") from None
+        reason = first_line(err)
+        raise AutotuneError(f"cannot import '{path}' (model '{spec}'): {reason}") from None
     finally:
         if added:
             sys.path.remove(here)
-
-
-def _first(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]

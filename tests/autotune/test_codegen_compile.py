@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from codegen_helpers import single_group
-from conftest import vi
+from conftest import i64, vi
 from onnx import helper, numpy_helper
 
 from autotune.codegen.ascend_rules import RULES, check_ascend, check_kernel
@@ -410,9 +410,8 @@ def test_a_projection_and_its_rotary_embedding_compile_as_paired_tiles(tmp_path:
     """The paired tile (templates.rotary) is compiled: two accumulators of half the tile's
     width, and ``n`` rebound between the two halves' epilogues."""
     rng = np.random.default_rng(0)
-    ints = [helper.make_tensor(n, 7, [len(v)], v) for n, v in
-            (("shape", [1, 8, 2, 32]), ("zero", [0]), ("half", [16]), ("end", [32]),
-             ("last", [-1]))]  # fmt: skip
+    ints = [i64(n, v) for n, v in (("shape", [1, 8, 2, 32]), ("zero", [0]), ("half", [16]),
+                                   ("end", [32]), ("last", [-1]))]  # fmt: skip
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
              helper.make_node("Reshape", ["p", "shape"], ["h"], name="heads"),
              helper.make_node("Slice", ["h", "zero", "half", "last"], ["x1"], name="s1"),

@@ -12,10 +12,9 @@ import numpy as np
 import onnx
 import pytest
 from codegen_helpers import check_whole, describe
-from conftest import f32, make, vi
+from conftest import f32, i64, make, vi
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import TensorProto as T
 from onnx import helper
 
 from autotune.codegen.source import Body
@@ -30,10 +29,6 @@ def _cube(base_n: int) -> KernelConfig:
     return KernelConfig(block_dim=3, base_m=16, base_n=base_n, base_k=32, m=16, n=base_n, k=32)
 
 
-def _ints(name: str, values: list[int]) -> onnx.TensorProto:
-    return helper.make_tensor(name, T.INT64, [len(values)], values)
-
-
 def _rope(tag: str, x: str, heads: int, dim: int, seq: int, bias: bool) -> tuple[list, list]:
     """Nodes and initialisers of ``x @ w (+ b)`` split into heads and rotated as Llama's
     exporter writes it: q * cos + rotate_half(q) * sin, rotate_half = concat(-q2, q1)."""
@@ -41,7 +36,7 @@ def _rope(tag: str, x: str, heads: int, dim: int, seq: int, bias: bool) -> tuple
     p = f"{tag}_"
     nodes = [helper.make_node("MatMul", [x, p + "w"], [p + "mm"], name=p + "proj")]
     inits = [f32(p + "w", RNG.normal(size=[12, heads * dim]) / 4),
-             _ints(p + "shape", [1, seq, heads, dim])]  # fmt: skip
+             i64(p + "shape", [1, seq, heads, dim])]  # fmt: skip
     out = p + "mm"
     if bias:
         nodes.append(helper.make_node("Add", [out, p + "b"], [p + "biased"], name=p + "bias"))
@@ -58,7 +53,7 @@ def _rope(tag: str, x: str, heads: int, dim: int, seq: int, bias: bool) -> tuple
         helper.make_node("Mul", [p + "rot", "sin"], [p + "c"], name=p + "msin"),
         helper.make_node("Add", [p + "a", p + "c"], [tag], name=p + "add"),
     ]
-    inits += [_ints("zero", [0]), _ints("half", [half]), _ints("end", [dim]), _ints("last", [-1])]
+    inits += [i64("zero", [0]), i64("half", [half]), i64("end", [dim]), i64("last", [-1])]
     return nodes, inits
 
 
@@ -112,8 +107,8 @@ def test_a_roll_that_pairs_no_columns_runs_as_its_ops_and_stays_correct(tmp_path
         helper.make_node("Concat", ["b", "a"], ["r"], name="roll", axis=-1),
         helper.make_node("Relu", ["r"], ["y"], name="act"),
     ]
-    inits = [f32("w", RNG.normal(size=[12, 24])), _ints("zero", [0]), _ints("third", [8]),
-             _ints("end", [24]), _ints("last", [-1])]  # fmt: skip
+    inits = [f32("w", RNG.normal(size=[12, 24])), i64("zero", [0]), i64("third", [8]),
+             i64("end", [24]), i64("last", [-1])]  # fmt: skip
     model = make(nodes, [vi("x", [1, 5, 12])], [vi("y", [1, 5, 24])], inits)
     program, result = check_whole(model, _cube(16), tmp_path)
     assert result.ok, describe(result)
@@ -154,9 +149,9 @@ def test_an_interleaved_rotation_is_not_paired_one_column_at_a_time(tmp_path) ->
         helper.make_node("Concat", ["nod", "ev"], ["rp"], name="cat", axis=-1),
         helper.make_node("Reshape", ["rp", "flat"], ["y"], name="back"),
     ]
-    inits = [f32("w", RNG.normal(size=[12, 32])), _ints("pairs", [1, 5, 16, 2]),
-             _ints("flat", [1, 5, 32]), _ints("zero", [0]), _ints("one", [1]),
-             _ints("two", [2]), _ints("last", [-1])]  # fmt: skip
+    inits = [f32("w", RNG.normal(size=[12, 32])), i64("pairs", [1, 5, 16, 2]),
+             i64("flat", [1, 5, 32]), i64("zero", [0]), i64("one", [1]),
+             i64("two", [2]), i64("last", [-1])]  # fmt: skip
     model = make(nodes, [vi("x", [1, 5, 12])], [vi("y", [1, 5, 32])], inits)
     program, result = check_whole(model, _cube(32), tmp_path)
     assert result.ok, describe(result)

@@ -39,16 +39,18 @@ from search_space.ir import FusionGroup, Graph, KernelConfig
 
 __all__ = ["PRODUCTS", "matmul_kernel"]
 
-LANES = lanes(
-    {"M": (0, "BLOCK_M"), "N": (1, "BLOCK_N"), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
-    m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA", bmask="KBN",
-)  # fmt: skip
+
+def _cube_lanes(block_n: str) -> Lanes:
+    return lanes(
+        {"M": (0, "BLOCK_M"), "N": (1, block_n), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
+        m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA",
+        bmask="KBN",
+    )  # fmt: skip
+
+
+LANES = _cube_lanes("BLOCK_N")
 # a paired tile's (``templates.rotary``): each half ``BLOCK_H`` columns wide
-PAIRED = lanes(
-    {"M": (0, "BLOCK_M"), "N": (1, "BLOCK_H"), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
-    m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA", bmask="KBN",
-    j="N", n_lo="N", n_hi="N",
-)  # fmt: skip
+PAIRED = _cube_lanes("BLOCK_H").naming(j="N", n_lo="N", n_hi="N")
 
 
 def _operand(value: str, dtype: str) -> str:
@@ -278,15 +280,25 @@ def matmul_kernel(
     placed_at = {t: placement(prods, io, t, holes=True) for t in group.outputs}
     on_tile = [(p, t) for p, t in enumerate(group.outputs)
                if numel(io.shape(t)) == size or placed_at[t]]  # fmt: skip
-    pair = find_pair(prods, io, on_tile, tn, holes=True)
-    tiles_m = math.ceil(first.M / tm)
-    tiles_n = pair.tiles(first.N) if pair else math.ceil(first.N / tn)
-    body = Body(1)
-    row = body.child()
-    tile_vars(first, row, tiles_m, tiles_n, pair)
-    tile_body(prods, io, on_tile, row, holes=True, pair=pair)
-    tiles = first.nb * tiles_m * tiles_n
-    body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
+
+    def tiled(pair: Pair | None) -> tuple[Body, int]:
+        tiles_m = math.ceil(first.M / tm)
+        tiles_n = pair.tiles(first.N) if pair else math.ceil(first.N / tn)
+        body = Body(1)
+        row = body.child()
+        tile_vars(first, row, tiles_m, tiles_n, pair)
+        tile_body(prods, io, on_tile, row, holes=True, pair=pair)
+        body.nest(f"for tile in range(pid, {first.nb * tiles_m * tiles_n}, NPROG):", row)
+        return body, first.nb * tiles_m * tiles_n
+
+    pair = None
+    try:
+        body, tiles = tiled(None)
+    except Unsupported:  # off the tile: paired tiles, where a rotation explains the reads
+        pair = find_pair(prods, io, on_tile, tn, holes=True)
+        if pair is None:
+            raise
+        body, tiles = tiled(pair)
     pieces = {t: w.piece for t, w in placed_at.items() if w is not None and w.piece}
     side = side_outputs(io, group, size, body, skip={t for _, t in on_tile}, pieces=pieces)
     return finish(name, graph, group, config, io, body, tiles,

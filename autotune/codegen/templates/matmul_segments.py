@@ -30,6 +30,7 @@ from autotune.codegen.templates.matmul import (
     tile_lanes,
 )
 from autotune.codegen.templates.products import Product
+from autotune.codegen.templates.rotary import Pair
 from search_space.ir import FusionGroup, Graph, KernelConfig
 
 __all__ = ["segments_kernel"]
@@ -66,6 +67,28 @@ def _owners(
     return owners
 
 
+def _branch(
+    p: Product, io: KernelIO, outs: list[tuple[int, str]], row: Body, start: int, tn: int
+) -> tuple[Body, Pair | None]:
+    """Product ``p``'s tiles (from column tile ``start`` of the kernel's): ordinary ones, or
+    paired where its epilogue rotates it (``find_pair``, tried only when they fail)."""
+
+    def built(pair: Pair | None) -> Body:
+        branch = row.child()
+        branch.line(f"tn = tc - {start}")
+        tile_lanes(p, branch, pair)
+        tile_body([p], io, outs, branch, pair=pair)
+        return branch
+
+    try:
+        return built(None), None
+    except Unsupported:
+        pair = find_pair([p], io, outs, tn)
+        if pair is None:
+            raise
+        return built(pair), pair
+
+
 def segments_kernel(
     name: str, graph: Graph, group: FusionGroup, config: KernelConfig, precision: str = "auto"
 ) -> KernelSource:
@@ -85,27 +108,25 @@ def segments_kernel(
     tm, tn, tk = cube_tiles(config, prods, parts=1)  # a tile in one product's span
     outs = [[(pos, t) for pos, t in enumerate(group.outputs) if owners[t] == i]
             for i in range(len(prods))]  # fmt: skip
-    for p in prods:
+    body = Body(1)
+    row = body.child()
+    branches: list[Body] = []
+    pairs: list[Pair | None] = []
+    spans: list[int] = []
+    for p, o in zip(prods, outs, strict=True):
         p.acc = "acc"
-    pairs = [find_pair([p], io, o, tn) for p, o in zip(prods, outs, strict=True)]
+        branch, pair = _branch(p, io, o, row, sum(spans), tn)
+        branches.append(branch)
+        pairs.append(pair)
+        spans.append(pair.tiles(p.N) if pair else math.ceil(p.N / tn))
     if len({q.tile for q in pairs if q}) > 1:
         raise Unsupported("rotary embeddings of different head sizes in one kernel")
     tiles_m = math.ceil(first.M / tm)
-    spans = [q.tiles(p.N) if q else math.ceil(p.N / tn)
-             for p, q in zip(prods, pairs, strict=True)]  # fmt: skip
-    body = Body(1)
-    row = body.child()
     row.line(f"b = tile // {tiles_m * sum(spans)}")
     row.line(f"tm = (tile // {sum(spans)}) % {tiles_m}")
     row.line(f"tc = tile % {sum(spans)}")
-    start = 0
-    for i, (p, span, pair) in enumerate(zip(prods, spans, pairs, strict=True)):
-        branch = row.child()
-        branch.line(f"tn = tc - {start}")
-        tile_lanes(p, branch, pair)
-        tile_body([p], io, outs[i], branch, pair=pair)
-        row.nest(f"{'if' if i == 0 else 'elif'} tc < {start + span}:", branch)
-        start += span
+    for i, branch in enumerate(branches):
+        row.nest(f"{'if' if i == 0 else 'elif'} tc < {sum(spans[: i + 1])}:", branch)
     tiles = first.nb * tiles_m * sum(spans)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     paired = next((q for q in pairs if q), None)

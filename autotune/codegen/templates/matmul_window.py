@@ -240,6 +240,8 @@ def _conv_phase(ph: Phases, band: Band, row: Body, image: tuple[int, int], tiles
     row.line(f"m1 = img * {pixels} + r1 * {width}")
     row.line("b = 0")
     inner = row.child()
+    inner.line(f"tm = t // {tiles_n}")
+    inner.line(f"tn = t % {tiles_n}")
     inner.line("lane_m = tl.arange(0, BLOCK_M)")
     inner.line("lane_n = tl.arange(0, BLOCK_N)")
     inner.line("lane_k = tl.arange(0, BLOCK_K)")
@@ -249,17 +251,7 @@ def _conv_phase(ph: Phases, band: Band, row: Body, image: tuple[int, int], tiles
     inner.line(f"nmask = (lane_n[None, :] < TILE_N) & (n < {first.N})")
     inner.line("mask = mmask & nmask")
     tile_body(ph.prods, ph.head_io, ph.stored, inner)
-    row.nest(
-        f"for t in range(0, tl.cdiv(m1 - m0, TILE_M) * {tiles_n}):",
-        _tile_index(inner, tiles_n),
-    )
-
-
-def _tile_index(inner: Body, tiles_n: int) -> Body:
-    """``inner`` preceded by its row and column tile (``tm``, ``tn``) of loop index ``t``."""
-    inner.lines[:0] = ["    " * inner.indent + f"tm = t // {tiles_n}",
-                       "    " * inner.indent + f"tn = t % {tiles_n}"]  # fmt: skip
-    return inner
+    row.nest(f"for t in range(0, tl.cdiv(m1 - m0, TILE_M) * {tiles_n}):", inner)
 
 
 def _window_phase(

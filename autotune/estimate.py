@@ -13,6 +13,7 @@ from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
 from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
+from costmodel.residency import resident_context
 from costmodel.roofline import roofline_us
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
@@ -133,6 +134,7 @@ class Estimate:
     cost_model: str
     roofline_us: float
     kernels: tuple[KernelEstimate, ...]
+    resident: str = "none"
 
     @property
     def latency_us(self) -> float:
@@ -153,6 +155,7 @@ class Estimate:
             "precision": self.precision,
             "plan": self.plan,
             "cost_model": self.cost_model,
+            "resident": self.resident,
             "latency_us": self.latency_us,
             "roofline_us": self.roofline_us,
             "kernels": len(self.kernels),
@@ -170,8 +173,11 @@ def estimate_graph(
     plan: str = "none",
     cost: str = "analytic",
     policy: Policy | None = None,
+    resident: str = "none",
 ) -> Estimate:
-    """Cost one plan of a graph (a baseline name or a plan file) on a target.
+    """Cost one plan of a graph (a baseline name or a plan file) on a target, from a cold L2
+    (``resident="none"``) or with the graph's inputs in L2 as their producers just wrote them
+    (``"inputs"``: a kernel inside a real step; :mod:`costmodel.residency`).
 
     Raises:
         PlanError: a plan for another model or target; InfeasibleConfig: a plan config that
@@ -179,13 +185,15 @@ def estimate_graph(
     """
     tgt = load_target(target, sets, precision)
     _, kernels = plan_kernels(graph, plan, tgt, policy)
-    costs = make_cost_model(cost, tgt).evaluate(kernels)
+    warm = resident_context(resident, graph, tgt)
+    costs = make_cost_model(cost, tgt).evaluate(kernels, warm)
     return Estimate(
         model=model_name,
         target=tgt.spec.name,
         precision=tgt.precision,
         plan=plan,
         cost_model=cost,
+        resident=resident,
         roofline_us=roofline_us(graph, tgt),
         kernels=tuple(
             KernelEstimate(tuple(k.ops), k.kind, k.unit, k.config, c)

@@ -67,11 +67,13 @@ class CostModel(abc.ABC):
 
     Contract: :meth:`evaluate` returns one :class:`KernelCost` per kernel, in order, treating
     the sequence as one plan run back to back (each kernel pays its launch gap and heads; L2
-    contents carry from one kernel to the next). Latencies are finite and positive for every
-    feasible kernel; an infeasible kernel (a buffer overflow) raises ``InfeasibleConfig`` and is
-    never cheap. Results are deterministic for a given model state. :meth:`update` feeds
-    measured rows (a no-op for models that do not learn); :meth:`save` / :meth:`load` round-trip
-    the model state through a JSON file, never pickle.
+    contents carry from one kernel to the next, starting from what ``resident`` names, as
+    kernels before the plan left it: a kernel inside a real step finds its inputs there).
+    Latencies are finite and positive for every feasible kernel; an infeasible kernel (a buffer
+    overflow) raises ``InfeasibleConfig`` and is never cheap. Results are deterministic for a
+    given model state. :meth:`update` feeds measured rows (a no-op for models that do not
+    learn); :meth:`save` / :meth:`load` round-trip the model state through a JSON file, never
+    pickle.
     """
 
     kind: str = ""
@@ -80,16 +82,27 @@ class CostModel(abc.ABC):
         self.target = target
 
     @abc.abstractmethod
-    def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
+    def evaluate(
+        self, kernels: Sequence[Kernel], resident: Mapping[str, float] | None = None
+    ) -> list[KernelCost]:
         """Cost of each kernel of a plan, in order.
+
+        Args:
+            kernels: the plan's kernels, run back to back.
+            resident: what is in L2 when the plan starts: tensor name -> bytes written, in
+                the order they were written (the last most recent), as the kernels before the
+                plan left them (:func:`~costmodel.residency.written_inputs`). Each model's L2
+                keeps of them what it holds; ``None`` is a cold L2.
 
         Raises:
             InfeasibleConfig: a kernel whose footprint overflows a buffer.
         """
 
-    def predict(self, kernels: Sequence[Kernel]) -> np.ndarray:
-        """Latency (us) of each kernel of a plan, in order."""
-        return np.array([c.latency_us for c in self.evaluate(kernels)], dtype=np.float64)
+    def predict(
+        self, kernels: Sequence[Kernel], resident: Mapping[str, float] | None = None
+    ) -> np.ndarray:
+        """Latency (us) of each kernel of a plan, in order (``resident`` as :meth:`evaluate`)."""
+        return np.array([c.latency_us for c in self.evaluate(kernels, resident)], dtype=np.float64)
 
     def update(self, rows: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
         """Learn from measured rows; models that do not learn ignore them."""

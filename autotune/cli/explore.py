@@ -28,6 +28,7 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
+from autotune.exceptions import AutotuneError
 from autotune.zoo import build, list_models
 from search_space import Graph
 from search_space.atomic import atomic_write_text, output_path
@@ -138,12 +139,23 @@ def estimate(
     cost: Annotated[
         str, typer.Option(help="Cost model: analytic, learned or simulator.")
     ] = "analytic",
+    resident: Annotated[
+        str,
+        typer.Option(
+            help="What L2 holds when the model starts: none (cold, as a kernel timed alone) "
+            "or inputs (the model's inputs as their producers just wrote them, as inside a "
+            "real step)."
+        ),
+    ] = "none",
     json_out: JsonOpt = False,
     top: Annotated[int, typer.Option(help="Kernels to list, slowest first.")] = 15,
 ) -> None:
     """Estimate a model's latency on an Ascend target under a plan."""
     from autotune.estimate import estimate_graph
+    from costmodel.residency import CONTEXTS
 
+    if resident not in CONTEXTS:
+        raise AutotuneError(f"--resident {resident!r} is not one of: {', '.join(CONTEXTS)}")
     graph = opts.graph(model)
     result = estimate_graph(
         graph,
@@ -154,13 +166,14 @@ def estimate(
         plan=plan,
         cost=cost,
         policy=policy.load(),
+        resident=resident,
     )
     if json_out:
         emit_json(result.to_json())
         return
     head = Table(
         title=f"{model} on {result.target} ({result.precision}), plan {result.plan}, "
-        f"{result.cost_model} model",
+        f"{result.cost_model} model" + (", inputs in L2" if resident == "inputs" else ""),
         show_header=False,
     )
     total = result.latency_us  # 0 for a model of views alone: no kernel, no shares

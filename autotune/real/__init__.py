@@ -3,7 +3,7 @@ a one-kernel model, and the cost models' accuracy against them."""
 
 from __future__ import annotations
 
-from autotune.real.evaluate import MODELS, RealPrediction, metrics, predict_rows, summarize
+from autotune.real.evaluate import MODELS, RealPrediction, predict_rows
 from autotune.real.kernels import KERNELS, one_kernel
 from autotune.real.rows import (
     FAMILIES,
@@ -16,6 +16,7 @@ from autotune.real.rows import (
     read_real,
     target_of,
 )
+from autotune.real.scores import metrics, summarize
 
 __all__ = [
     "FAMILIES",

@@ -7,29 +7,28 @@ favourite config; and by a naive baseline, the kernel's roofline plus a fixed fl
 ``device`` row (msprof task duration) is compared with the model's ``device_us`` (the kernel
 without the gap before it), a ``host`` row (wall clock, launch included) with ``latency_us``.
 A ``library`` row (CANN's own op kernel) is costed on the chip's library spec
-(:meth:`~costmodel.spec.HardwareSpec.library`).
-
-Metrics, per group of rows and overall: the geometric mean of predicted / real, the median of
-``|ln(predicted / real)|``, the share of rows within 25% (``|ln ratio| <= ln 1.25``) and the
-Spearman rank correlation.
+(:meth:`~costmodel.spec.HardwareSpec.library`). An ``in-situ`` row (a kernel inside a real step)
+is costed with its inputs in L2 as their producers just wrote them
+(:func:`~costmodel.residency.written_inputs`), an ``isolated`` one from a cold L2.
+How close the predictions come is scored by :mod:`autotune.real.scores`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from autotune.exceptions import AutotuneError
 from autotune.real.kernels import one_kernel
 from autotune.real.rows import RealRow, source_name
 from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
+from costmodel.analytic.l2 import L2Residency
 from costmodel.lower import Lowering
+from costmodel.residency import written_inputs
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, KernelConfig
@@ -47,19 +46,17 @@ __all__ = [
     "lowered",
     "measured_config",
     "measured_kernels",
-    "metrics",
     "model_makers",
     "model_time",
     "predict_row",
     "predict_rows",
-    "summarize",
+    "row_resident",
 ]
 
 log = logging.getLogger(__name__)
 MODELS = ("simulator", "analytic", "learned")
 NAIVE_FLOOR_US = 2.0  # the naive baseline's fixed cost per kernel on the device
 SIMULATED_CONFIGS = 6  # the simulator's own favourite: among the analytic model's best few
-WITHIN = math.log(1.25)
 PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -87,6 +84,7 @@ class RealPrediction:
             "dtype": r.dtype,
             "timing": r.timing,
             "impl": r.impl,
+            "context": r.context,
             "real_us": r.time_us,
             "predicted_us": dict(self.predicted),
             "kernels": self.kernels,
@@ -191,6 +189,14 @@ def measured_config(lowering: Lowering, group: FusionGroup, row: RealRow) -> Ker
     return lowering.default(group, block_dim=row.block_dim)
 
 
+def row_resident(row: RealRow, lowering: Lowering) -> dict[str, float] | None:
+    """What L2 holds when the row's kernel starts (``CostModel.evaluate``'s ``resident``):
+    an in-situ row's inputs as their producers just wrote them, nothing for an isolated row."""
+    if row.context != "in-situ":
+        return None
+    return written_inputs(lowering.graph, lowering.target)
+
+
 def measured_kernels(row: RealRow) -> tuple[Target, list[Kernel]]:
     """The row's kernels at the config they ran at (:func:`measured_config`), and the target
     they ran on (:func:`as_run`: with the library prologue where they pay one)."""
@@ -214,10 +220,16 @@ def _naive(kernels: Sequence[Kernel], target: Target, timing: str, itemsize: int
     return us
 
 
-def model_time(model: CostModel, kernels: Sequence[Kernel], timing: str) -> float:
+def model_time(
+    model: CostModel,
+    kernels: Sequence[Kernel],
+    timing: str,
+    resident: dict[str, float] | None = None,
+) -> float:
     """What ``model`` says the kernels take, as a row timed that way measures it: each kernel's
-    ``device_us`` (``device``) or ``latency_us`` (``host``), summed."""
-    return sum(_time(c, timing) for c in model.evaluate(kernels))
+    ``device_us`` (``device``) or ``latency_us`` (``host``), summed; ``resident``: what L2
+    holds when they start (:func:`row_resident`)."""
+    return sum(_time(c, timing) for c in model.evaluate(kernels, resident))
 
 
 def predict_row(
@@ -231,10 +243,13 @@ def predict_row(
         out: dict[str, float] = {}
         default_kernels = [lowering.kernel(g, c) for g, c in zip(groups, defaults, strict=True)]
         target = as_run(row, chip, default_kernels)
+        warm = row_resident(row, lowering)
         for name, make in models.items():
             model = make(target)
-            out[f"{name}/default"] = model_time(model, default_kernels, row.timing)
-            out[f"{name}/best"] = _best(model, name, lowering, groups, grids, target, row.timing)
+            out[f"{name}/default"] = model_time(model, default_kernels, row.timing, warm)
+            out[f"{name}/best"] = _best(
+                model, name, lowering, groups, grids, (target, row.timing), warm
+            )
         itemsize = 4 if row.dtype == "float32" else 2
         out["naive"] = _naive(default_kernels, target, row.timing, itemsize)
         return RealPrediction(row, out, kernels=len(groups))
@@ -249,29 +264,46 @@ def _best(
     lowering: Lowering,
     groups: Sequence[Any],
     grids: Sequence[Sequence[Any]],
-    target: Target,
-    timing: str,
+    run: tuple[Target, str],
+    warm: dict[str, float] | None = None,
 ) -> float:
     """The model's own favourite config of each group, costed by the model: the argmin of its
     batch prediction over the grid (analytic, learned), or of a simulation of the analytic
-    model's few best configs (the simulator: every config would take minutes)."""
+    model's few best configs (the simulator: every config would take minutes). ``run``: the
+    target and the row's timing; ``warm``: what L2 holds when the kernel starts."""
+    target, timing = run
     total = 0.0
     for group, grid in zip(groups, grids, strict=True):
         if name == "simulator":
             ranker = make_cost_model("analytic", target)
-            scores = ranker.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
+            batch = lowering.batch(group, list(grid))
+            scores = ranker.predict_batch(batch, _held(target, warm))  # type: ignore[attr-defined]
             order = np.argsort(scores, kind="stable")[:SIMULATED_CONFIGS]
             candidates = [lowering.kernel(group, grid[i]) for i in order]
-            total += min(model_time(model, [k], timing) for k in candidates)
+            total += min(model_time(model, [k], timing, warm) for k in candidates)
         else:
-            total += model_time(model, [favourite(model, lowering, group, grid)], timing)
+            pick = favourite(model, lowering, group, grid, _held(target, warm))
+            total += model_time(model, [pick], timing, warm)
     return total
 
 
-def favourite(model: CostModel, lowering: Lowering, group: Any, grid: Sequence[Any]) -> Kernel:
+def _held(target: Target, warm: dict[str, float] | None) -> L2Residency | None:
+    """The bytes of each tensor the target's L2 holds of ``warm`` (written in order)."""
+    return None if not warm else L2Residency.written(warm, target.spec.l2_bytes)
+
+
+def favourite(
+    model: CostModel,
+    lowering: Lowering,
+    group: Any,
+    grid: Sequence[Any],
+    resident: L2Residency | None = None,
+) -> Kernel:
     """The kernel of ``group`` at the config of ``grid`` a batch-costing model (analytic,
-    learned) puts fastest: what a tuner on that model picks."""
-    scores = model.predict_batch(lowering.batch(group, list(grid)))  # type: ignore[attr-defined]
+    learned) puts fastest, with ``resident`` bytes of its inputs in L2: what a tuner on that
+    model picks."""
+    batch = lowering.batch(group, list(grid))
+    scores = model.predict_batch(batch, resident)  # type: ignore[attr-defined]
     return lowering.kernel(group, grid[int(np.argmin(scores))])
 
 
@@ -298,66 +330,3 @@ def predict_rows(rows: Iterable[RealRow], models: Sequence[str] = MODELS) -> lis
     """Predictions for every row by every model (one model object per chip and precision)."""
     makers = model_makers(models)
     return [predict_row(r, makers) for r in rows]
-
-
-def metrics(pred: Sequence[float], real: Sequence[float]) -> dict[str, float | int | None]:
-    """Geomean of pred/real, median |ln(pred/real)|, share within 25%, Spearman."""
-    p, r = np.asarray(pred, float), np.asarray(real, float)
-    keep = np.isfinite(p) & (p > 0) & (r > 0)
-    p, r = p[keep], r[keep]
-    if not len(p):
-        return {
-            "n": 0,
-            "geomean": None,
-            "median_abs_log": None,
-            "within_25": None,
-            "spearman": None,
-        }
-    lr = np.log(p / r)
-    rho = None
-    if len(p) >= 3 and np.ptp(r) > 0 and np.ptp(p) > 0:
-        rho = float(spearmanr(p, r).statistic)
-    return {
-        "n": len(p),
-        "geomean": float(np.exp(lr.mean())),
-        "median_abs_log": float(np.median(np.abs(lr))),
-        "within_25": float(np.mean(np.abs(lr) <= WITHIN + 1e-12)),
-        "spearman": rho,
-    }
-
-
-def summarize(
-    predictions: Sequence[RealPrediction],
-    by: Sequence[str] = ("source", "family", "chip", "impl"),
-) -> dict[str, Any]:
-    """Metrics per model, overall and per value of each key in ``by`` and per combination."""
-    ok = [p for p in predictions if not p.error]
-    if not ok:
-        raise AutotuneError("no real row could be costed (every one failed; see the errors)")
-    names = sorted({k for p in ok for k in p.predicted})
-
-    def block(preds: Sequence[RealPrediction]) -> dict[str, Any]:
-        real = [p.row.time_us for p in preds]
-        return {m: metrics([p.predicted.get(m, math.nan) for p in preds], real) for m in names}
-
-    def key_of(p: RealPrediction, k: str) -> str:
-        return {"source": p.row.source_name, "family": p.row.family, "chip": p.row.target,
-                "timing": p.row.timing, "impl": p.row.impl}[k]  # fmt: skip
-
-    out: dict[str, Any] = {"rows": len(predictions), "costed": len(ok), "overall": block(ok)}
-    for timing in ("device", "host"):
-        sub = [p for p in ok if p.row.timing == timing]
-        if sub:
-            out[f"overall_{timing}"] = block(sub)
-    for k in by:
-        groups: dict[str, list[RealPrediction]] = {}
-        for p in ok:
-            groups.setdefault(key_of(p, k), []).append(p)
-        out[f"by_{k}"] = {v: block(g) for v, g in sorted(groups.items())}
-    combos: dict[tuple[str, ...], list[RealPrediction]] = {}
-    for p in ok:
-        combos.setdefault(tuple(key_of(p, k) for k in by), []).append(p)
-    out["by_group"] = [
-        {**dict(zip(by, key, strict=True)), **block(g)} for key, g in sorted(combos.items())
-    ]
-    return out

@@ -16,8 +16,19 @@ from search_space import WEIGHT_INPUTS_KEY
 
 __all__ = ["KernelGraph", "dims_of"]
 
-_ELEM = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
-_NP = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32}
+_ELEM = {
+    "float16": TensorProto.FLOAT16,
+    "bfloat16": TensorProto.BFLOAT16,
+    "int32": TensorProto.INT32,
+    "int64": TensorProto.INT64,
+}
+_NP = {
+    "float16": np.float16,
+    "bfloat16": np.float32,
+    "float32": np.float32,
+    "int32": np.int32,
+    "int64": np.int64,
+}
 
 
 class KernelGraph:
@@ -42,7 +53,9 @@ class KernelGraph:
 
     def const(self, name: str, value: float | np.ndarray, elem: int | None = None) -> str:
         arr = np.asarray(value)
-        if elem is None and arr.dtype.kind == "f":
+        if elem is None and arr.dtype.kind == "f" and self.dtype.startswith("int"):
+            arr = arr.astype(_NP[self.dtype])  # an integer op's scalar: its own type
+        elif elem is None and arr.dtype.kind == "f":
             if self.elem == TensorProto.BFLOAT16:
                 tensor = helper.make_tensor(name, TensorProto.BFLOAT16, arr.shape, arr.ravel())
                 self.consts.append(tensor)

@@ -10,6 +10,7 @@ group, so a cost model costs exactly what the real kernel does in one launch.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -18,7 +19,17 @@ from onnx import TensorProto, helper
 
 from autotune.exceptions import AutotuneError
 from autotune.real.graph import KernelGraph, dims_of
-from autotune.real.ops import binary, cast, concat, gather, reduce, softmax, transpose, unary
+from autotune.real.ops import (
+    binary,
+    cast,
+    concat,
+    gather,
+    reduce,
+    softmax,
+    transdata,
+    transpose,
+    unary,
+)
 from autotune.real.rows import RealRow
 
 __all__ = ["KERNELS", "one_kernel"]
@@ -137,9 +148,12 @@ def rope(row: RealRow, g: KernelGraph) -> list[str]:
 def attention(row: RealRow, g: KernelGraph) -> list[str]:
     """softmax(Q K^T / sqrt(d) (+ causal mask)) V on [B,N,S,D] operands (BSND transposed)."""
     q, k, v = dims_of(row, "q", "k", "v", count=3)
-    bsnd = "bsnd" in (row.extra.get("shapes", "") + row.op + row.notes).lower()
+    text = f"{row.shapes} {row.op} {row.notes}".lower()
+    bsnd = "bsnd" in text
     if bsnd:
         q, k, v = ((s[0], s[2], s[1], s[3]) for s in (q, k, v))
+    if len(q) == len(k) == len(v) == 3:  # BSH: H holds the heads of head_dim each
+        q, k, v = (_heads(s, row) for s in (q, k, v))
     if len(q) != 4 or len(k) != 4 or len(v) != 4:
         raise AutotuneError("attention needs 4-D q, k, v ([B,N,S,D])")
     qn, kn, vn = g.input("q", q), g.input("k", k), g.input("v", v)
@@ -159,11 +173,27 @@ def attention(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op("MatMul", [p, vn], "attn/MatMul_1")]
 
 
+def _heads(bsh: tuple[int, ...], row: RealRow) -> tuple[int, ...]:
+    """A ``[B, S, H]`` operand as ``[B, N, S, D]``, D the ``head_dim`` the row names.
+
+    Raises:
+        AutotuneError: no head_dim, or one that does not divide H.
+    """
+    m = re.search(r"head_dim\s*=\s*(\d+)", f"{row.shapes} {row.notes}")
+    d = int(m.group(1)) if m else 0
+    b, s, h = bsh
+    if not d or h % d:
+        raise AutotuneError(f"a BSH attention of H={h} needs a head_dim= dividing it")
+    return (b, h // d, s, d)
+
+
 def matmul(row: RealRow, g: KernelGraph) -> list[str]:
     """``linear`` (y = x W^T, W a weight) or ``mm``/``bmm`` (both operands activations)."""
     a, b = dims_of(row, count=2)
     text = row.op.lower()
-    if "linear" in text or "w^t" in text or "gemm" in text:
+    # msprof's kernel_details write a linear layer's operands as [M, K] and its weight [N, K]
+    weight_nk = len(b) == 2 and a[-1] == b[-1] != b[-2]
+    if "linear" in text or "w^t" in text or "gemm" in text or weight_nk:
         x = g.input("x", a)
         w = g.weight("W", b)
         if b[-1] == a[-1] and (len(b) == 2):  # [N, K]: stored transposed, as torch does
@@ -203,6 +233,7 @@ KERNELS: dict[str, Callable[[RealRow, KernelGraph], list[str]]] = {
     "binary": binary,
     "unary": unary,
     "cast": cast,
+    "transdata": transdata,
     "transpose": transpose,
     "gather": gather,
     "concat": concat,

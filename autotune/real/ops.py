@@ -14,7 +14,17 @@ from autotune.exceptions import AutotuneError
 from autotune.real.graph import KernelGraph, dims_of
 from autotune.real.rows import RealRow
 
-__all__ = ["binary", "cast", "concat", "gather", "reduce", "softmax", "transpose", "unary"]
+__all__ = [
+    "binary",
+    "cast",
+    "concat",
+    "gather",
+    "reduce",
+    "softmax",
+    "transdata",
+    "transpose",
+    "unary",
+]
 
 
 def _axis(row: RealRow) -> int:
@@ -131,6 +141,29 @@ def transpose(row: RealRow, g: KernelGraph) -> list[str]:
         else [*range(len(x) - 2), len(x) - 1, len(x) - 2]
     )
     return [g.op("Transpose", [g.input("x", x)], "transpose/Transpose", perm=perm)]
+
+
+FRACTAL = 16  # the side of a fractal block (NZ layout) of a 16-bit type
+
+
+def transdata(row: RealRow, g: KernelGraph) -> list[str]:
+    """CANN's TransData from ND to the cube's NZ layout: a ``[.., M, N]`` matrix as
+    ``[.., N/16, M/16, 16, 16]`` blocks (what msprof shows as its output), written as exporters
+    would: a Reshape into blocks and a Transpose that moves the column blocks outward.
+
+    Raises:
+        AutotuneError: a matrix side that is not a whole number of blocks.
+    """
+    (x,) = dims_of(row, "x", count=1)
+    if len(x) < 2 or x[-1] % FRACTAL or x[-2] % FRACTAL:
+        raise AutotuneError(f"TransData of {list(x)}: the last two dims must be multiples of 16")
+    lead, (m, n) = list(x[:-2]), x[-2:]
+    blocks = [*lead, m // FRACTAL, FRACTAL, n // FRACTAL, FRACTAL]
+    shape = g.const("blocks", np.array(blocks, dtype=np.int64))
+    tiled = g.op("Reshape", [g.input("x", x), shape], "transdata/Reshape")
+    r = len(lead)
+    perm = [*range(r), r + 2, r, r + 1, r + 3]
+    return [g.op("Transpose", [tiled], "transdata/Transpose", perm=perm)]
 
 
 def gather(row: RealRow, g: KernelGraph) -> list[str]:

@@ -23,6 +23,11 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
   ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the cube's pipes'
   (:data:`~costmodel.calibration.MEASURED_PIPES`); ``scalar_us`` is kept as read.
 
+* ``context`` (optional) is ``isolated`` (the default: the kernel timed alone, replayed on
+  its buffers, as microbenchmarks and ``msprof op`` run it) or ``in-situ`` (the kernel inside
+  a real training or serving step, whose inputs the kernels before it just wrote: they are
+  in L2 as far as it holds them, :mod:`costmodel.residency`).
+
 * ``block_dim`` (optional): the cores the kernel ran on, where the cell states one number for
   the row; a range or a number under a condition leaves the row its default config's cores.
 
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.exceptions import AutotuneError
+from autotune.real.families import FAMILIES, family_of
 from autotune.real.shapes import parse_dims, parse_tensors
 
 __all__ = [
@@ -56,53 +62,6 @@ __all__ = [
     "target_of",
 ]
 
-_REDUCE = ("reducesum", "reducemean", "reducemax", "reducemin", "sum", "mean", "amax", "amin",
-           "max", "min", "argmax", "argmin")  # fmt: skip
-_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "adds", "subs", "muls", "divs",
-           "addn")  # fmt: skip
-# op family -> words that name it (matched on the op column, lower case, punctuation dropped),
-# tried in this order: the first family with a matching word wins
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "add_rmsnorm": ("addrmsnorm", "add rms norm", "add_rms_norm", "npu_add_rms_norm"),
-    "rmsnorm": ("rmsnorm", "rms norm", "rms_norm", "npu_rms_norm"),
-    "add_layernorm": ("addlayernorm", "add layer norm", "add_layer_norm"),
-    "layernorm": ("layernorm", "layer norm", "layer_norm", "layernormalization"),
-    "swiglu": ("swiglu", "npu_swiglu"),
-    "rope": ("rope", "rotary", "rotarymul", "npu_rotary_mul", "rotary_embedding"),
-    "attention": (
-        "attention",
-        "flashattention",
-        "fusedinferattentionscore",
-        "promptflashattention",
-        "sdpa",
-        "scaled_dot_product",
-    ),
-    "gemv": ("addmv", "gemv", "matvec", "mv"),
-    "matmul": ("matmul", "mm", "bmm", "linear", "gemm", "batchmatmul"),
-    "softmax": ("softmax",),
-    "reduce": _REDUCE,
-    "gather": ("gather", "embedding", "index_select"),
-    "transpose": ("transpose", "permute"),
-    "concat": ("concat", "cat"),
-    "cast": ("cast",),
-    "binary": _BINARY,
-    "unary": (
-        "gelu",
-        "silu",
-        "swish",
-        "relu",
-        "exp",
-        "sigmoid",
-        "tanh",
-        "neg",
-        "sqrt",
-        "rsqrt",
-        "abs",
-        "log",
-        "erf",
-        "square",
-    ),
-}
 CHIPS = {
     "910b1": "ascend910b1",
     "910b2": "ascend910b2",
@@ -122,8 +81,14 @@ DTYPES = {
     "float32": "float32",
     "float": "float32",
     "hf32": "float32",
+    "int32": "int32",
+    "int64": "int64",
 }
 IMPLS = ("library", "custom")
+# device: msprof task duration (the kernel alone); host: a clock around the launch (do_bench,
+# NPU events around a loop); unstated: the source does not say (scored apart, never fitted)
+TIMINGS = ("device", "host", "unstated")
+CONTEXTS = ("isolated", "in-situ")
 # optional per-pipe busy columns -> the cost models' pipe names
 BUSY_COLUMNS = {"vec_us": "V", "mte2_us": "MTE2", "mte3_us": "MTE3", "mte1_us": "MTE1",
                 "mac_us": "M", "fixpipe_us": "FIX"}  # fmt: skip
@@ -140,12 +105,15 @@ class RealRow:
         path: the file it came from.
         chip: the chip as the source names it; ``target`` is the spec it maps to.
         op: the op column as written; ``family`` is what :func:`family_of` made of it.
-        tensors: input name -> dims, in the order the shapes column names them.
+        tensors: input name -> dims, in the order the shapes column names them (``shapes``:
+            the column as written).
         dtype: numpy-style dtype name of the data (``float16``, ``bfloat16``, ``float32``).
         time_us: the measured time.
         timing: ``device`` or ``host``.
         source, quote, notes: provenance, as written.
         impl: ``library`` (a CANN op kernel) or ``custom`` (a kernel written for the shape).
+        context: ``isolated`` (timed alone) or ``in-situ`` (inside a real step: its inputs
+            just written by the kernels before it).
         pipes: measured busy time (us) per pipe (``V``, ``MTE2``...), where the row has them.
     """
 
@@ -164,6 +132,8 @@ class RealRow:
     notes: str = ""
     block_dim: int | None = None
     impl: str = "library"
+    context: str = "isolated"
+    shapes: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
     pipes: Mapping[str, float] = field(default_factory=dict)
 
@@ -185,47 +155,6 @@ class RowProblem:
         return f"{self.path} row {self.row}: {self.reason}; skipped"
 
 
-def _words(text: str) -> str:
-    return re.sub(r"[^a-z0-9_^@ ]+", " ", text.lower())
-
-
-# what CANN, aclnn and torch_npu put around an op's name: FastGelu, GeluV2, ReduceSumD,
-# aclnnAdd, npu_fast_gelu, RealDiv, ElementwiseAdd
-_AFFIXES = {"aclnn", "npu", "fast", "real", "elementwise", "torch", "v1", "v2", "v3", "v4", "d"}
-_OTHER_OPS = {"pool", "conv", "grad", "quant", "dequant", "scatter", "sort", "topk"}
-
-
-def _parts(text: str) -> set[str]:
-    """The CamelCase and snake_case parts of an op name, lower case, with the affixes CANN
-    and torch_npu add dropped (``FastGeluV2`` -> ``gelu``)."""
-    parts = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", text)
-    lower = {p.lower() for p in parts} - _AFFIXES
-    if lower & _OTHER_OPS:  # MaxPool is no ReduceMax: such a row stays an unknown op
-        return set()
-    return {p for p in lower if not p.isdigit()}
-
-
-def family_of(op: str) -> str:
-    """The family an op column names (the text before a parenthesis is tried first).
-
-    Raises:
-        AutotuneError: no family matches (the message lists the known ones).
-    """
-    head = op.split("(")[0]
-    for text in (head, op):
-        words = _words(text)
-        squashed = words.replace(" ", "")
-        tokens = set(words.split()) | _parts(text)
-        for family, names in FAMILIES.items():
-            for name in names:
-                if " " in name or len(name) > 5:
-                    if name.replace(" ", "") in squashed:
-                        return family
-                elif name in tokens:
-                    return family
-    raise AutotuneError(f"unknown op {op!r}; known families: {', '.join(FAMILIES)}")
-
-
 def target_of(chip: str) -> str:
     """The spec name of a chip column (``910B4`` -> ``ascend910b4``; a 910B of no stated SKU
     -> ``ascend910b``, the 910B2).
@@ -234,7 +163,8 @@ def target_of(chip: str) -> str:
         AutotuneError: a chip this tool has no spec for.
     """
     text = chip.lower().replace("ascend", "").replace(" ", "")
-    if re.search(r"atlas\w*a2", text):  # Atlas 800T/800I/900 A2: a 910B of no stated SKU
+    # Atlas 800T/800I/900 A2: a 910B of no stated SKU; an A3 (910_93) die is a 910B's
+    if re.search(r"atlas\w*a2|^a[23]\b|910_93", text):
         return CHIPS["910b"]
     m = re.search(r"(910b[1-4]?|910|310p)", text)
     if m is None:
@@ -243,15 +173,40 @@ def target_of(chip: str) -> str:
 
 
 def _timing(row: Mapping[str, str]) -> str:
+    """``device``, ``host`` or ``unstated``: the cell's first word (``host-event``, NPU events
+    around a loop, is a host timing: the launch gaps are inside), else read from the notes."""
     given = (row.get("timing") or "").strip().lower()
     if given:
-        if given not in ("device", "host"):
-            raise AutotuneError(f"timing {given!r} must be 'device' or 'host'")
-        return given
+        word = re.match(r"[a-z]+", given)
+        timing = word.group(0) if word else given
+        if timing not in TIMINGS:
+            raise AutotuneError(f"timing {given!r} must be 'device', 'host' or 'unstated'")
+        return timing
     text = " ".join(row.get(k, "") or "" for k in ("notes", "quote")).lower()
     device = any(w in text for w in DEVICE_WORDS)
     host = any(w in text for w in HOST_WORDS)
     return "host" if host and not device else "device"
+
+
+def _dtype(text: str) -> str | None:
+    """The data's dtype: the cell's first word (the first input's, of msprof's ``FLOAT;FLOAT``;
+    ``DT_BF16`` as ``bf16``). A cell that says the dtype is ``unstated`` reads as the dtype it
+    names after that (``unstated (bf16 model)``), else as float32, torch's default."""
+    cell = text.strip().lower().removeprefix("dt_")
+    lead = re.match(r"[a-z0-9]+", cell)
+    word = lead.group(0) if lead else ""
+    if word == "unstated":
+        named = [DTYPES[w] for w in re.findall(r"[a-z0-9]+", cell) if w in DTYPES]
+        return named[0] if named else "float32"
+    return DTYPES.get(word)
+
+
+def _context(text: str) -> str:
+    context = re.sub(r"[\s_]+", "-", (text or "").strip().lower()) or "isolated"
+    context = {"insitu": "in-situ", "alone": "isolated"}.get(context, context)
+    if context not in CONTEXTS:
+        raise AutotuneError(f"context {text!r} must be 'isolated' or 'in-situ'")
+    return context
 
 
 def _impl(text: str) -> str:
@@ -308,11 +263,11 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
     op = (row.get("op") or "").strip()
     if not op:
         raise AutotuneError("no op")
-    dtype_text = (row.get("dtype") or "").strip().lower()
-    lead = re.match(r"[a-z0-9]+", dtype_text)
-    dtype = DTYPES.get(lead.group(0) if lead else "")
+    dtype = _dtype(row.get("dtype") or "")
     if dtype is None:
-        raise AutotuneError(f"unknown dtype {row.get('dtype')!r}; known: fp16, bf16, fp32")
+        raise AutotuneError(
+            f"unknown dtype {row.get('dtype')!r}; known: fp16, bf16, fp32, int32, int64"
+        )
     try:
         time_us = float(row.get("time_us") or "nan")
     except ValueError:
@@ -321,7 +276,8 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         raise AutotuneError(f"time_us must be a positive number, but got {row.get('time_us')!r}")
     chip = (row.get("chip") or "").strip()
     family = family_of(op)
-    known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source", "impl"}
+    known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source"}
+    known |= {"impl", "context"}
     known |= set(BUSY_COLUMNS)
     return RealRow(
         row=number,
@@ -339,6 +295,8 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         notes=(row.get("notes") or "").strip(),
         block_dim=_block_dim(row.get("block_dim") or ""),
         impl=_impl(row.get("impl") or ""),
+        context=_context(row.get("context") or ""),
+        shapes=(row.get("shapes") or "").strip(),
         extra={k: v for k, v in row.items() if k and k not in known and v},
         pipes=_pipes(row, time_us),
     )

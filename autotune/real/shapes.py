@@ -4,6 +4,8 @@ The public collections write ``x=[128,512], W=[512,512] -> y=[128,512]`` (names 
 ``=`` share dims, ``name: [dims]`` too); other sources write the shapes without names
 (``(4096, 4096)``, ``[4096,4096] x [4096,4096]``, a bare ``64M``) or as the op's dims
 (``M=4096, N=4096, K=4096`` for a matmul, ``B=1, N=32, S=2048, D=128`` for attention).
+msprof's kernel_details write the inputs' dims joined by ``;``, each dims list by ``,``, and an
+empty entry for a scalar (``"20480,5120;20480,10240"``, ``"87351296;"``).
 Unnamed shapes are named ``x`` (one) or ``a``, ``b``, ``c``... in order, as the one-kernel
 builders take inputs by position when their names are not there.
 """
@@ -69,7 +71,10 @@ def parse_tensors(shapes: str, family: str | None = None) -> dict[str, tuple[int
         AutotuneError: nothing before ``->`` reads as a shape, a named dim does not parse, or
             op dims that ``family`` cannot place.
     """
-    inputs = shapes.split("->")[0]
+    inputs = shapes.split("->")[0].replace('"', "")
+    listed = _msprof(inputs)
+    if listed:
+        return listed
     found: dict[str, tuple[int, ...]] = {}
     for m in _TENSOR.finditer(inputs):
         dims = parse_dims(m.group(2))
@@ -90,6 +95,19 @@ def parse_tensors(shapes: str, family: str | None = None) -> dict[str, tuple[int
     if whole:
         return {"x": whole}
     raise AutotuneError(f"no input shape in {shapes!r} ({_FORMAT})")
+
+
+def _msprof(text: str) -> dict[str, tuple[int, ...]] | None:
+    """msprof's form (``a,b;c,d``, remarks in parentheses aside): each non-empty entry an
+    input, unnamed; ``None`` for text of another form."""
+    bare = re.sub(r"\([^()]*\)", " ", text).strip()
+    if ";" not in bare or not re.fullmatch(r"[\d,;\s]+", bare):
+        return None
+    dims = [parse_dims(part) for part in bare.split(";") if part.strip()]
+    if not dims:
+        return None
+    names = ["x"] if len(dims) == 1 else [chr(ord("a") + i) for i in range(len(dims))]
+    return dict(zip(names, dims, strict=True))
 
 
 def _pick(dims: Mapping[str, int], *names: str, default: int | None = None) -> int:

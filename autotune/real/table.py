@@ -8,7 +8,9 @@ holds the launch and every kernel the framework ran for the op, so it does not s
 kernel the row is lowered to takes, and a correction fitted to it learns what no feature of the
 kernel explains (docs/calibration.md). A ``library`` row's time loses the library prologue
 (:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the tool
-would generate, on the chip's own spec, which is what the models are fitted to. The rows carry
+would generate, on the chip's own spec, which is what the models are fitted to. An in-situ row
+records the L2 context it ran in (its inputs resident as far as L2 holds them,
+:func:`~autotune.real.evaluate.row_resident`); an isolated row a cold one. The rows carry
 ``simulator_version = "real"``, the row's chip as ``target`` and its source and op family, so
 that a fit can weigh them up and an evaluation can hold out whole sources. A row's measured busy
 times of the cube's pipes (``mac_us``, ``mte1_us``) are those pipes' busy times in the fit; its
@@ -20,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.real.evaluate import library_prologue_us, lowered, measured_config
+from autotune.real.evaluate import library_prologue_us, lowered, measured_config, row_resident
 from autotune.real.rows import RealRow
+from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
 from costmodel.calibration import measured_pipes, measurement_rows
 from costmodel.spec import fitted_lineage
@@ -40,9 +43,14 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
     for row in rows:
         where = f"{row.path} row {row.row}"
         if row.timing != "device":
+            how = (
+                "timed on the host (launch and every kernel of the op in it)"
+                if row.timing == "host"
+                else "timed in a way its source does not state"
+            )
             problems.append(
-                f"{where}: timed on the host (launch and every kernel of the op in it), not a "
-                "kernel's device time (`costmodel eval --real` still scores it); skipped"
+                f"{where}: {how}, not a kernel's device time (`costmodel eval --real` still "
+                "scores it); skipped"
             )
             continue
         if chip not in fitted_lineage(row.target):
@@ -59,6 +67,7 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
                 )
                 continue
             kernel = lowering.kernel(groups[0], measured_config(lowering, groups[0], row))
+            context = AnalyticModel(target).residency([kernel], warm=row_resident(row, lowering))
         except Exception as err:  # one row that cannot be lowered is reported, never fatal
             problems.append(f"{where}: cannot be lowered ({type(err).__name__}: {err}); skipped")
             continue
@@ -70,7 +79,7 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
         out += measurement_rows(
             [kernel],
             [KernelCost(generated_us + gap, measured_pipes(row.pipes))],
-            [[0.0] * sum(s.is_load for s in kernel.streams)],
+            context,
             target=target.spec.name,
             spec_digest=target.spec.digest(),
             precision=target.precision,

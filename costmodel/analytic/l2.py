@@ -282,6 +282,15 @@ class L2Residency(Mapping[str, float]):
         self._lru: OrderedDict[str, float] = OrderedDict()
         self._used = 0.0  # bytes of every tensor in the LRU (kept, not summed per touch)
 
+    @classmethod
+    def written(cls, tensors: Mapping[str, float], capacity: float) -> L2Residency:
+        """What an L2 of ``capacity`` bytes keeps of ``tensors`` (name -> bytes) written in
+        order: the most recent ones, as far as they fit."""
+        l2 = cls(capacity)
+        for name, size in tensors.items():
+            l2.touch(name, size)
+        return l2
+
     def touch(self, tensor: str, nbytes: float) -> None:
         """Record that ``tensor`` was read or written in full (most recently used)."""
         self._used -= self._lru.pop(tensor, 0.0)

@@ -148,8 +148,11 @@ class AnalyticModel(CostModel):
         ]
         return score(self.target.spec, self.constants, batch, res)
 
-    def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
-        """Cost of each kernel of a plan in order, carrying L2 residency between kernels.
+    def evaluate(
+        self, kernels: Sequence[Kernel], resident: Mapping[str, float] | None = None
+    ) -> list[KernelCost]:
+        """Cost of each kernel of a plan in order, carrying L2 residency between kernels
+        (from ``resident``: what is in L2 when the plan starts, as ``CostModel.evaluate``).
 
         Kernels of one layout (e.g. the same op in every layer) are scored in one batch.
 
@@ -157,7 +160,8 @@ class AnalyticModel(CostModel):
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
         """
         costs: list[KernelCost] = [KernelCost(0.0)] * len(kernels)
-        for rows, _, b in self.breakdowns(kernels):
+        res = self.residency(kernels, warm=resident) if resident else None
+        for rows, _, b in self.breakdowns(kernels, res):
             for n, i in enumerate(rows):
                 costs[i] = self._cost(b, n)
         return costs
@@ -203,13 +207,17 @@ class AnalyticModel(CostModel):
         return out
 
     def residency(
-        self, kernels: Sequence[Kernel], touches: Sequence[L2Touches] | None = None
+        self,
+        kernels: Sequence[Kernel],
+        touches: Sequence[L2Touches] | None = None,
+        warm: Mapping[str, float] | None = None,
     ) -> list[list[float]]:
         """Per kernel of a plan, the fraction of each load stream's tensor that the earlier
         kernels left in L2 (what a measured row records as its context). ``touches``: each
         kernel's :func:`l2_touches`, when the caller keeps them (a search scores thousands
-        of plans of the same kernels)."""
-        l2 = L2Residency(self._capacity)
+        of plans of the same kernels); ``warm``: what is in L2 when the plan starts (tensor
+        -> bytes written, in order; ``CostModel.evaluate``'s ``resident``)."""
+        l2 = L2Residency.written(warm or {}, self._capacity)
         out = []
         for t in touches if touches is not None else [l2_touches(k) for k in kernels]:
             out.append([min(1.0, l2.get(name, 0.0) / size) for name, size in t.loads])

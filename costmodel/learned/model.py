@@ -236,13 +236,16 @@ class LearnedModel(CostModel):
             np.maximum(np.asarray(cold, float), 0.0) / spec.hbm_peak_bytes_per_s,
         )
 
-    def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
-        """The analytic costs of the plan with each latency corrected.
+    def evaluate(
+        self, kernels: Sequence[Kernel], resident: Mapping[str, float] | None = None
+    ) -> list[KernelCost]:
+        """The analytic costs of the plan with each latency corrected (``resident``: what is
+        in L2 when the plan starts, as ``CostModel.evaluate``).
 
         Raises:
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
         """
-        return self._costs(kernels, self.analytic.residency(kernels))
+        return self._costs(kernels, self.analytic.residency(kernels, warm=resident))
 
     def latencies(
         self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]

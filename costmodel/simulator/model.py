@@ -101,7 +101,9 @@ class SimulatorModel(CostModel):
         self.shortcuts = _shortcuts(self.fast)
 
     # -- CostModel -----------------------------------------------------------------------------
-    def evaluate(self, kernels: Sequence[Kernel]) -> list[KernelCost]:
+    def evaluate(
+        self, kernels: Sequence[Kernel], resident: Mapping[str, float] | None = None
+    ) -> list[KernelCost]:
         spec = self.target.spec
         for k in kernels:
             ok, why = k.feasible(spec)
@@ -113,6 +115,8 @@ class SimulatorModel(CostModel):
                     f"steps={k.steps}"
                 )
         l2 = L2Cache(spec.l2_bytes, self.l2_chunk_bytes, spec.l2_line_bytes)
+        for name, size in (resident or {}).items():  # written in order, before the plan
+            l2.store(l2.tid(name), 0.0, float(size))
         out = []
         for pos, k in enumerate(kernels):
             cost, key = self._one(k, l2)

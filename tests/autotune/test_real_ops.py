@@ -170,6 +170,43 @@ def test_data_movement_ops_move_what_torch_would() -> None:
     np.testing.assert_array_equal(y, np.concatenate([a, b], axis=-1))
 
 
+def test_transdata_lays_a_matrix_out_in_nz_blocks() -> None:
+    """CANN's TransData ND -> NZ: block (i, j) of 16 x 16 at [j, i]; msprof shows
+    [8192, 155136] in and [9696, 512, 16, 16] out."""
+    x = RNG.standard_normal((2, 32, 48)).astype(np.float32)
+    (y,) = _run(_row("TransData (aclnnMatmul_TransData_TransData)", "x=[2,32,48]"), x)
+    assert y.shape == (2, 3, 2, 16, 16)
+    for i in range(2):
+        for j in range(3):
+            block = x[:, i * 16 : (i + 1) * 16, j * 16 : (j + 1) * 16]
+            np.testing.assert_array_equal(y[:, j, i], block)
+
+
+def test_msprof_matmul_operands_read_as_m_k_and_n_k() -> None:
+    """kernel_details write a linear layer's operands as [M, K] and [N, K]."""
+    a = RNG.standard_normal((4, 6)).astype(np.float32)
+    b = RNG.standard_normal((5, 6)).astype(np.float32)
+    (y,) = _run(_row("MatMul", '"4,6;5,6"'), x=a, W=b)
+    np.testing.assert_allclose(y, a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-5)
+
+
+def test_bsh_attention_splits_h_into_heads_of_head_dim() -> None:
+    row = _row(
+        "npu_fused_infer_attention_score", "q=[1,128,256] k=v=[1,512,256] (BSH, head_dim=128)"
+    )
+    model = one_kernel(row)
+    dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    assert dims["q"] == [1, 2, 128, 128] and dims["k"] == [1, 2, 512, 128]
+    with pytest.raises(AutotuneError, match="head_dim"):
+        one_kernel(_row("FlashAttention", "q=[1,128,256] k=v=[1,512,256] (BSH)"))
+
+
+@pytest.mark.parametrize("op", ["SwiGluGrad", "RmsNormGrad", "add_rms_norm_backward"])
+def test_gradient_ops_are_not_taken_for_their_forward_op(op: str) -> None:
+    with pytest.raises(AutotuneError, match="gradient"):
+        family_of(op)
+
+
 def test_gemv_and_addmv_multiply_a_matrix_by_a_vector() -> None:
     m = RNG.standard_normal((6, 9)).astype(np.float32)
     v, bias = RNG.standard_normal(9).astype(np.float32), RNG.standard_normal(6).astype(np.float32)
@@ -197,6 +234,7 @@ EVERY_FAMILY = [
     ("ReduceSum", "x=[1048576]"),
     ("Embedding", "weight=[32000,512], ids=[64]"),
     ("Transpose", "x=[8,64,256]"),
+    ("TransData", "x=[256,512]"),
     ("Concat", "x0=[64,768], x1=[64,768]"),
     ("Cast (fp32 to fp16)", "x=[64,768]"),
     ("Add", "a=[64,768], b=[768]"),
@@ -234,6 +272,10 @@ def test_every_model_prices_every_family_at_a_positive_finite_time(dtype) -> Non
         ("Add", "[1024,1024] + [1024]", "a=[1024,1024], b=[1024]"),
         ("ReduceSum", "X=[4096]", "x=[4096]"),  # a one-letter name is a name, not an op dim
         ("addmv", "A=[64,32], X=[32], B=[64]", "A=[64,32], x=[32], b=[64]"),
+        ("SwiGlu", '"64,2048"', "x=[64,2048]"),  # msprof's kernel_details
+        ("Add", '"1024,1024;1024"', "a=[1024,1024], b=[1024]"),
+        ("Subs", '"8165,1;"', "x=[8165,1]"),  # the empty entry: the scalar
+        ("MatMul", '"256,2048;4096,2048" (decode)', "a=[256,2048], b=[4096,2048]"),
     ],
 )  # fmt: skip
 def test_shapes_written_without_names_or_as_op_dims_read_as_the_named_form(
@@ -257,7 +299,8 @@ def test_op_dims_a_family_cannot_place_are_one_clear_error() -> None:
 @pytest.mark.parametrize(
     ("chip", "spec"),
     [("Atlas 800T A2", "ascend910b"), ("Atlas 800I A2", "ascend910b"),
-     ("Ascend910B3", "ascend910b3"), ("910B4 (32 GB)", "ascend910b4")],
+     ("Ascend910B3", "ascend910b3"), ("910B4 (32 GB)", "ascend910b4"),
+     ("Ascend A3 (910_93)", "ascend910b"), ("Atlas A2/A3 (SKU unstated)", "ascend910b")],
 )  # fmt: skip
 def test_chip_names_as_servers_and_sources_write_them(chip: str, spec: str) -> None:
     row = parse_row(1, "t.csv", {"chip": chip, "op": "Add", "shapes": "a=[8], b=[8]",

@@ -111,6 +111,41 @@ def test_no_kernel_beats_its_roofline(case: Case) -> None:
         assert model.evaluate([k])[0].latency_us >= floor * 1e6
 
 
+def test_inputs_resident_in_l2_make_their_reader_faster_and_nothing_else(case: Case) -> None:
+    """``resident``: what L2 holds when the plan starts (a kernel inside a real step reads
+    what the kernel before it just wrote). Only the tensors the kernel reads count; a warm
+    kernel is never slower, and one whose 2 MB inputs all sit in L2 hits there and runs
+    faster; ``None`` is the cold L2 of ``evaluate(kernels)``."""
+    k = add(1 << 20, x="p", y="q", out="r")
+    nbytes = float(2 << 20)
+    model = make(case)
+    cold = model.evaluate([k])[0]
+    assert model.evaluate([k], None)[0] == cold
+    assert model.evaluate([k], {"elsewhere": nbytes})[0].latency_us == cold.latency_us
+    half = model.evaluate([k], {"p": nbytes})[0]
+    warm = model.evaluate([k], {"p": nbytes, "q": nbytes})[0]
+    assert warm.latency_us <= half.latency_us <= cold.latency_us
+    assert warm.latency_us < cold.latency_us
+    assert warm.l2_hit_rate > 0.9 > cold.l2_hit_rate
+    assert warm.hbm_bytes < cold.hbm_bytes
+
+
+def test_a_resident_context_carries_into_the_plan_as_its_own_kernels_leave_it(
+    case: Case,
+) -> None:
+    """The context is the L2 before the first kernel: a second reader of the same inputs
+    finds them as the first left them, warm or cold alike, and no kernel beats its roofline
+    over the bytes it must still fetch."""
+    first, second = add(1 << 20, x="p", y="q", out="r"), add(1 << 20, x="p", y="q", out="s")
+    model = make(case)
+    warm = model.evaluate([first, second], {"p": 2 << 20, "q": 2 << 20})
+    cold = model.evaluate([first, second])
+    assert warm[0].latency_us < cold[0].latency_us
+    assert warm[1].latency_us == pytest.approx(cold[1].latency_us, rel=0.02)
+    out_bytes = 2 << 20  # the one tensor each kernel writes
+    assert warm[0].latency_us >= out_bytes / T910B.spec.hbm_peak_bytes_per_s * 1e6
+
+
 def test_results_are_deterministic(case: Case) -> None:
     ks = feasible_kernels()
     model = make(case)

@@ -1,0 +1,47 @@
+"""What is in L2 when a plan starts: the context a kernel runs in.
+
+A kernel timed alone and replayed on fresh buffers reads its inputs from HBM. Inside a real
+step it reads what the kernels before it just wrote, and the 910B's L2 (192 MB) holds a
+mid-size activation whole: such a kernel runs faster than HBM allows. A cost model's
+:meth:`~costmodel.base.CostModel.evaluate` takes that context as ``resident``, tensor name ->
+bytes written, in the order they were written; each model's own L2 keeps of them what it
+holds (an LRU: the most recently written first; a tensor larger than L2 leaves nothing a
+reader starting at its head can use).
+"""
+
+from __future__ import annotations
+
+from costmodel.exceptions import CostModelError
+from costmodel.lower import mem_itemsize
+from costmodel.spec import Target
+from search_space.ir import Graph
+
+__all__ = ["CONTEXTS", "resident_context", "written_inputs"]
+
+# none: a cold L2, as a kernel timed alone on fresh buffers; inputs: the graph's inputs as
+# their producers just wrote them, as a kernel inside a step finds them
+CONTEXTS = ("none", "inputs")
+
+
+def written_inputs(graph: Graph, target: Target) -> dict[str, float]:
+    """The graph's activation inputs (not its weights) that an op reads, as bytes at the
+    target's storage precision, in the graph's input order (the last one written last)."""
+    read = {t for op in graph.ops for t in op.inputs if t}
+    return {
+        t: float(graph.tensors[t].numel * mem_itemsize(graph, t, target))
+        for t in graph.inputs
+        if graph.tensors[t].kind == "input" and t in read
+    }
+
+
+def resident_context(context: str, graph: Graph, target: Target) -> dict[str, float] | None:
+    """The ``resident`` argument of ``evaluate`` for a named context (:data:`CONTEXTS`).
+
+    Raises:
+        CostModelError: an unknown context (the message lists the known ones).
+    """
+    if context == "none":
+        return None
+    if context == "inputs":
+        return written_inputs(graph, target)
+    raise CostModelError(f"unknown L2 context {context!r}; use one of: {', '.join(CONTEXTS)}")

@@ -1,0 +1,105 @@
+"""Kernels measured inside a real step (``context = in-situ``): their inputs were just written
+by the kernels before them, so every cost model costs them with those inputs in L2 as far as it
+holds them; the published in-situ profiles (msprof kernel_details) read as rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from real_helpers import real_row
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.exceptions import AutotuneError
+from autotune.real import one_kernel, read_real
+from autotune.real.evaluate import model_makers, predict_row
+from autotune.real.table import table_rows
+from search_space import load_graph
+from search_space.fusion import FusionContext
+
+MORE = Path(__file__).resolve().parents[2] / "datasets" / "real" / "ascend_kernels_more.csv"
+MODELS = ("simulator", "analytic", "learned")
+
+
+def _row(shapes: str = "x=[512,2048]", op: str = "Exp", dtype: str = "fp16", **cells: str):
+    return real_row(op, shapes, dtype, **{"chip": "910B2", "timing": "device", **cells})
+
+
+@pytest.mark.parametrize(
+    ("cell", "timing"),
+    [("device (msprof kernel_details, in-situ)", "device"), ("host-event (NPU events)", "host"),
+     ("host", "host"), ("unstated (autotune bench)", "unstated")],
+)  # fmt: skip
+def test_a_timing_cell_is_read_by_its_first_word(cell: str, timing: str) -> None:
+    assert _row(timing=cell).timing == timing
+    with pytest.raises(AutotuneError, match="'device', 'host' or 'unstated'"):
+        _row(timing="wallclock")
+
+
+@pytest.mark.parametrize(
+    ("cell", "dtype"),
+    [("DT_BF16", "bfloat16"), ("FLOAT;FLOAT", "float32"), ("INT64;INT64", "int64"),
+     ("bf16 (assumed, unstated)", "bfloat16"), ("unstated (bf16 model)", "bfloat16"),
+     ("unstated", "float32")],
+)  # fmt: skip
+def test_msprof_and_unstated_dtypes_read_as_the_data_type(cell: str, dtype: str) -> None:
+    assert _row(dtype=cell).dtype == dtype
+
+
+def test_context_defaults_to_isolated_and_refuses_other_words() -> None:
+    assert _row().context == "isolated"
+    assert _row(context="in situ").context == "in-situ"
+    assert _row(context="In-Situ").context == "in-situ"
+    with pytest.raises(AutotuneError, match="'isolated' or 'in-situ'"):
+        _row(context="warm")
+
+
+def test_the_shipped_in_situ_profiles_read_and_each_forms_one_legal_kernel() -> None:
+    """Every row either reads or is reported with why (an AI CPU op, a quantised GEMM, a
+    shape its source does not state); each read row's kernel is one legal fusion group."""
+    rows, problems = read_real([MORE])
+    assert len(rows) + len(problems) == 214
+    insitu = [r for r in rows if r.context == "in-situ"]
+    assert len(insitu) >= 15 and {r.timing for r in insitu} == {"device"}
+    assert {"transdata", "swiglu", "unary", "binary", "matmul"} <= {r.family for r in insitu}
+    for r in rows:
+        ctx = FusionContext(load_graph(one_kernel(r)))
+        assert ctx.check(ctx.nodes).ok, (r.row, r.family)
+
+
+@pytest.mark.parametrize("shape", ["x=[512,2048]", "x=[4096,4096]"])
+def test_an_in_situ_row_is_costed_with_its_inputs_in_l2(shape: str) -> None:
+    """The same kernel timed inside a step costs less than timed alone: its input is in L2
+    (a mid-size elementwise kernel runs faster than HBM allows), by every model."""
+    makers = model_makers(MODELS)
+    alone = predict_row(_row(shape), makers)
+    inside = predict_row(_row(shape, context="in-situ"), makers)
+    assert not alone.error and not inside.error
+    for name in (*(f"{m}/default" for m in MODELS), *(f"{m}/best" for m in MODELS)):
+        assert inside.predicted[name] < alone.predicted[name], name
+    assert inside.predicted["naive"] == alone.predicted["naive"]  # the baseline stays cold
+
+
+def test_an_in_situ_fit_row_records_the_context_it_ran_in() -> None:
+    """A fit learns from a warm row as warm: its inputs' resident fractions, not zeros."""
+    [cold], _ = table_rows([_row()], "ascend910b")
+    [warm], _ = table_rows([_row(context="in-situ")], "ascend910b")
+    assert set(json.loads(cold["resident"])) == {0.0}
+    assert json.loads(warm["resident"]) == [1.0]
+    assert warm["latency_us"] == cold["latency_us"]  # the same measured time
+
+
+def test_estimate_resident_inputs_costs_the_model_with_its_inputs_in_l2() -> None:
+    runner = CliRunner()
+    base = ["estimate", "zoo:bert-base", "--scale", "0.1", "--plan", "max", "--json"]
+    cold = json.loads(runner.invoke(app, base).stdout.strip().splitlines()[-1])
+    res = runner.invoke(app, [*base, "--resident", "inputs"])
+    warm = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (cold["resident"], warm["resident"]) == ("none", "inputs")
+    first_cold, first_warm = cold["per_kernel"][0], warm["per_kernel"][0]
+    assert first_warm["l2_hit_rate"] > first_cold["l2_hit_rate"]
+    assert warm["latency_us"] < cold["latency_us"]
+    bad = runner.invoke(app, [*base, "--resident", "weights"])
+    assert bad.exit_code == 1 and "--resident 'weights' is not one of: none, inputs" in bad.output

@@ -233,9 +233,10 @@ def model_time(
 
 
 def predict_row(
-    row: RealRow, models: Mapping[str, Callable[[Target], CostModel]]
+    row: RealRow, models: Mapping[str, Callable[[Target], CostModel]], best: bool = True
 ) -> RealPrediction:
-    """Every model's prediction for one row (an error, not an exception, when it fails)."""
+    """Every model's prediction for one row (an error, not an exception, when it fails): at
+    the row's config (``<model>/default``) and, with ``best``, at the model's favourite."""
     try:
         chip, lowering, groups = lowered(row)
         defaults = [measured_config(lowering, g, row) for g in groups]
@@ -247,9 +248,9 @@ def predict_row(
         for name, make in models.items():
             model = make(target)
             out[f"{name}/default"] = model_time(model, default_kernels, row.timing, warm)
-            out[f"{name}/best"] = _best(
-                model, name, lowering, groups, grids, (target, row.timing), warm
-            )
+            if best:
+                run = (target, row.timing)
+                out[f"{name}/best"] = _best(model, name, lowering, groups, grids, run, warm)
         itemsize = 4 if row.dtype == "float32" else 2
         out["naive"] = _naive(default_kernels, target, row.timing, itemsize)
         return RealPrediction(row, out, kernels=len(groups))
@@ -326,7 +327,9 @@ def model_makers(
     return {k: maker(k) for k in kinds}
 
 
-def predict_rows(rows: Iterable[RealRow], models: Sequence[str] = MODELS) -> list[RealPrediction]:
+def predict_rows(
+    rows: Iterable[RealRow], models: Sequence[str] = MODELS, best: bool = True
+) -> list[RealPrediction]:
     """Predictions for every row by every model (one model object per chip and precision)."""
     makers = model_makers(models)
-    return [predict_row(r, makers) for r in rows]
+    return [predict_row(r, makers, best) for r in rows]

@@ -339,12 +339,16 @@ def tensor_list(row: RealRow) -> Sequence[tuple[str, tuple[int, ...]]]:
 
 
 def source_name(source: str) -> str:
-    """A source cell without its commit and path: ``owner/repo`` of a GitHub source, else a
-    URL's site."""
+    """A source cell without its commit and path: ``owner/repo`` of a GitHub source (written
+    ``github:owner/repo@commit:path``, ``owner/repo@commit:path`` or as a URL), else a URL's
+    site."""
     s = source.strip()
     if s.startswith("github:"):
         return s.split("@")[0].split(":")[1] if ":" in s[7:] else s.split("@")[0]
     m = re.match(r"https?://(?:www\.)?github\.com/([^/]+/[^/]+)", s)
+    if m:
+        return m.group(1)
+    m = re.match(r"([\w.-]+/[\w.-]+)@", s)  # owner/repo@commit:path
     if m:
         return m.group(1)
     m = re.match(r"https?://([^/]+)", s)

@@ -152,9 +152,10 @@ class Lowering:
 
         ``block_dim`` (a kernel seen running on that many cores, as msprof reports it; 0 or
         None: all of them): the default on those cores, never more than the chip has. A
-        vector kernel's rows are dealt over them, so fewer cores take larger tiles; a cube or
-        attention kernel keeps the tiles it takes on all cores (its tiling splits the work
-        for every core the chip has).
+        vector kernel's rows are dealt over them, so fewer cores take larger tiles; a cube
+        kernel keeps the tiles it takes on all cores (its tiling splits the work for every
+        core the chip has); an attention kernel splits the keys only as far as those cores
+        need (a flash kernel on ``S/128`` cores takes 128 query rows each over every key).
 
         Raises:
             CostModelError: a negative ``block_dim``.
@@ -177,8 +178,8 @@ class Lowering:
             if is_gemv(work, top) or cube_tiles(work, chosen) < top:
                 # the largest tiles leave cores idle: split finer (cube_gemv)
                 chosen = gemv_default(work, pool, top)
-        elif kind == "attention":
-            chosen = attention_default(work, pool, top)
+        elif kind == "attention":  # split over the keys to fill the cores it runs on
+            chosen = attention_default(work, pool, seen or top)
         else:
             per_core = max(1, -(-work.rows // (seen or top)))
             fitting = [c for c in pool if c.ub_rows <= per_core] or pool

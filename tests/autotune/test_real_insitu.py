@@ -103,3 +103,12 @@ def test_estimate_resident_inputs_costs_the_model_with_its_inputs_in_l2() -> Non
     assert warm["latency_us"] < cold["latency_us"]
     bad = runner.invoke(app, [*base, "--resident", "weights"])
     assert bad.exit_code == 1 and "--resident 'weights' is not one of: none, inputs" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("cell", "name"),
+    [("hicann/catlass@0dfcf9d:docs/x.md", "hicann/catlass"), ("github:a/b@c0ffee:d", "a/b"),
+     ("https://github.com/vllm-project/vllm-ascend/issues/4167", "vllm-project/vllm-ascend")],
+)  # fmt: skip
+def test_a_source_is_named_by_its_repository_however_it_is_written(cell: str, name: str) -> None:
+    assert _row(source=cell).source_name == name

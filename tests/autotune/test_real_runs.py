@@ -85,6 +85,23 @@ def test_the_evaluator_and_the_fit_cost_a_row_on_the_cores_it_ran_on(
         assert sim.predicted == full.predicted
 
 
+@pytest.mark.parametrize(("cores", "sq"), [(1, 128), (2, 256), (4, 512)])
+def test_an_attention_seen_on_fewer_cores_splits_the_keys_only_for_them(cores, sq) -> None:
+    """A flash kernel on S/128 cores (a kernel written for the shape) gives each core its
+    query rows over every key: no split of the keys meant to fill the chip's 24 cores, which
+    on one core would read K and V once per split and per query block."""
+    shapes = f"q=[1,{sq},128] k=v=[1,8192,128] (BSH, head_dim=128)"
+    cells = {"block_dim": f"{cores} (jit_cores=sq/128)", "chip": "910B2"}
+    row = _row("jit_flash attention", shapes, "fp16", **cells)
+    _, lowering, groups = lowered(row)
+    seen = measured_config(lowering, groups[0], row)
+    capped = dataclasses.replace(lowering.default(groups[0]), block_dim=cores)
+    assert seen.block_dim == cores and seen.knob("kv_split", 1) == 1 < capped.knob("kv_split", 1)
+    model = make_cost_model("analytic", load_target("ascend910b2"))
+    own, chips = (model.evaluate([lowering.kernel(groups[0], c)])[0] for c in (seen, capped))
+    assert own.device_us < chips.device_us
+
+
 @given(st.integers(1, 48), st.sampled_from([(2, 64, 256), (2, 128, 512), (4, 512, 1024)]))
 def test_a_kernel_seen_on_fewer_cores_is_tiled_for_them(cores: int, shape: tuple) -> None:
     """The tiles a vector kernel takes deal its rows over the cores it ran on: on fewer cores,

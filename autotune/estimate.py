@@ -177,7 +177,8 @@ def estimate_graph(
 ) -> Estimate:
     """Cost one plan of a graph (a baseline name or a plan file) on a target, from a cold L2
     (``resident="none"``) or with the graph's inputs in L2 as their producers just wrote them
-    (``"inputs"``: a kernel inside a real step; :mod:`costmodel.residency`).
+    and their prologues' reads hitting L2 (``"inputs"``: a kernel inside a real step;
+    :mod:`costmodel.residency`).
 
     Raises:
         PlanError: a plan for another model or target; InfeasibleConfig: a plan config that
@@ -185,8 +186,8 @@ def estimate_graph(
     """
     tgt = load_target(target, sets, precision)
     _, kernels = plan_kernels(graph, plan, tgt, policy)
-    warm = resident_context(resident, graph, tgt)
-    costs = make_cost_model(cost, tgt).evaluate(kernels, warm)
+    run, warm = resident_context(resident, graph, tgt)
+    costs = make_cost_model(cost, run).evaluate(kernels, warm)
     return Estimate(
         model=model_name,
         target=tgt.spec.name,

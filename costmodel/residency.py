@@ -6,7 +6,8 @@ mid-size activation whole: such a kernel runs faster than HBM allows. A cost mod
 :meth:`~costmodel.base.CostModel.evaluate` takes that context as ``resident``, tensor name ->
 bytes written, in the order they were written; each model's own L2 keeps of them what it
 holds (an LRU: the most recently written first; a tensor larger than L2 leaves nothing a
-reader starting at its head can use).
+reader starting at its head can use). Such a kernel also finds its prologue's data (its
+tiling, a library kernel's offset tables) in L2: :func:`inside_step`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from costmodel.lower import mem_itemsize
 from costmodel.spec import Target
 from search_space.ir import Graph
 
-__all__ = ["CONTEXTS", "resident_context", "written_inputs"]
+__all__ = ["CONTEXTS", "inside_step", "resident_context", "written_inputs"]
 
 # none: a cold L2, as a kernel timed alone on fresh buffers; inputs: the graph's inputs as
 # their producers just wrote them, as a kernel inside a step finds them
@@ -34,14 +35,24 @@ def written_inputs(graph: Graph, target: Target) -> dict[str, float]:
     }
 
 
-def resident_context(context: str, graph: Graph, target: Target) -> dict[str, float] | None:
-    """The ``resident`` argument of ``evaluate`` for a named context (:data:`CONTEXTS`).
+def inside_step(target: Target) -> Target:
+    """The target as a kernel inside a real step meets it: its prologue's reads hit L2
+    (:meth:`~costmodel.spec.HardwareSpec.in_situ`)."""
+    return Target(target.spec.in_situ(), target.precision)
+
+
+def resident_context(
+    context: str, graph: Graph, target: Target
+) -> tuple[Target, dict[str, float] | None]:
+    """The target to cost ``graph`` on and the ``resident`` argument of ``evaluate`` for a
+    named context (:data:`CONTEXTS`): ``none`` is the target as given and a cold L2;
+    ``inputs`` a kernel inside a step (:func:`inside_step`) with the graph's inputs in L2.
 
     Raises:
         CostModelError: an unknown context (the message lists the known ones).
     """
     if context == "none":
-        return None
+        return target, None
     if context == "inputs":
-        return written_inputs(graph, target)
+        return inside_step(target), written_inputs(graph, target)
     raise CostModelError(f"unknown L2 context {context!r}; use one of: {', '.join(CONTEXTS)}")

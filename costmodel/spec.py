@@ -43,6 +43,7 @@ _ZERO_OK = frozenset(
         "scalar_setup_cycles",
         "scalar_iter_cycles",
         "library_setup_cycles",
+        "library_setup_reads",
         "cube_gm_bytes_per_cycle",
         "cross_core_sync_cycles",
         "kernel_gap_s",
@@ -101,10 +102,16 @@ class HardwareSpec:
     # the longer prologue of CANN's own op kernels (what torch_npu and aclnn call): see
     # library() and the spec files' sources
     library_setup_cycles: float = 0.0
+    # how many of that prologue's cycles are dependent reads of its tiling and offset tables,
+    # each a GM latency when they come from HBM (a kernel timed alone) and an L2 latency
+    # when they are in L2 (inside a step): see in_situ() and the spec files' sources
+    library_setup_reads: float = 0.0
     # the library prologue this spec charges on top of its own set-up (library() sets it): a
     # measured cost, which a closed form's fitted set-up factor (costmodel.analytic) must not
     # scale
     library_prologue_cycles: float = 0.0
+    # a kernel inside a real step (in_situ() sets it): its prologue's reads hit L2
+    in_situ_prologue: bool = False
     # the GM read path of a split chip's cube core (AIC), when it is wider than
     # core_gm_bytes_per_cycle (which then prices the vector cores' only); 0: the same
     cube_gm_bytes_per_cycle: float = 0.0
@@ -141,8 +148,15 @@ class HardwareSpec:
         unit reads the kernel's tiling data from GM (a dependent load, one GM latency) and then
         sets up its pipes, queues and offsets (``scalar_setup_cycles``). One of CANN's own
         kernels takes ``library_prologue_cycles`` longer, a measured cost apart from this (a
-        closed form's fitted set-up factor scales this, never that)."""
-        return self.gm_latency_cycles + self.scalar_setup_cycles
+        closed form's fitted set-up factor scales this, never that). Inside a step the
+        tiling read hits L2 (:meth:`in_situ`)."""
+        return self.prologue_read_cycles + self.scalar_setup_cycles
+
+    @property
+    def prologue_read_cycles(self) -> float:
+        """One dependent read of a kernel's prologue (its tiling, an offset table): a GM
+        latency for a kernel timed alone, an L2 latency for one inside a step."""
+        return self.l2_latency_cycles if self.in_situ_prologue else self.gm_latency_cycles
 
     @property
     def library_prologue_us(self) -> float:
@@ -164,8 +178,20 @@ class HardwareSpec:
         rather than a kernel generated for one shape: the same pipes, with a scalar prologue
         longer by ``library_setup_cycles`` (a shape-generic kernel derives its tiling, offsets
         and tails at run time, and sets up the outputs a framework op always writes), charged
-        as ``library_prologue_cycles``."""
-        return self.replace(library_prologue_cycles=self.library_setup_cycles)
+        as ``library_prologue_cycles``: ``library_setup_cycles`` timed alone, less what its
+        ``library_setup_reads`` save when they hit L2 inside a step (:meth:`in_situ`)."""
+        saved = self.library_setup_reads * (self.gm_latency_cycles - self.prologue_read_cycles)
+        return self.replace(library_prologue_cycles=max(0.0, self.library_setup_cycles - saved))
+
+    def in_situ(self) -> HardwareSpec:
+        """This chip running a kernel inside a real training or serving step rather than
+        timed alone: the prologue's dependent reads (the tiling, a library kernel's offset
+        tables) hit L2, where the launch before left or put them, so a tiny kernel's floor
+        is the head, the scalar set-up and L2 latencies (kernel_details of real steps on
+        910B-class chips: 1.2-2.2 us; the same kernels timed alone by ``msprof op``: 3-7 us).
+        Its inputs are another matter: ``CostModel.evaluate``'s ``resident``."""
+        situated = self.replace(in_situ_prologue=True)
+        return situated.library() if self.library_prologue_cycles else situated
 
     def replace(self, **changes: Any) -> HardwareSpec:
         return dataclasses.replace(self, **changes)
@@ -175,21 +201,24 @@ class HardwareSpec:
 
     def digest(self) -> str:
         """Hash of every value the tool's own kernels are costed by: provenance for measurements
-        made on this spec. ``library_setup_cycles`` is left out: it prices only CANN's library
-        kernels (:meth:`library`, whose spec has its own digest), so no table row or plan of a
-        generated kernel depends on it. So is a field added after the first specs while it
-        holds its default: a spec saved before the field existed loads with that default and
-        costs every kernel as it did, so its digest stays what it was."""
+        made on this spec. ``library_setup_cycles`` and ``library_setup_reads`` are left out:
+        they price only CANN's library kernels (:meth:`library`, whose spec has its own
+        digest), so no table row or plan of a generated kernel depends on them. So is a field
+        added after the first specs while it holds its default: a spec saved before the field
+        existed loads with that default and costs every kernel as it did, so its digest stays
+        what it was."""
         values = {
             k: v
             for k, v in self.to_dict().items()
-            if k != "library_setup_cycles" and not (k in _LATE_DEFAULTS and v == _LATE_DEFAULTS[k])
+            if k not in _LIBRARY_ONLY and not (k in _LATE_DEFAULTS and v == _LATE_DEFAULTS[k])
         }
         return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
-# set by HardwareSpec.library() only, never read from a spec file or --set
-DERIVED_FIELDS = frozenset({"library_prologue_cycles"})
+# set by HardwareSpec.library() and in_situ() only, never read from a spec file or --set
+DERIVED_FIELDS = frozenset({"library_prologue_cycles", "in_situ_prologue"})
+# fields that price only CANN's library kernels (left out of the digest)
+_LIBRARY_ONLY = frozenset({"library_setup_cycles", "library_setup_reads"})
 _FIELDS = {f.name: f for f in fields(HardwareSpec) if f.name not in DERIVED_FIELDS}
 # fields added after the first specs, with the default a spec saved before them loads with
 _LATE_DEFAULTS = {f.name: f.default for f in fields(HardwareSpec) if f.default is not MISSING}
@@ -318,9 +347,22 @@ def load_spec(
     if missing:
         problems.append(f'missing field(s) {", ".join(missing)} (or set base = "ascend910b")')
     values = {k: _coerce(k, v, problems) for k, v in data.items() if k in _FIELDS}
+    if not problems:
+        _check_library_reads(values, problems)
     if problems:
         raise SpecError(f"hardware spec '{origin}': " + "; ".join(problems))
     return HardwareSpec(**values)
+
+
+def _check_library_reads(values: Mapping[str, Any], problems: list[str]) -> None:
+    """The library prologue's reads are a part of it: reads x GM latency <= its cycles."""
+    reads = float(values.get("library_setup_reads", 0.0))
+    cycles = float(values.get("library_setup_cycles", 0.0))
+    if reads * float(values["gm_latency_cycles"]) > cycles:
+        problems.append(
+            f"library_setup_reads ({reads:g}) x gm_latency_cycles must not exceed "
+            f"library_setup_cycles ({cycles:g}): the reads are a part of that prologue"
+        )
 
 
 def _parse_sets(specs: Iterable[str]) -> list[tuple[str, str]]:

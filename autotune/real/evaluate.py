@@ -28,7 +28,7 @@ from autotune.real.rows import RealRow, source_name
 from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
 from costmodel.analytic.l2 import L2Residency
 from costmodel.lower import Lowering
-from costmodel.residency import written_inputs
+from costmodel.residency import inside_step, written_inputs
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, KernelConfig
@@ -106,10 +106,11 @@ def has_library_prologue(row: RealRow, kernels: Sequence[Kernel]) -> bool:
 
 
 def as_run(row: RealRow, target: Target, kernels: Sequence[Kernel]) -> Target:
-    """The target the row's kernels ran on: with the library prologue where they pay one."""
+    """The target the row's kernels ran on: with the library prologue where they pay one,
+    inside a step (:func:`~costmodel.residency.inside_step`) for an in-situ row."""
     if has_library_prologue(row, kernels):
-        return Target(target.spec.library(), target.precision)
-    return target
+        target = Target(target.spec.library(), target.precision)
+    return inside_step(target) if row.context == "in-situ" else target
 
 
 def library_prologue_us(row: RealRow, target: Target, kernels: Sequence[Kernel]) -> float:

@@ -7,14 +7,16 @@ includes. A ``host`` row is left out (``costmodel eval --real`` still scores it)
 holds the launch and every kernel the framework ran for the op, so it does not say what the one
 kernel the row is lowered to takes, and a correction fitted to it learns what no feature of the
 kernel explains (docs/calibration.md). A ``library`` row's time loses the library prologue
-(:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the tool
-would generate, on the chip's own spec, which is what the models are fitted to. An in-situ row
-records the L2 context it ran in (its inputs resident as far as L2 holds them,
-:func:`~autotune.real.evaluate.row_resident`); an isolated row a cold one. The rows carry
-``simulator_version = "real"``, the row's chip as ``target`` and its source and op family, so
-that a fit can weigh them up and an evaluation can hold out whole sources. A row's measured busy
-times of the cube's pipes (``mac_us``, ``mte1_us``) are those pipes' busy times in the fit; its
-DMA and vector pipes' are not (:data:`~costmodel.calibration.MEASURED_PIPES` says why).
+(:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the
+tool would generate, on the chip's own spec, which is what the models are fitted to; an in-situ
+row's time gains what its prologue's reads saved in L2 (the spec's prologue is timed alone,
+:meth:`~costmodel.spec.HardwareSpec.in_situ`). An in-situ row records the L2 context it ran in
+(its inputs resident as far as L2 holds them, :func:`~autotune.real.evaluate.row_resident`); an
+isolated row a cold one. The rows carry ``simulator_version = "real"``, the row's chip as
+``target`` and its source and op family, so that a fit can weigh them up and an evaluation can
+hold out whole sources. A row's measured busy times of the cube's pipes (``mac_us``,
+``mte1_us``) are those pipes' busy times in the fit; its DMA and vector pipes' are not
+(:data:`~costmodel.calibration.MEASURED_PIPES` says why).
 """
 
 from __future__ import annotations
@@ -27,11 +29,20 @@ from autotune.real.rows import RealRow
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
 from costmodel.calibration import measured_pipes, measurement_rows
-from costmodel.spec import fitted_lineage
+from costmodel.spec import Target, fitted_lineage
 
 __all__ = ["HARDWARE_VERSION", "table_rows"]
 
 HARDWARE_VERSION = "real"  # the simulator_version of a row measured on hardware
+
+
+def _cold_prologue_us(row: RealRow, chip: Target) -> float:
+    """What an in-situ row's generated kernel would add with its prologue timed alone (its
+    tiling read from HBM, not L2): a fit row measures the kernel on the chip's own spec."""
+    if row.context != "in-situ":
+        return 0.0
+    spec = chip.spec
+    return (spec.kernel_setup_cycles - spec.in_situ().kernel_setup_cycles) / spec.clock_hz * 1e6
 
 
 def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -73,6 +84,7 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
             continue
         gap = target.spec.kernel_gap_s * 1e6
         generated_us = row.time_us - library_prologue_us(row, target, [kernel])
+        generated_us += _cold_prologue_us(row, target)
         if generated_us <= 0:
             problems.append(f"{where}: {row.time_us} us is less than a library prologue; skipped")
             continue

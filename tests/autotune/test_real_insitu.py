@@ -16,6 +16,7 @@ from autotune.exceptions import AutotuneError
 from autotune.real import one_kernel, read_real
 from autotune.real.evaluate import model_makers, predict_row
 from autotune.real.table import table_rows
+from costmodel.spec import load_spec
 from search_space import load_graph
 from search_space.fusion import FusionContext
 
@@ -83,12 +84,35 @@ def test_an_in_situ_row_is_costed_with_its_inputs_in_l2(shape: str) -> None:
 
 
 def test_an_in_situ_fit_row_records_the_context_it_ran_in() -> None:
-    """A fit learns from a warm row as warm: its inputs' resident fractions, not zeros."""
+    """A fit learns from a warm row as warm: its inputs' resident fractions, not zeros; and
+    as the kernel on the chip's own spec, whose prologue reads come from HBM: the same
+    measured time stands for a kernel slower by what each read saved in L2 (the library
+    kernel's reads and the tiling read)."""
     [cold], _ = table_rows([_row()], "ascend910b")
     [warm], _ = table_rows([_row(context="in-situ")], "ascend910b")
     assert set(json.loads(cold["resident"])) == {0.0}
     assert json.loads(warm["resident"]) == [1.0]
-    assert warm["latency_us"] == cold["latency_us"]  # the same measured time
+    spec = load_spec("ascend910b2")
+    saved = (spec.library_setup_reads + 1) * (spec.gm_latency_cycles - spec.l2_latency_cycles)
+    assert warm["latency_us"] - cold["latency_us"] == pytest.approx(saved / spec.clock_hz * 1e6)
+
+
+def test_inside_a_step_a_tiny_kernels_floor_is_l2_latencies_not_hbm_ones() -> None:
+    """In situ a kernel's prologue reads (its tiling, a library kernel's offset tables) hit
+    L2: the same tiny kernel costs less inside a step than timed alone, by the reads' GM
+    latency less their L2 latency, for a generated and a library kernel alike; a large kernel
+    barely moves. The library prologue timed alone stays what it was measured at."""
+    spec = load_spec("ascend910b2")
+    gain = (spec.gm_latency_cycles - spec.l2_latency_cycles) / spec.clock_hz * 1e6
+    makers = model_makers(MODELS)
+    for impl, reads in (("custom", 1), ("library", 1 + spec.library_setup_reads)):
+        tiny = {"op": "Subs", "shapes": '"8;"', "dtype": "INT32", "impl": impl}
+        alone = predict_row(_row(**tiny), makers, best=False)
+        inside = predict_row(_row(**tiny, context="in-situ"), makers, best=False)
+        for m in MODELS:
+            drop = alone.predicted[f"{m}/default"] - inside.predicted[f"{m}/default"]
+            assert drop >= reads * gain * 0.99, (impl, m)  # and the input load's latency
+    assert spec.library().library_prologue_cycles == spec.library_setup_cycles
 
 
 def test_estimate_resident_inputs_costs_the_model_with_its_inputs_in_l2() -> None:

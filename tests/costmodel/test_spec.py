@@ -155,3 +155,26 @@ def test_every_shipped_table_and_fit_was_made_on_its_targets_current_spec() -> N
     assert len(made) >= 6
     for target, digest in made:
         assert digest == load_spec(target).digest(), target
+
+
+def test_the_library_prologue_reads_are_a_part_of_it_and_hit_l2_inside_a_step() -> None:
+    """``library_setup_reads`` prices part of ``library_setup_cycles`` as reads: never more
+    of it than there is; inside a step (``in_situ``) those reads and the tiling read pay an
+    L2 latency, in whichever order the library and in-situ views are taken; the digest of
+    a chip's own spec does not move with either library field."""
+    with pytest.raises(SpecError, match=r"library_setup_reads .* must not exceed"):
+        load_spec("ascend910b", {"library_setup_reads": 4})
+    spec = load_spec("ascend910b")
+    step = spec.gm_latency_cycles - spec.l2_latency_cycles
+    assert spec.in_situ().library() == spec.library().in_situ()
+    assert spec.library().in_situ().library_prologue_cycles == pytest.approx(
+        spec.library_setup_cycles - spec.library_setup_reads * step
+    )
+    assert spec.kernel_setup_cycles - spec.in_situ().kernel_setup_cycles == pytest.approx(step)
+    assert spec.in_situ().digest() != spec.digest()
+    fewer = load_spec("ascend910b", {"library_setup_reads": 1})
+    assert fewer.digest() == spec.digest()
+    assert (
+        fewer.in_situ().library().kernel_fixed_cycles
+        > spec.in_situ().library().kernel_fixed_cycles
+    )

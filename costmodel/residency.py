@@ -26,13 +26,35 @@ CONTEXTS = ("none", "inputs")
 
 def written_inputs(graph: Graph, target: Target) -> dict[str, float]:
     """The graph's activation inputs (not its weights) that an op reads, as bytes at the
-    target's storage precision, in the graph's input order (the last one written last)."""
+    target's storage precision, each followed by the views of it a kernel may load it as (a
+    Reshape's output is the same bytes). The largest is written first and the smallest last,
+    so an L2 too small for them all keeps the most of them (a decode step's token ids and
+    hidden state before its KV cache)."""
     read = {t for op in graph.ops for t in op.inputs if t}
-    return {
-        t: float(graph.tensors[t].numel * mem_itemsize(graph, t, target))
-        for t in graph.inputs
-        if graph.tensors[t].kind == "input" and t in read
-    }
+    inputs = [t for t in graph.inputs if graph.tensors[t].kind == "input" and t in read]
+    out: dict[str, float] = {}
+    for t in sorted(inputs, key=lambda t: -graph.tensors[t].numel):
+        size = float(graph.tensors[t].numel * mem_itemsize(graph, t, target))
+        out.update(dict.fromkeys(_views(graph, t), size))
+    return out
+
+
+def _views(graph: Graph, tensor: str) -> list[str]:
+    """``tensor`` and every tensor a chain of views makes of it (the same bytes)."""
+    names, todo = [], [tensor]
+    while todo:
+        t = todo.pop(0)
+        if t in names:
+            continue
+        names.append(t)
+        todo += [
+            o
+            for op in graph.consumers(t)
+            if op.is_view and op.inputs[0] == t
+            for o in op.outputs
+            if o
+        ]
+    return names
 
 
 def inside_step(target: Target) -> Target:

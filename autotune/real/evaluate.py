@@ -211,13 +211,14 @@ def _time(cost: Any, timing: str) -> float:
 
 
 def _naive(kernels: Sequence[Kernel], target: Target, timing: str, itemsize: int) -> float:
-    """Roofline (nominal peaks) plus a fixed floor per kernel, and the gap for host rows."""
+    """Roofline (nominal peaks) plus a fixed floor per kernel, and the gap for rows not timed
+    on the device (as :func:`_time` costs them)."""
     spec = target.spec
     peak = spec.cube_peak_flops * target.cube_rate(itemsize)
     us = 0.0
     for k in kernels:
         roof = max(k.cube_flops / peak, k.compulsory_bytes / spec.hbm_peak_bytes_per_s) * 1e6
-        us += roof + NAIVE_FLOOR_US + (spec.kernel_gap_s * 1e6 if timing == "host" else 0.0)
+        us += roof + NAIVE_FLOOR_US + (spec.kernel_gap_s * 1e6 if timing != "device" else 0.0)
     return us
 
 

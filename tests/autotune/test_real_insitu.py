@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.exceptions import AutotuneError
 from autotune.real import one_kernel, read_real
-from autotune.real.evaluate import model_makers, predict_row
+from autotune.real.evaluate import lowered, model_makers, predict_row, row_resident
 from autotune.real.table import table_rows
+from costmodel.analytic import AnalyticModel
 from costmodel.spec import load_spec
 from search_space import load_graph
 from search_space.fusion import FusionContext
@@ -158,3 +159,19 @@ def test_a_mid_size_kernel_inside_a_step_reads_its_input_from_l2_as_measured() -
     for m in MODELS:
         assert abs(math.log(warm.predicted[f"{m}/default"] / row.time_us)) <= math.log(1.25), m
         assert cold.predicted[f"{m}/default"] / row.time_us >= 1.8, m
+
+
+def test_an_input_read_through_a_view_is_as_warm_as_the_input() -> None:
+    """A Reshape's output is the input's bytes: a kernel that loads it inside a step finds it
+    in L2 (TransData reads its input through the Reshape into 16 x 16 blocks)."""
+    makers = model_makers(MODELS)
+    for op in ("TransData", "Transpose"):
+        alone = predict_row(_row("x=[1024,1024]", op), makers, best=False)
+        inside = predict_row(_row("x=[1024,1024]", op, context="in-situ"), makers, best=False)
+        _, lowering, groups = lowered(_row("x=[1024,1024]", op, context="in-situ"))
+        kernel = lowering.kernel(groups[0], lowering.default(groups[0]))
+        warm = AnalyticModel(lowering.target).residency([kernel], warm=row_resident(
+            _row("x=[1024,1024]", op, context="in-situ"), lowering))[0]  # fmt: skip
+        assert warm == [1.0], op
+        for m in MODELS:
+            assert inside.predicted[f"{m}/default"] < 0.75 * alone.predicted[f"{m}/default"]

@@ -116,6 +116,31 @@ def attention_default(work: AttentionWork, pool: list[KernelConfig], cores: int)
     return max(pool, key=lambda c: (tiles(c), size(c)))
 
 
+def _causal_steps(
+    work: AttentionWork,
+    bm: np.ndarray,
+    kv: np.ndarray,
+    gj: np.ndarray,
+    part: np.ndarray,
+    steps: np.ndarray,
+) -> np.ndarray:
+    """The key steps a tile runs: all of its part's under no mask; under a causal mask
+    (``work.causal``) the mean over its tiles of the blocks up to each query block's last
+    visible key, rounded up (a tile of keys all masked for its queries is skipped)."""
+    if work.causal is None:
+        return steps
+    pos = work.positions
+    out = np.empty_like(steps)
+    for n, (m, k, j, width, full) in enumerate(zip(bm, kv, gj, part, steps, strict=True)):
+        ends = [
+            min(work.T, int(pos[a : a + m].max()) + 1 + work.causal)
+            for a in range(0, work.S, int(m))
+        ]
+        runs = [min(full, max(0, -(-(end - p * width) // k))) for end in ends for p in range(j)]
+        out[n] = max(1, -(-sum(runs) // len(runs)))
+    return out
+
+
 def lower_attention(
     work: AttentionWork,
     configs: list[KernelConfig],
@@ -140,6 +165,7 @@ def lower_attention(
     gi = ceil_div(work.S, bm)
     part = ceil_div(work.T, gj)  # keys per tile
     steps = ceil_div(part, kv)
+    run = _causal_steps(work, bm, kv, gj, part, steps)  # the steps a tile runs
     me = np.minimum(bm, ceil_to(ceil_div(work.S, gi), 16))
     ke = np.minimum(kv, ceil_to(ceil_div(part, steps), 16))
     split = gj > 1
@@ -236,7 +262,7 @@ def lower_attention(
                     tensor_bytes=int(nbytes.max()) * spec.cube_cores,
                 )
             )
-        syncs = 2 * steps
+        syncs = 2 * run
     if split.any():  # flash-decoding: each part's output and log-sum-exp (fp32) through L2,
         # read back by the combining pass (a tile combines 1/J of its rows from all J parts)
         partial = workspace(name, "parts")
@@ -300,7 +326,7 @@ def lower_attention(
         unit="mixed",
         configs=tuple(configs),
         grid=np.stack([np.full(n, work.bh, dtype=i64), gi, gj.astype(i64)], axis=1),
-        steps=steps.astype(i64),
+        steps=run.astype(i64),
         streams=tuple(streams),
         mte1_l0a_bytes=(me * (D16 + ke) * ci).astype(i64),
         mte1_l0b_bytes=(ke * (D16 + Dv16) * ci).astype(i64),
@@ -312,8 +338,8 @@ def lower_attention(
         vector_instrs=np.zeros(n, dtype=i64),
         cross_core_syncs=(syncs + split).astype(i64),  # a split waits for all parts
         footprint={k: np.asarray(v, dtype=i64) for k, v in foot.items()},
-        flops=work.flops,
-        cube_flops=work.cube_flops,
+        flops=int(work.flops * work.visible_share),
+        cube_flops=int(work.cube_flops * work.visible_share),
         compulsory_bytes=work.compulsory,
         signature=signature,
     )

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from costmodel.lower.causal import group_causal_offset
 from costmodel.lower.common import inplace_writes, mem_itemsize
 from costmodel.spec import Target
 from search_space.ir import FusionGroup, Graph, Op, OpClass, alias_root
@@ -42,6 +45,24 @@ class AttentionWork:
     # whether the rows of Q, K and V lie back to back in the layout the kernel reads them in
     # (``_rows_packed``), rather than apart (BSND read as BNSD): their streams' ``packed``
     packed: tuple[bool, bool, bool] = (False, False, False)
+    # a causal mask on the scores (query s sees keys j <= s + causal and no other,
+    # costmodel.lower.causal): the key blocks past a query block's last visible key are
+    # skipped; ``heads`` query heads folded into the rows (grouped-query), S / heads each
+    causal: int | None = None
+    heads: int = 1
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Each row's query position (rows of folded heads repeat them)."""
+        return np.arange(self.S) % (self.S // self.heads)
+
+    @property
+    def visible_share(self) -> float:
+        """The share of the score matrix a causal mask leaves visible (1 without one)."""
+        if self.causal is None:
+            return 1.0
+        seen = np.minimum(self.T, self.positions + 1 + self.causal)
+        return float(seen.sum()) / (self.S * self.T)
 
 
 def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> AttentionWork:
@@ -56,9 +77,11 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
     D = graph.tensors[qk.inputs[0]].static_shape[-1]
     made = {t: op for op in members for t in op.outputs if t}
     (k, k_rep), (v, v_rep) = (_kv_source(graph, made, t) for t in (qk.inputs[1], pv.inputs[1]))
+    causal = group_causal_offset(graph, group, qk, pv, (S, T))
+    heads = 1
     if k_rep > 1 and k_rep == v_rep and bh % k_rep == 0:
         # the kernel reads the cache and serves `rep` query heads per KV head
-        bh, S = bh // k_rep, S * k_rep
+        bh, S, heads = bh // k_rep, S * k_rep, k_rep
     else:
         k, v = (_kv_source(graph, made, t, expand=False)[0] for t in (qk.inputs[1], pv.inputs[1]))
     item = mem_itemsize(graph, qk.inputs[0], target)
@@ -108,6 +131,8 @@ def analyse_attention(graph: Graph, group: FusionGroup, target: Target) -> Atten
             _rows_packed(graph, made, qk.inputs[1], -1, -2),
             _rows_packed(graph, made, pv.inputs[1], -2, -1),
         ),
+        causal=causal,
+        heads=heads,
     )
 
 

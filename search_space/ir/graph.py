@@ -140,6 +140,7 @@ class Graph:
         inputs: graph inputs the caller feeds (weights given as inputs included).
         outputs: graph outputs.
         constants: values of small compile-time tensors the ops read (shapes, axes, eps...).
+        initializers: the initializers' values by name, each read when first asked for.
         opset: the default-domain opset.
         folded: how many nodes were folded into constants while loading.
     """
@@ -152,6 +153,9 @@ class Graph:
     constants: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False)
     opset: int = 17
     folded: int = 0
+    # the model's initializers' values, read on demand (a weight's values are never needed to
+    # tune it; a compile-time mask's are, to see that it is causal)
+    initializers: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False)
 
     # -- lookups ----------------------------------------------------------------------------
     @cached_property

@@ -9,13 +9,14 @@ from __future__ import annotations
 import heapq
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper
+from onnx import external_data_helper, numpy_helper
 
 from search_space.atomic import atomic_write_bytes, output_path
 from search_space.exceptions import DynamicShapeError, GraphError, ModelLoadError, check
@@ -23,6 +24,7 @@ from search_space.onnx.dims import example_dim
 
 __all__ = [
     "MIN_OPSET",
+    "InitializerValues",
     "ModelSource",
     "default_opset",
     "node_names",
@@ -382,3 +384,30 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
         os.replace(Path(tmp) / data_name, out.parent / data_name)
         os.replace(staged, out)
     return out
+
+
+class InitializerValues(Mapping[str, np.ndarray]):
+    """A model's initializers as numpy arrays, each read (external data included) when first
+    asked for and not kept, and ``folded`` values the loader computed from them: a graph holds
+    this instead of its weights' values."""
+
+    def __init__(
+        self,
+        tensors: Iterable[onnx.TensorProto],
+        base: Path | None,
+        folded: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self._tensors = {t.name: t for t in tensors}
+        self._base = base
+        self._folded = dict(folded or {})
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._folded:
+            return self._folded[name]
+        return numpy_helper.to_array(load_tensor_data(self._tensors[name], self._base))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(self._tensors), **dict.fromkeys(self._folded)})
+
+    def __len__(self) -> int:
+        return len(set(self._tensors) | set(self._folded))

@@ -25,6 +25,7 @@ from search_space.exceptions import GraphError
 from search_space.ir import CUBE_OPS, GATHER_OPS, Graph, Op, Tensor, classify
 from search_space.onnx.fold import FOLD_LIMIT, attributes_of, evaluate
 from search_space.onnx.io import (
+    InitializerValues,
     ModelSource,
     default_opset,
     load_tensor_data,
@@ -373,6 +374,12 @@ def _build(
     constants = {
         n: st.values[n] for n, t in tensors.items() if t.kind == "constant" and n in st.values
     }
+    initial = {t.name for t in g.initializer}
+    folded_weights = {
+        n: st.values[n]
+        for n, t in tensors.items()
+        if t.kind == "weight" and n in st.values and n not in initial
+    }
     return Graph(
         name=g.name or "graph",
         ops=tuple(ops),
@@ -382,4 +389,5 @@ def _build(
         constants=constants,
         opset=opset,
         folded=folded,
+        initializers=InitializerValues(g.initializer, st.base, folded_weights),
     )

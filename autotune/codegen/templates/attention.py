@@ -41,6 +41,7 @@ from autotune.codegen.templates.common import (
 )
 from autotune.codegen.templates.placement import placed_index
 from autotune.codegen.templates.pointwise import side_outputs
+from costmodel.lower.causal import group_causal_offset
 from search_space.ir import FusionGroup, Graph, KernelConfig, Op
 
 __all__ = ["attention_kernels"]
@@ -68,6 +69,9 @@ class _Shape:
     # the exporters' guard Where(IsNaN(p), 0, p) between the softmax and the second matmul:
     # a fully masked row (NaN probabilities) gives zeros, not NaN
     nan_guard: bool = False
+    # a causal mask on the scores (query q sees keys <= q + causal only,
+    # costmodel.lower.causal): each query tile stops at its last visible key
+    causal: int | None = None
 
     @property
     def nb(self) -> int:
@@ -101,8 +105,10 @@ def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
     if s_shape[:-1] != o_shape[:-1] or io.shape(pv.inputs[1])[-2] != s_shape[-1]:
         raise Unsupported(f"attention shapes {s_shape} and {o_shape} do not line up")
     d = io.shape(qk.inputs[0])[-1]
-    return _Shape(qk, soft[0], pv, s_shape[:-2], s_shape[-2], s_shape[-1], d, o_shape[-1],
-                  pv.inputs[0] == guarded)  # fmt: skip
+    causal = group_causal_offset(graph, group, qk, pv, (s_shape[-2], s_shape[-1]))
+    guard = pv.inputs[0] == guarded
+    batch = s_shape[:-2]
+    return _Shape(qk, soft[0], pv, batch, s_shape[-2], s_shape[-1], d, o_shape[-1], guard, causal)
 
 
 def _nan_guard(graph: Graph, group: FusionGroup, io: KernelIO, probs: str) -> str:
@@ -196,6 +202,9 @@ def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> No
     inner = row.child()
     start = f"sp * {chunk}" if split > 1 else "0"
     end = f"sp * {chunk} + {chunk}" if split > 1 else str(att.sk)
+    if att.causal is not None:  # the key blocks past the tile's last visible key: all masked
+        row.line(f"hi = tl.minimum((tq + 1) * TILE_Q + {att.causal}, {end})")
+        end = "hi"
     inner.line("lane_kv = tl.arange(0, BLOCK_KV)")
     inner.line("kv = k0 + lane_kv[None, :]")
     inner.line("kvr = k0 + lane_kv[:, None]")

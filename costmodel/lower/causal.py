@@ -1,0 +1,137 @@
+"""Whether an attention's scores are causally masked, so that fully masked blocks of keys can
+be skipped (the attention template does not visit them; the cost model does not price them).
+
+A causal mask is recognised by its values, however the exporter builds it: an additive mask
+(``ConstantOfShape`` and ``Trilu``, a literal constant, a ``Where`` of a comparison of
+``Range``s) or a boolean one applied with ``Where(mask, scores, very negative)``, as long as
+it is known at compile time (:func:`~search_space.onnx.constant_value.constant_value`). The
+query at row ``s`` then sees the keys ``[0, s + 1 + offset)`` and no other: a block of keys
+past that bound contributes ``exp(-huge) = 0`` to every row of a query block, and skipping
+it changes no output. A mask known only at run time (a padding mask from the caller) is never
+taken for causal.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+
+from search_space.ir import FusionGroup, Graph, Op, is_compile_time
+from search_space.onnx.constant_value import constant_value
+
+__all__ = ["MASKED", "causal_offset", "group_causal_offset"]
+
+# a score at or below this is masked: exp(score - row max) is 0 in float32 for any score a
+# model produces (exp(-1e4) underflows; fp16 masks use -65504 or the float minimum)
+MASKED = -1.0e4
+_CACHE: dict[tuple[int, tuple[str, ...]], tuple[weakref.ref[Graph], int | None]] = {}
+
+
+def causal_offset(
+    graph: Graph, chain: Sequence[Op], scores: str, shape: tuple[int, int]
+) -> int | None:
+    """The offset of a causal mask on ``scores`` (``shape``: its last two dims, S x T) applied
+    by the ops of ``chain`` (the attention group's score ops): query ``s`` sees keys ``j <= s +
+    offset`` and nothing else; None when the masks are not all known at compile time, not of
+    that form, or mask nothing."""
+    masks = [op for op in chain if _mask_operand(graph, op) is not None]
+    if not masks:
+        return None
+    key = (id(graph), tuple(op.name for op in masks))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is graph:
+        return hit[1]
+    planes = [_masked(graph, op, shape) for op in masks]
+    known = [p for p in planes if p is not None]
+    offset = _offset(np.logical_or.reduce(known)) if len(known) == len(planes) else None
+    if len(_CACHE) > 64:
+        _CACHE.clear()
+    _CACHE[key] = (weakref.ref(graph), offset)
+    return offset
+
+
+def group_causal_offset(
+    graph: Graph, group: FusionGroup, qk: Op, pv: Op, shape: tuple[int, int]
+) -> int | None:
+    """:func:`causal_offset` of an attention group (its products ``qk`` and ``pv``, its
+    scores ``shape``), or None when a tensor computed from the scores leaves the group (the
+    masked entries are then needed: nothing may be skipped)."""
+    chain = [graph.op(n) for n in group.ops if n not in (qk.name, pv.name)]
+    if _scores_leave(graph, group, qk, pv):
+        return None
+    return causal_offset(graph, chain, qk.outputs[0], shape)
+
+
+def _scores_leave(graph: Graph, group: FusionGroup, qk: Op, pv: Op) -> bool:
+    """Whether a tensor computed from the scores (before the second product) is an output
+    of the group."""
+    inside = set(group.ops)
+    seen, todo = set(), [qk.outputs[0]]
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for op in graph.consumers(t):
+            if op.name in inside and op is not pv:
+                todo += [o for o in op.outputs if o]
+    return any(t in seen for t in group.outputs)
+
+
+def _mask_operand(graph: Graph, op: Op) -> str | None:
+    """The compile-time operand by which ``op`` masks the scores: an Add's, or a Where's
+    condition (its other branch a constant); None for any other op."""
+    if op.op_type == "Add":
+        const = [t for t in op.inputs if t and is_compile_time(graph, t)]
+        return const[0] if len(const) == 1 else None
+    if op.op_type == "Where" and op.inputs[0] and is_compile_time(graph, op.inputs[0]):
+        fills = [t for t in op.inputs[1:] if is_compile_time(graph, t)]
+        return op.inputs[0] if len(fills) == 1 else None
+    return None
+
+
+def _masked(graph: Graph, op: Op, shape: tuple[int, int]) -> np.ndarray | None:
+    """The [S, T] plane of scores ``op`` masks (True: masked), when it is the same for every
+    batch and head; None when it cannot be known."""
+    operand = _mask_operand(graph, op)
+    value = constant_value(graph, operand) if operand else None
+    if value is None:
+        return None
+    if op.op_type == "Add":
+        masked = np.asarray(value, dtype=np.float64) <= MASKED
+    else:
+        x, y = op.inputs[1], op.inputs[2]
+        fill_first = is_compile_time(graph, x)
+        fill = constant_value(graph, x if fill_first else y)
+        if fill is None or fill.size != 1 or not float(fill.ravel()[0]) <= MASKED:
+            return None
+        cond = np.asarray(value, dtype=bool)
+        masked = cond if fill_first else ~cond
+    return _plane(masked, shape)
+
+
+def _plane(masked: np.ndarray, shape: tuple[int, int]) -> np.ndarray | None:
+    """``masked`` broadcast to its last two dims ``shape``, when every leading index agrees."""
+    m = masked
+    while m.ndim > 2:
+        if m.shape[0] > 1 and not np.array_equal(m, np.broadcast_to(m[:1], m.shape)):
+            return None
+        m = m[0]
+    try:
+        return np.broadcast_to(m.reshape((1,) * (2 - m.ndim) + m.shape), shape)
+    except ValueError:
+        return None
+
+
+def _offset(masked: np.ndarray) -> int | None:
+    """The causal offset of a masked plane, or None when it is not causal."""
+    rows, keys = masked.shape
+    visible = (~masked).sum(axis=1)
+    offset = int(visible[0]) - 1
+    want = np.minimum(keys, np.arange(rows) + 1 + offset)
+    if offset < 0 or not visible.min() < keys or not np.array_equal(visible, want):
+        return None
+    prefix = np.arange(keys)[None, :] < visible[:, None]
+    return offset if np.array_equal(~masked, prefix) else None

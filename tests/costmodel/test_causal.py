@@ -1,0 +1,99 @@
+"""Causal masks, however the exporter writes them, are recognised from their values, and the
+key blocks they mask whole are not priced (costmodel.lower.causal): a causal attention costs
+about half of the same attention unmasked at long sequences, by every model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from causal_masks import CAUSAL, NOT_CAUSAL, attention_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodel.lower import Lowering
+from costmodel.lower.causal import group_causal_offset
+from costmodel.registry import make_cost_model
+from costmodel.spec import load_target
+from search_space import load_graph
+from search_space.ir import KernelConfig, make_group
+
+TARGET = load_target("ascend910b")
+
+
+def _group(model):
+    graph = load_graph(model)
+    group = make_group(graph, [op.name for op in graph.ops if not op.constant], "attention")
+    return graph, group
+
+
+def _offset(form: str, sq: int, sk: int, offset: int) -> int | None:
+    graph, group = _group(attention_model(form, sq, sk, offset))
+    return group_causal_offset(graph, group, graph.op("qk"), graph.op("pv"), (sq, sk))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    form=st.sampled_from(CAUSAL),
+    sq=st.integers(2, 40),
+    extra=st.integers(0, 40),
+    data=st.data(),
+)
+def test_every_form_of_a_causal_mask_is_recognised_with_its_offset(form, sq, extra, data):
+    """Top-left aligned (offset 0), bottom-right aligned (a cache's keys before the queries:
+    offset = T - S) or anywhere between, built in the graph or given as a constant."""
+    sk = sq + extra
+    offset = data.draw(st.integers(0, sk - 2))
+    assert _offset(form, sq, sk, offset) == offset
+
+
+@pytest.mark.parametrize("form", NOT_CAUSAL)
+def test_masks_that_are_not_causal_are_not_taken_for_causal(form: str) -> None:
+    """A sliding window also hides keys before the query, a random mask hides keys anywhere,
+    a mask the caller feeds is not known before run time, and no mask hides nothing."""
+    assert _offset(form, 24, 40, 16) is None
+
+
+@pytest.mark.parametrize("form", CAUSAL)
+def test_a_mask_that_hides_every_key_of_a_row_is_not_causal(form: str) -> None:
+    """With more queries than keys, bottom-right alignment hides every key of the first
+    rows (their softmax is not of visible keys alone): nothing is skipped."""
+    assert _offset(form, 24, 16, -8) is None
+
+
+def test_a_group_that_outputs_its_probabilities_skips_nothing() -> None:
+    model = attention_model("trilu", 16, 16, 0)
+    model.graph.output.append(model.graph.value_info.add(name="p"))
+    graph = load_graph(model)
+    group = make_group(graph, [op.name for op in graph.ops if not op.constant], "attention")
+    assert "p" in group.outputs
+    assert group_causal_offset(graph, group, graph.op("qk"), graph.op("pv"), (16, 16)) is None
+
+
+def _kernel(form: str, s: int, config: KernelConfig):
+    graph, group = _group(attention_model(form, s, s, 0, heads=8, d=128))
+    return Lowering(graph, TARGET).kernel(group, config)
+
+
+@pytest.mark.parametrize("kind", ["analytic", "simulator", "learned"])
+def test_a_causal_attention_costs_about_half_of_the_unmasked_one(kind: str) -> None:
+    """At 2048 tokens each query block visits the key blocks up to its last row only: about
+    half the cube work and the K and V traffic, so every model prices it at 0.5-0.7 of the
+    same attention with a mask that hides nothing it need not read (a finite bias)."""
+    config = KernelConfig(block_dim=24, base_m=128, base_n=128, base_k=128, m=128, n=128,
+                          k=128, knobs=(("kv_tile", 64),))  # fmt: skip
+    causal, full = (_kernel(f, 2048, config) for f in ("trilu", "random"))
+    assert causal.steps < full.steps and causal.cube_flops < 0.6 * full.cube_flops
+    model = make_cost_model(kind, TARGET)
+    ratio = model.evaluate([causal])[0].device_us / model.evaluate([full])[0].device_us
+    assert 0.45 <= ratio <= 0.7, ratio
+
+
+def test_the_work_a_causal_kernel_skips_is_what_its_mask_hides() -> None:
+    """Its FLOPs are those of the visible share of the score matrix, against a float64 count
+    of the mask's visible entries."""
+    s = 256
+    config = KernelConfig(block_dim=24, base_m=64, base_n=128, base_k=128, m=64, n=128, k=128,
+                          knobs=(("kv_tile", 64),))  # fmt: skip
+    causal, none = (_kernel(f, s, config) for f in ("literal", "none"))
+    share = np.tril(np.ones((s, s))).sum() / s**2
+    assert causal.cube_flops == pytest.approx(none.cube_flops * share, rel=1e-3)

@@ -13,7 +13,10 @@ roofline plus a fixed 2 us floor. Scored apart, as the targets are set:
 
 Per set: each model's geomean of predicted / real, median |ln|, share within 25%, and the
 worst source's and worst family's (>= 5 rows) geomean. Targets on in-situ and attention rows:
-median |ln| <= 0.20, >= 60% within 25%, every family of >= 5 rows in [0.75, 1.33].
+median |ln| <= 0.20, >= 60% within 25%, every family of >= 5 rows in [0.75, 1.33]. Then the
+config ranking: per kernel timed under several tile configs the models can express (the
+catlass GEMM tilings), the Kendall tau of predicted against measured (-> the CSV
+``results/real_insitu_ranking.csv``).
 
     cd experiments && ../.venv/bin/python real_insitu.py      # -> results/real_insitu.csv
 """
@@ -30,6 +33,7 @@ from typing import Any
 from _table import RESULTS, emit
 
 from autotune.real import RealPrediction, RealRow, metrics, predict_rows, read_real
+from autotune.real.scores import config_ranking
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("simulator", "analytic", "learned")
@@ -95,6 +99,19 @@ def main() -> None:
             cold = [p for p in predict_rows(alone, MODELS, args.best) if not p.error]
             table += [_line("in-situ cold", n, cold) for n in names if n != "naive"]
     emit(table, args.out, width=11)
+    tiled = [p for p in predict_rows([r for r in rows if r.tiling], MODELS, False) if not p.error]
+    ranks = []
+    for name in (*(f"{m}/default" for m in MODELS), "naive"):
+        got = config_ranking(tiled, name)
+        ranks.append(
+            {
+                "model": name,
+                "kernels": got["kernels"],
+                "mean_tau": round(got["mean_tau"] or 0.0, 3),
+                "taus": " ".join(f"{t['tau']:+.0f}" for t in got["per_kernel"]),
+            }
+        )
+    emit(ranks, Path(args.out).with_name("real_insitu_ranking.csv"), width=11)
 
 
 if __name__ == "__main__":

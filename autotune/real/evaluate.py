@@ -15,6 +15,7 @@ How close the predictions come is scored by :mod:`autotune.real.scores`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ MODELS = ("simulator", "analytic", "learned")
 NAIVE_FLOOR_US = 2.0  # the naive baseline's fixed cost per kernel on the device
 SIMULATED_CONFIGS = 6  # the simulator's own favourite: among the analytic model's best few
 PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+CUBE_TILES = ("base_m", "base_n", "base_k", "m", "n", "k")  # a row's tiling a cube config takes
 
 
 @dataclass(frozen=True)
@@ -186,8 +188,13 @@ def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:
 def measured_config(lowering: Lowering, group: FusionGroup, row: RealRow) -> KernelConfig:
     """The config the real kernel ran at, as far as the row tells: the group's default config
     on as many cores as the row's ``block_dim`` names (never more than the chip has), with
-    the tiles a kernel on that many cores takes."""
-    return lowering.default(group, block_dim=row.block_dim)
+    the tiles a kernel on that many cores takes; a cube kernel's L1 and L0 tiles where the row
+    names them (a GEMM template's tiling)."""
+    default = lowering.default(group, block_dim=row.block_dim)
+    cube = {k: v for k, v in row.tiling.items() if k in CUBE_TILES}
+    if not cube or not default.base_m:
+        return default
+    return dataclasses.replace(default, **cube)
 
 
 def row_resident(row: RealRow, lowering: Lowering) -> dict[str, float] | None:

@@ -60,6 +60,7 @@ __all__ = [
     "read_real",
     "source_name",
     "target_of",
+    "tiling_of",
 ]
 
 CHIPS = {
@@ -114,6 +115,7 @@ class RealRow:
         impl: ``library`` (a CANN op kernel) or ``custom`` (a kernel written for the shape).
         context: ``isolated`` (timed alone) or ``in-situ`` (inside a real step: its inputs
             just written by the kernels before it).
+        tiling: the tile config the row names, where it names one (:func:`tiling_of`).
         pipes: measured busy time (us) per pipe (``V``, ``MTE2``...), where the row has them.
     """
 
@@ -134,6 +136,7 @@ class RealRow:
     impl: str = "library"
     context: str = "isolated"
     shapes: str = ""
+    tiling: Mapping[str, int] = field(default_factory=dict)
     extra: Mapping[str, str] = field(default_factory=dict)
     pipes: Mapping[str, float] = field(default_factory=dict)
 
@@ -157,7 +160,7 @@ class RowProblem:
 
 def target_of(chip: str) -> str:
     """The spec name of a chip column (``910B4`` -> ``ascend910b4``; a 910B of no stated SKU
-    -> ``ascend910b``, the 910B2).
+    -> ``ascend910b``, the 910B2, or the 910B3 where it states 20 cube cores).
 
     Raises:
         AutotuneError: a chip this tool has no spec for.
@@ -169,6 +172,9 @@ def target_of(chip: str) -> str:
     m = re.search(r"(910b[1-4]?|910|310p)", text)
     if m is None:
         raise AutotuneError(f"unknown chip {chip!r}; known: {', '.join(sorted(CHIPS))}")
+    cores = re.search(r"(\d+)aic", text)  # the first count stated: a remark may name others
+    if m.group(1) == "910b" and cores is not None and cores.group(1) == "20":
+        return CHIPS["910b3"]
     return CHIPS[m.group(1)]
 
 
@@ -199,6 +205,25 @@ def _dtype(text: str) -> str | None:
         named = [DTYPES[w] for w in re.findall(r"[a-z0-9]+", cell) if w in DTYPES]
         return named[0] if named else "float32"
     return DTYPES.get(word)
+
+
+_LEVEL = re.compile(r"\b(L[01])(?:TileShape)?\s*<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
+_TRITON = re.compile(r"triton\.Config\(\s*\{([^}]*)\}")
+
+
+def tiling_of(text: str) -> dict[str, int]:
+    """The tile config a row's text names: a GEMM template's L1 and L0 tiles (catlass's
+    ``L1<128,256,256> L0<128,256,64>``: M, N, K of each) as ``base_m``.. and ``m``..; a
+    Triton config's keyword values as written (``BLOCK_SIZE_M``...); empty for none."""
+    out: dict[str, int] = {}
+    for level, *dims in _LEVEL.findall(text):
+        keys = ("base_m", "base_n", "base_k") if level == "L1" else ("m", "n", "k")
+        out.update(zip(keys, map(int, dims), strict=True))
+    m = _TRITON.search(text)
+    if m:
+        for key, value in re.findall(r"'(\w+)'\s*:\s*(\d+)", m.group(1)):
+            out[key] = int(value)
+    return out
 
 
 def _context(text: str) -> str:
@@ -297,6 +322,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         impl=_impl(row.get("impl") or ""),
         context=_context(row.get("context") or ""),
         shapes=(row.get("shapes") or "").strip(),
+        tiling=tiling_of(f"{row.get('shapes') or ''} {op}"),
         extra={k: v for k, v in row.items() if k and k not in known and v},
         pipes=_pipes(row, time_us),
     )

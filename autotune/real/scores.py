@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import kendalltau, spearmanr
 
 from autotune.exceptions import AutotuneError
-from autotune.real.evaluate import RealPrediction
+from autotune.real.evaluate import CUBE_TILES, RealPrediction
 
-__all__ = ["WITHIN", "metrics", "summarize"]
+__all__ = ["WITHIN", "config_ranking", "metrics", "summarize"]
 
 WITHIN = math.log(1.25)
 
@@ -84,3 +84,34 @@ def summarize(
         {**dict(zip(by, key, strict=True)), **block(g)} for key, g in sorted(combos.items())
     ]
     return out
+
+
+def config_ranking(predictions: Sequence[RealPrediction], model: str) -> dict[str, Any]:
+    """How well ``model`` (a key of ``predicted``, e.g. ``simulator/default``) ranks the tile
+    configs one kernel was timed under: per kernel (same source, op, shapes, dtype and chip)
+    timed under two or more configs the cost model can express (a GEMM's L1 and L0 tiles),
+    the Kendall tau of predicted against measured times (0 where the model cannot tell them
+    apart); and their mean."""
+    groups: dict[tuple[Any, ...], list[RealPrediction]] = {}
+    for p in predictions:
+        tiles = tuple(sorted((k, v) for k, v in p.row.tiling.items() if k in CUBE_TILES))
+        if p.error or not tiles:
+            continue
+        r = p.row
+        key = (r.source_name, r.op, tuple(r.tensors.items()), r.dtype, r.target)
+        groups.setdefault(key, []).append(p)
+    taus = []
+    for preds in groups.values():
+        if len({tuple(sorted(p.row.tiling.items())) for p in preds}) < 2:
+            continue
+        tau = kendalltau([p.predicted[model] for p in preds], [p.row.time_us for p in preds])
+        # a model that puts every config at one time ranks them no better than chance: 0
+        taus.append(
+            {
+                "op": preds[0].row.op,
+                "rows": [p.row.row for p in preds],
+                "tau": float(np.nan_to_num(tau.statistic)),
+            }
+        )
+    mean = float(np.mean([t["tau"] for t in taus])) if taus else None
+    return {"kernels": len(taus), "mean_tau": mean, "per_kernel": taus}

@@ -15,8 +15,16 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.exceptions import AutotuneError
-from autotune.real import one_kernel, read_real
-from autotune.real.evaluate import lowered, model_makers, predict_row, row_resident
+from autotune.real import RealPrediction, one_kernel, read_real
+from autotune.real.evaluate import (
+    lowered,
+    measured_config,
+    model_makers,
+    predict_row,
+    row_resident,
+)
+from autotune.real.rows import tiling_of
+from autotune.real.scores import config_ranking
 from autotune.real.table import table_rows
 from costmodel.analytic import AnalyticModel
 from costmodel.spec import load_spec
@@ -33,9 +41,13 @@ def _row(shapes: str = "x=[512,2048]", op: str = "Exp", dtype: str = "fp16", **c
 
 @pytest.mark.parametrize(
     ("cell", "timing"),
-    [("device (msprof kernel_details, in-situ)", "device"), ("host-event (NPU events)", "host"),
-     ("host", "host"), ("unstated (autotune bench)", "unstated")],
-)  # fmt: skip
+    [
+        ("device (msprof kernel_details, in-situ)", "device"),
+        ("host-event (NPU events)", "host"),
+        ("host", "host"),
+        ("unstated (autotune bench)", "unstated"),
+    ],
+)
 def test_a_timing_cell_is_read_by_its_first_word(cell: str, timing: str) -> None:
     assert _row(timing=cell).timing == timing
     with pytest.raises(AutotuneError, match="'device', 'host' or 'unstated'"):
@@ -44,10 +56,15 @@ def test_a_timing_cell_is_read_by_its_first_word(cell: str, timing: str) -> None
 
 @pytest.mark.parametrize(
     ("cell", "dtype"),
-    [("DT_BF16", "bfloat16"), ("FLOAT;FLOAT", "float32"), ("INT64;INT64", "int64"),
-     ("bf16 (assumed, unstated)", "bfloat16"), ("unstated (bf16 model)", "bfloat16"),
-     ("unstated", "float32")],
-)  # fmt: skip
+    [
+        ("DT_BF16", "bfloat16"),
+        ("FLOAT;FLOAT", "float32"),
+        ("INT64;INT64", "int64"),
+        ("bf16 (assumed, unstated)", "bfloat16"),
+        ("unstated (bf16 model)", "bfloat16"),
+        ("unstated", "float32"),
+    ],
+)
 def test_msprof_and_unstated_dtypes_read_as_the_data_type(cell: str, dtype: str) -> None:
     assert _row(dtype=cell).dtype == dtype
 
@@ -134,9 +151,12 @@ def test_estimate_resident_inputs_costs_the_model_with_its_inputs_in_l2() -> Non
 
 @pytest.mark.parametrize(
     ("cell", "name"),
-    [("hicann/catlass@0dfcf9d:docs/x.md", "hicann/catlass"), ("github:a/b@c0ffee:d", "a/b"),
-     ("https://github.com/vllm-project/vllm-ascend/issues/4167", "vllm-project/vllm-ascend")],
-)  # fmt: skip
+    [
+        ("hicann/catlass@0dfcf9d:docs/x.md", "hicann/catlass"),
+        ("github:a/b@c0ffee:d", "a/b"),
+        ("https://github.com/vllm-project/vllm-ascend/issues/4167", "vllm-project/vllm-ascend"),
+    ],
+)
 def test_a_source_is_named_by_its_repository_however_it_is_written(cell: str, name: str) -> None:
     assert _row(source=cell).source_name == name
 
@@ -170,8 +190,60 @@ def test_an_input_read_through_a_view_is_as_warm_as_the_input() -> None:
         inside = predict_row(_row("x=[1024,1024]", op, context="in-situ"), makers, best=False)
         _, lowering, groups = lowered(_row("x=[1024,1024]", op, context="in-situ"))
         kernel = lowering.kernel(groups[0], lowering.default(groups[0]))
-        warm = AnalyticModel(lowering.target).residency([kernel], warm=row_resident(
-            _row("x=[1024,1024]", op, context="in-situ"), lowering))[0]  # fmt: skip
+        warm = AnalyticModel(lowering.target).residency(
+            [kernel], warm=row_resident(_row("x=[1024,1024]", op, context="in-situ"), lowering)
+        )[0]
         assert warm == [1.0], op
         for m in MODELS:
             assert inside.predicted[f"{m}/default"] < 0.75 * alone.predicted[f"{m}/default"]
+
+
+def test_a_gemm_templates_tiling_is_the_config_its_row_is_costed_at() -> None:
+    """catlass names its L1 and L0 tiles (M, N, K each): the row's cube kernel runs at them,
+    on the cores its chip cell states (20 AIC: the 910B3's count), and two rows of one shape
+    under two tilings cost differently."""
+    text = "M=1024,N=576,K=6144; tiling L1<256,128,256> L0<256,128,64>"
+    assert tiling_of(text) == {
+        "base_m": 256,
+        "base_n": 128,
+        "base_k": 256,
+        "m": 256,
+        "n": 128,
+        "k": 64,
+    }
+    assert tiling_of("cfg: triton.Config({'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 256})") == {
+        "BLOCK_SIZE_M": 64,
+        "BLOCK_SIZE_N": 256,
+    }
+    chip = "Ascend910B (20 AIC; SKU unstated: 20 AIC=910B3/B4-class, 24 AIC=910B1/B2-class)"
+    rows = [
+        _row(
+            f"M=1024,N=576,K=6144; tiling L1<{m},{n},256> L0<{m},{n},64>", "catlass mm", chip=chip
+        )
+        for m, n in ((128, 256), (256, 128))
+    ]
+    configs = []
+    for row in rows:
+        assert row.target == "ascend910b3"
+        _, lowering, groups = lowered(row)
+        configs.append(measured_config(lowering, groups[0], row))
+    assert [(c.base_m, c.base_n, c.m, c.n, c.k) for c in configs] == [
+        (128, 256, 128, 256, 64),
+        (256, 128, 256, 128, 64),
+    ]
+    assert all(c.block_dim == 20 for c in configs)
+
+
+def test_config_ranking_scores_each_kernel_timed_under_several_tilings() -> None:
+    """Kendall tau per kernel, against the measured order; a model that cannot tell the
+    configs apart scores 0; rows of another shape or without a tiling are not paired."""
+    shapes = "M=256,N=512,K=1024; tiling L1<{},128,256> L0<{},128,64>"
+    rows = [_row(shapes.format(m, m), "catlass mm", time_us=t) for m, t in ((64, 9.0), (128, 7.0))]
+    rows.append(_row("M=512,N=512,K=1024; tiling L1<64,128,256> L0<64,128,64>", "catlass mm"))
+    rows.append(_row("M=256,N=512,K=1024", "catlass mm"))
+    preds = [
+        RealPrediction(r, {"right": r.time_us, "wrong": -r.time_us, "flat": 1.0}) for r in rows
+    ]
+    for model, tau in (("right", 1.0), ("wrong", -1.0), ("flat", 0.0)):
+        got = config_ranking(preds, model)
+        assert got["kernels"] == 1 and got["mean_tau"] == tau, model

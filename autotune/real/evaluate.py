@@ -191,10 +191,11 @@ def measured_config(lowering: Lowering, group: FusionGroup, row: RealRow) -> Ker
     the tiles a kernel on that many cores takes; a cube kernel's L1 and L0 tiles where the row
     names them (a GEMM template's tiling)."""
     default = lowering.default(group, block_dim=row.block_dim)
-    cube = {k: v for k, v in row.tiling.items() if k in CUBE_TILES}
-    if not cube or not default.base_m:
+    tiles = [row.tiling.get(k, getattr(default, k)) for k in CUBE_TILES]
+    if not any(k in row.tiling for k in CUBE_TILES) or not default.base_m:
         return default
-    return dataclasses.replace(default, **cube)
+    base_m, base_n, base_k, m, n, k = tiles
+    return dataclasses.replace(default, base_m=base_m, base_n=base_n, base_k=base_k, m=m, n=n, k=k)
 
 
 def row_resident(row: RealRow, lowering: Lowering) -> dict[str, float] | None:

@@ -6,10 +6,11 @@ caller feeds). Shared by the cost-model and code-generation tests of causal skip
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from conftest import f32, i64, make, vi
 from onnx import helper, numpy_helper
 
-__all__ = ["CAUSAL", "NOT_CAUSAL", "attention_model", "visible"]
+__all__ = ["CAUSAL", "NOT_CAUSAL", "attention_model", "grouped_attention", "visible"]
 
 FLOAT_MIN = float(np.finfo(np.float32).min)
 CAUSAL = ("trilu", "range", "fill", "literal")
@@ -98,3 +99,33 @@ def _mask(form, sq, sk, offset, nodes, inits, ins) -> str:
         nodes += [node("Add", ["ss", "mask"], ["sm"], name="mask_add")]
         return "sm"
     raise ValueError(form)
+
+
+def grouped_attention(heads: int, kv_heads: int, sq: int, sk: int) -> onnx.ModelProto:
+    """Grouped-query attention as HF exports it (K and V broadcast by Unsqueeze, Expand,
+    Reshape), its scores masked causally (bottom-right aligned) by a literal constant."""
+    d, rep = 16, heads // kv_heads
+    nodes = [
+        helper.make_node("Unsqueeze", ["k", "ax2"], ["k5"], name="uk"),
+        helper.make_node("Expand", ["k5", "kshape"], ["ke"], name="ek"),
+        helper.make_node("Reshape", ["ke", "full"], ["kf"], name="rk"),
+        helper.make_node("Unsqueeze", ["v", "ax2"], ["v5"], name="uv"),
+        helper.make_node("Expand", ["v5", "kshape"], ["ve"], name="ev"),
+        helper.make_node("Reshape", ["ve", "full"], ["vf"], name="rv"),
+        helper.make_node("Transpose", ["kf"], ["kt"], name="tk", perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+        helper.make_node("Mul", ["s", "scale"], ["ss"], name="scale_mul"),
+        helper.make_node("Add", ["ss", "mask"], ["sm"], name="mask_add"),
+        helper.make_node("Softmax", ["sm"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "vf"], ["o"], name="pv"),
+        helper.make_node("Transpose", ["o"], ["y"], name="out_t", perm=[0, 2, 1, 3]),
+    ]
+    causal = np.triu(np.full((sq, sk), -1e9, np.float32), k=1 + sk - sq)
+    inits = [
+        i64("ax2", [2]), i64("kshape", [1, kv_heads, rep, sk, d]),
+        i64("full", [1, heads, sk, d]), f32("scale", np.float32(d**-0.5)),
+        f32("mask", causal),
+    ]  # fmt: skip
+    ins = [vi("q", [1, heads, sq, d]), vi("k", [1, kv_heads, sk, d]),
+           vi("v", [1, kv_heads, sk, d])]  # fmt: skip
+    return make(nodes, ins, [vi("y", [1, sq, heads, d])], inits)

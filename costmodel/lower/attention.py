@@ -294,7 +294,8 @@ def lower_attention(
         )
     )
     for t, xit, numel in work.extra_outputs:  # an intermediate also needed outside the group
-        nbytes = np.ceil(numel * xit / (work.bh * gi * gj * steps)).astype(i64)
+        # written whole over the steps the tiles run (all of them, under a causal mask too)
+        nbytes = np.ceil(numel * xit / (work.bh * gi * gj * run)).astype(i64)
         streams.append(
             StreamBatch(
                 t,

@@ -26,7 +26,9 @@ __all__ = ["MASKED", "causal_offset", "group_causal_offset"]
 # a score at or below this is masked: exp(score - row max) is 0 in float32 for any score a
 # model produces (exp(-1e4) underflows; fp16 masks use -65504 or the float minimum)
 MASKED = -1.0e4
-_CACHE: dict[tuple[int, tuple[str, ...]], tuple[weakref.ref[Graph], int | None]] = {}
+_NOTHING, _OTHER = "nothing", "other"  # a mask that hides nothing; one not causal
+Verdict = int | str | None  # an offset, _NOTHING, _OTHER, or None: not known at compile time
+_CACHE: dict[tuple[int, str, tuple[int, int]], tuple[weakref.ref[Graph], Verdict]] = {}
 
 
 def causal_offset(
@@ -35,21 +37,37 @@ def causal_offset(
     """The offset of a causal mask on ``scores`` (``shape``: its last two dims, S x T) applied
     by the ops of ``chain`` (the attention group's score ops): query ``s`` sees keys ``j <= s +
     offset`` and nothing else; None when the masks are not all known at compile time, not of
-    that form, or mask nothing."""
-    masks = [op for op in chain if _mask_operand(graph, op) is not None]
-    if not masks:
+    that form, or mask nothing. Masks that are each causal hide together what the one with the
+    smallest offset hides; one that hides nothing (a finite bias) changes nothing."""
+    verdicts = [_verdict(graph, op, shape) for op in chain if _mask_operand(graph, op)]
+    if any(v is None or v == _OTHER for v in verdicts):
         return None
-    key = (id(graph), tuple(op.name for op in masks))
+    offsets = [v for v in verdicts if isinstance(v, int)]
+    return min(offsets) if offsets else None
+
+
+def _verdict(graph: Graph, op: Op, shape: tuple[int, int]) -> Verdict:
+    """What the mask ``op`` applies is, cached per graph, mask op and shape (every layer's
+    Add reads the one causal mask: it is evaluated once)."""
+    key = (id(graph), _mask_key(graph, op), shape)
     hit = _CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    planes = [_masked(graph, op, shape) for op in masks]
-    known = [p for p in planes if p is not None]
-    offset = _offset(np.logical_or.reduce(known)) if len(known) == len(planes) else None
+    plane = _masked(graph, op, shape)
+    verdict: Verdict = None if plane is None else _offset(plane)
     if len(_CACHE) > 64:
         _CACHE.clear()
-    _CACHE[key] = (weakref.ref(graph), offset)
-    return offset
+    _CACHE[key] = (weakref.ref(graph), verdict)
+    return verdict
+
+
+def _mask_key(graph: Graph, op: Op) -> str:
+    """What decides a mask op's verdict: its kind, its mask operand and, for a Where, which
+    branch is the fill and which tensor fills."""
+    if op.op_type == "Add":
+        return f"Add:{_mask_operand(graph, op)}"
+    fill_first = is_compile_time(graph, op.inputs[1])
+    return f"Where:{op.inputs[0]}:{fill_first}:{op.inputs[1] if fill_first else op.inputs[2]}"
 
 
 def group_causal_offset(
@@ -100,7 +118,7 @@ def _masked(graph: Graph, op: Op, shape: tuple[int, int]) -> np.ndarray | None:
     if value is None:
         return None
     if op.op_type == "Add":
-        masked = np.asarray(value, dtype=np.float64) <= MASKED
+        masked = np.asarray(value) <= MASKED  # in the mask's own type: no copy
     else:
         x, y = op.inputs[1], op.inputs[2]
         fill_first = is_compile_time(graph, x)
@@ -125,13 +143,15 @@ def _plane(masked: np.ndarray, shape: tuple[int, int]) -> np.ndarray | None:
         return None
 
 
-def _offset(masked: np.ndarray) -> int | None:
-    """The causal offset of a masked plane, or None when it is not causal."""
+def _offset(masked: np.ndarray) -> Verdict:
+    """A masked plane's causal offset, ``_NOTHING`` when it hides nothing, else ``_OTHER``."""
     rows, keys = masked.shape
     visible = (~masked).sum(axis=1)
+    if visible.min() == keys:
+        return _NOTHING
     offset = int(visible[0]) - 1
     want = np.minimum(keys, np.arange(rows) + 1 + offset)
-    if offset < 0 or not visible.min() < keys or not np.array_equal(visible, want):
-        return None
+    if offset < 0 or not np.array_equal(visible, want):
+        return _OTHER
     prefix = np.arange(keys)[None, :] < visible[:, None]
-    return offset if np.array_equal(~masked, prefix) else None
+    return offset if np.array_equal(~masked, prefix) else _OTHER

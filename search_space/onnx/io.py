@@ -387,9 +387,9 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
 
 
 class InitializerValues(Mapping[str, np.ndarray]):
-    """A model's initializers as numpy arrays, each read (external data included) when first
-    asked for and not kept, and ``folded`` values the loader computed from them: a graph holds
-    this instead of its weights' values."""
+    """Initializers as numpy arrays, each read (external data included) when first asked for
+    and not kept, and ``folded`` values the loader computed from them. A graph holds those
+    that may be masks (``loader._maskable``), never a layer's weights."""
 
     def __init__(
         self,
@@ -405,6 +405,9 @@ class InitializerValues(Mapping[str, np.ndarray]):
         if name in self._folded:
             return self._folded[name]
         return numpy_helper.to_array(load_tensor_data(self._tensors[name], self._base))
+
+    def __contains__(self, name: object) -> bool:  # by name: never decodes a tensor
+        return name in self._tensors or name in self._folded
 
     def __iter__(self) -> Iterator[str]:
         return iter({**dict.fromkeys(self._tensors), **dict.fromkeys(self._folded)})

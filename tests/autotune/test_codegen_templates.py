@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 import onnx
 import pytest
+from causal_masks import grouped_attention
 from codegen_helpers import check_groups, check_whole, describe
 from conftest import f32, i64, make, vi
 from hypothesis import HealthCheck, assume, given, settings
@@ -154,39 +155,11 @@ def test_pooling_windows_padding_and_ceil_mode(
     assert not program.unfused
 
 
-def _attention(heads: int, kv_heads: int, sq: int, sk: int) -> onnx.ModelProto:
-    d, rep = 16, heads // kv_heads
-    nodes = [
-        helper.make_node("Unsqueeze", ["k", "ax2"], ["k5"], name="uk"),
-        helper.make_node("Expand", ["k5", "kshape"], ["ke"], name="ek"),
-        helper.make_node("Reshape", ["ke", "full"], ["kf"], name="rk"),
-        helper.make_node("Unsqueeze", ["v", "ax2"], ["v5"], name="uv"),
-        helper.make_node("Expand", ["v5", "kshape"], ["ve"], name="ev"),
-        helper.make_node("Reshape", ["ve", "full"], ["vf"], name="rv"),
-        helper.make_node("Transpose", ["kf"], ["kt"], name="tk", perm=[0, 1, 3, 2]),
-        helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
-        helper.make_node("Mul", ["s", "scale"], ["ss"], name="scale_mul"),
-        helper.make_node("Add", ["ss", "mask"], ["sm"], name="mask_add"),
-        helper.make_node("Softmax", ["sm"], ["p"], name="softmax", axis=-1),
-        helper.make_node("MatMul", ["p", "vf"], ["o"], name="pv"),
-        helper.make_node("Transpose", ["o"], ["y"], name="out_t", perm=[0, 2, 1, 3]),
-    ]
-    causal = np.triu(np.full((sq, sk), -1e9, np.float32), k=1 + sk - sq)
-    inits = [
-        i64("ax2", [2]), i64("kshape", [1, kv_heads, rep, sk, d]),
-        i64("full", [1, heads, sk, d]), f32("scale", np.float32(d**-0.5)),
-        f32("mask", causal),
-    ]  # fmt: skip
-    ins = [vi("q", [1, heads, sq, d]), vi("k", [1, kv_heads, sk, d]),
-           vi("v", [1, kv_heads, sk, d])]  # fmt: skip
-    return make(nodes, ins, [vi("y", [1, sq, heads, d])], inits)
-
-
 @pytest.mark.parametrize(("split", "sq", "sk"), [(1, 9, 9), (2, 9, 40), (3, 1, 40), (4, 2, 70)])
 def test_attention_with_grouped_queries_a_causal_mask_and_a_key_split(
     split, sq, sk, tmp_path
 ) -> None:
-    model = _attention(4, 2, sq, sk)
+    model = grouped_attention(4, 2, sq, sk)
     config = KernelConfig(block_dim=8, base_m=16, base_n=16, base_k=16, m=16, n=16, k=16,
                           knobs=(("kv_split", split), ("kv_tile", 16)))  # fmt: skip
     program, result = check_whole(model, config, tmp_path, kind="attention")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from causal_masks import CAUSAL, NOT_CAUSAL, attention_model
+from causal_masks import CAUSAL, NOT_CAUSAL, attention_model, grouped_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,3 +97,23 @@ def test_the_work_a_causal_kernel_skips_is_what_its_mask_hides() -> None:
     causal, none = (_kernel(f, s, config) for f in ("literal", "none"))
     share = np.tril(np.ones((s, s))).sum() / s**2
     assert causal.cube_flops == pytest.approx(none.cube_flops * share, rel=1e-3)
+
+
+def test_grouped_query_rows_skip_what_each_rows_own_position_hides() -> None:
+    """Grouped-query heads folded into the rows (rep query heads per KV head, heads-major)
+    repeat the positions; a tile's steps are the mean over its query blocks of the key blocks
+    up to the last key any of its rows sees, counted here from the mask's values."""
+    sq = sk = 96
+    graph = load_graph(grouped_attention(4, 2, sq, sk))  # 4 query heads, 2 KV
+    group = make_group(graph, [op.name for op in graph.ops if not op.constant], "attention")
+    lowering = Lowering(graph, TARGET)
+    work = lowering._analysed(group)[1]
+    assert work.heads == 2 and work.S == 2 * sq and work.causal == 0
+    mask = graph.initializers["mask"]
+    seen = (mask > -1e4).sum(axis=1)  # keys each position sees
+    for bm, kv in ((16, 16), (64, 32), (128, 64)):
+        config = KernelConfig(block_dim=8, base_m=bm, base_n=16, base_k=16, m=16, n=16, k=16,
+                              knobs=(("kv_tile", kv),))  # fmt: skip
+        rows = np.arange(work.S) % sq
+        blocks = [-(-int(seen[rows[a : a + bm]].max()) // kv) for a in range(0, work.S, bm)]
+        assert lowering.kernel(group, config).steps == -(-sum(blocks) // len(blocks)), (bm, kv)

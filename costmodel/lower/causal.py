@@ -39,11 +39,81 @@ def causal_offset(
     offset`` and nothing else; None when the masks are not all known at compile time, not of
     that form, or mask nothing. Masks that are each causal hide together what the one with the
     smallest offset hides; one that hides nothing (a finite bias) changes nothing."""
-    verdicts = [_verdict(graph, op, shape) for op in chain if _mask_operand(graph, op)]
+    after = _downstream(graph, chain, scores)  # the ops the scores pass through
+    masks = [op for op in chain if op.name in after and _mask_operand(graph, op)]
+    if not all(_reaches_softmax_masked(graph, chain, op) for op in masks):
+        return None
+    verdicts = [_verdict(graph, op, shape) for op in masks]
     if any(v is None or v == _OTHER for v in verdicts):
         return None
     offsets = [v for v in verdicts if isinstance(v, int)]
     return min(offsets) if offsets else None
+
+
+# ops that keep a masked score masked on its way to the softmax (adding a finite score, another
+# mask, a cast, a view); a scale keeps it when it does not shrink it (Mul by >= 1, Div by <= 1)
+_KEEP = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Where",
+        "Cast",
+        "Identity",
+        "Reshape",
+        "Unsqueeze",
+        "Squeeze",
+        "Expand",
+        "Max",
+        "Softmax",
+    }
+)
+
+
+def _downstream(graph: Graph, chain: Sequence[Op], tensor: str) -> set[str]:
+    """The ops of ``chain`` that read ``tensor`` or what they compute from it."""
+    inside = {op.name for op in chain}
+    found: set[str] = set()
+    todo = [tensor]
+    while todo:
+        for op in graph.consumers(todo.pop()):
+            if op.name in inside and op.name not in found:
+                found.add(op.name)
+                todo += [o for o in op.outputs if o]
+    return found
+
+
+def _reaches_softmax_masked(graph: Graph, chain: Sequence[Op], mask: Op) -> bool:
+    """Whether every path from the mask op to the softmax keeps a masked score masked."""
+    inside = {op.name for op in chain}
+    todo, seen = [mask.outputs[0]], set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for op in graph.consumers(t):
+            if op.name not in inside:
+                continue
+            if op.op_type == "Softmax":
+                continue
+            if (op.op_type == "Sub" and op.inputs[0] != t) or not _keeps(graph, op, t):
+                return False
+            todo += [o for o in op.outputs if o]
+    return True
+
+
+def _keeps(graph: Graph, op: Op, tensor: str) -> bool:
+    """Whether ``op`` keeps the masked scores in ``tensor`` masked."""
+    if op.op_type in _KEEP:
+        return True
+    if op.op_type not in ("Mul", "Div"):
+        return False
+    other = [t for t in op.inputs if t and t != tensor]
+    value = constant_value(graph, other[0]) if len(other) == 1 else None
+    if value is None or value.size != 1:
+        return False
+    scale = float(value.ravel()[0])
+    return scale >= 1.0 if op.op_type == "Mul" else 0.0 < scale <= 1.0
 
 
 def _verdict(graph: Graph, op: Op, shape: tuple[int, int]) -> Verdict:

@@ -117,3 +117,53 @@ def test_grouped_query_rows_skip_what_each_rows_own_position_hides() -> None:
         rows = np.arange(work.S) % sq
         blocks = [-(-int(seen[rows[a : a + bm]].max()) // kv) for a in range(0, work.S, bm)]
         assert lowering.kernel(group, config).steps == -(-sum(blocks) // len(blocks)), (bm, kv)
+
+
+def _scaled_after_mask(form: str, op: str, factor: float):
+    """The attention with ``op`` (Mul or Div) by ``factor`` between the mask and the softmax."""
+    from onnx import helper, numpy_helper
+
+    model = attention_model(form, 32, 32, 0)
+    soft = next(n for n in model.graph.node if n.op_type == "Softmax")
+    masked = soft.input[0]
+    soft.input[0] = "rescaled"
+    model.graph.initializer.append(numpy_helper.from_array(np.float32(factor), "factor"))
+    model.graph.node.insert(
+        list(model.graph.node).index(soft),
+        helper.make_node(op, [masked, "factor"], ["rescaled"], name="rescale"),
+    )
+    graph = load_graph(model)
+    group = make_group(graph, [o.name for o in graph.ops if not o.constant], "attention")
+    return group_causal_offset(graph, group, graph.op("qk"), graph.op("pv"), (32, 32))
+
+
+@pytest.mark.parametrize(
+    ("op", "factor", "causal"),
+    [
+        ("Mul", 2.0, True),
+        ("Div", 0.5, True),
+        ("Mul", -1.0, False),
+        ("Mul", 1e-4, False),
+        ("Div", 1e4, False),
+    ],
+)
+def test_a_mask_counts_only_where_the_softmax_still_sees_it_masked(op, factor, causal) -> None:
+    """A scale after the mask that does not shrink the masked scores keeps them masked; one
+    that negates or shrinks them (against onnxruntime such a graph is not causal) does not."""
+    for form in ("trilu", "range"):
+        assert (_scaled_after_mask(form, op, factor) == 0) is causal, form
+
+
+def test_a_bias_on_the_query_side_is_not_taken_for_a_mask() -> None:
+    """An Add with a constant before the scores (a bias on Q) is not applied to the scores."""
+    from onnx import helper, numpy_helper
+
+    model = attention_model("trilu", 32, 32, 0)
+    first = next(n for n in model.graph.node if n.op_type == "MatMul")
+    first.input[0] = "q_biased"
+    model.graph.initializer.append(numpy_helper.from_array(np.full(16, 0.1, np.float32), "qb"))
+    model.graph.node.insert(0, helper.make_node("Add", ["q", "qb"], ["q_biased"], name="qbias"))
+    graph = load_graph(model)
+    group = make_group(graph, [o.name for o in graph.ops if not o.constant], "attention")
+    assert "qbias" in group.ops
+    assert group_causal_offset(graph, group, graph.op("qk"), graph.op("pv"), (32, 32)) == 0

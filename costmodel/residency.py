@@ -12,12 +12,20 @@ tiling, a library kernel's offset tables) in L2: :func:`inside_step`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from costmodel.exceptions import CostModelError
 from costmodel.lower import mem_itemsize
 from costmodel.spec import Target
 from search_space.ir import Graph
 
-__all__ = ["CONTEXTS", "inside_step", "resident_context", "written_inputs"]
+__all__ = [
+    "CONTEXTS",
+    "inside_step",
+    "resident_context",
+    "written_inputs",
+    "written_tensors",
+]
 
 # none: a cold L2, as a kernel timed alone on fresh buffers; inputs: the graph's inputs as
 # their producers just wrote them, as a kernel inside a step finds them
@@ -32,8 +40,14 @@ def written_inputs(graph: Graph, target: Target) -> dict[str, float]:
     hidden state before its KV cache)."""
     read = {t for op in graph.ops for t in op.inputs if t}
     inputs = [t for t in graph.inputs if graph.tensors[t].kind == "input" and t in read]
+    return written_tensors(graph, inputs, target)
+
+
+def written_tensors(graph: Graph, tensors: Iterable[str], target: Target) -> dict[str, float]:
+    """``tensors`` as just written (bytes at the target's storage precision), each with the
+    views of it a kernel may load it as, the largest first (:func:`written_inputs`)."""
     out: dict[str, float] = {}
-    for t in sorted(inputs, key=lambda t: -graph.tensors[t].numel):
+    for t in sorted(dict.fromkeys(tensors), key=lambda t: -graph.tensors[t].numel):
         size = float(graph.tensors[t].numel * mem_itemsize(graph, t, target))
         out.update(dict.fromkeys(_views(graph, t), size))
     return out

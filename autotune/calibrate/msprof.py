@@ -29,20 +29,25 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from autotune.exceptions import AutotuneError
 from autotune.zoo import load_model_spec
+from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
 from costmodel.calibration import measured_pipes, measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
+from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
+from costmodel.residency import written_tensors
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
+from search_space.ir import Graph
 
 __all__ = [
     "CANN_TYPES",
@@ -51,6 +56,7 @@ __all__ = [
     "is_real_csv",
     "msprof_table",
     "read_op_summary",
+    "situated",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,6 +68,7 @@ CANN_TYPES = {
     "TransposeD": "Transpose", "GatherV2": "Gather", "FastGelu": "Gelu",
     "ReduceMeanD": "ReduceMean", "ReduceSumD": "ReduceSum", "RealDiv": "Div", "Pooling": "MaxPool",
 }  # fmt: skip
+CONTEXTS = ("in-situ", "isolated")  # where a profile's kernels ran (msprof_table)
 _CORE_TASKS = {"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV"}
 _PIPES = {
     "MTE2": "aic_mte2_time(us)",
@@ -170,9 +177,19 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
 
 
 def msprof_table(
-    csv_path: str | Path, model: str, target: Target, out: str | Path, *, command: str = ""
+    csv_path: str | Path,
+    model: str,
+    target: Target,
+    out: str | Path,
+    *,
+    command: str = "",
+    context: str = "in-situ",
 ) -> dict[str, Any]:
     """Match a profile's rows to the model's ops and write them as a calibration table.
+
+    ``context``: ``in-situ`` (a profile of an application's run: each kernel ran inside the
+    step, its activation inputs just written; :func:`situated`) or ``isolated`` (``msprof
+    op`` of one op timed alone: a cold L2, the duration as measured).
 
     Raises:
         AutotuneError: an unreadable CSV, or no row that matches an op of the model.
@@ -216,10 +233,11 @@ def msprof_table(
             f"no row of '{csv_path}' matches an op of {model} (by Op Name, or by OP Type and "
             "Input Shapes); was the profile taken on this model?"
         )
+    resident, costs = situated(graph, kernels, costs, target, context)
     table_rows = measurement_rows(
         kernels,
         costs,
-        [[0.0] * sum(1 for s in k.streams if s.is_load) for k in kernels],
+        resident,
         target=target.spec.name,
         spec_digest=target.spec.digest(),
         precision=target.precision,
@@ -239,6 +257,43 @@ def msprof_table(
     return {"rows": n, "skipped": skipped, "path": str(out), "families": [table_rows[0]["family"]]}
 
 
+def situated(
+    graph: Graph,
+    kernels: Sequence[Kernel],
+    costs: Sequence[KernelCost],
+    target: Target,
+    context: str,
+) -> tuple[list[list[float]], list[KernelCost]]:
+    """Each profiled kernel's L2 context and the time its fit row measures. Timed alone: a
+    cold L2 and the time as measured. Inside a step: its activation inputs resident as far as
+    L2 holds them, and the time less CANN's library prologue inside a step (a vector or mixed
+    kernel's: these are CANN's own kernels) plus what its prologue reads saved in L2, so that
+    the row measures the generated kernel on the chip's own spec (as
+    :mod:`autotune.real.table` does for a real-data row)."""
+    if context not in CONTEXTS:
+        raise AutotuneError(f"--context {context!r} is not one of: {', '.join(CONTEXTS)}")
+    if context == "isolated":
+        return [[0.0] * sum(1 for s in k.streams if s.is_load) for k in kernels], list(costs)
+    spec = target.spec
+    model = AnalyticModel(target)
+    inside = spec.in_situ()
+    shift = (spec.kernel_setup_cycles - inside.kernel_setup_cycles) / spec.clock_hz * 1e6
+    resident, fitted = [], []
+    for kernel, cost in zip(kernels, costs, strict=True):
+        ops = [graph.op(n) for n in kernel.ops]
+        made = {t for op in ops for t in op.outputs}
+        acts = [
+            t
+            for op in ops
+            for t in op.inputs
+            if t and t not in made and graph.tensors[t].kind in ("input", "intermediate")
+        ]
+        resident.append(model.residency([kernel], warm=written_tensors(graph, acts, target))[0])
+        library = inside.library().library_prologue_us if kernel.unit != "cube" else 0.0
+        fitted.append(dataclasses.replace(cost, latency_us=cost.latency_us - library + shift))
+    return resident, fitted
+
+
 def hardware_table(
     csv_path: str | Path,
     model: str | None,
@@ -246,9 +301,11 @@ def hardware_table(
     out: str | Path,
     *,
     command: str = "",
+    context: str = "in-situ",
 ) -> dict[str, Any]:
     """A calibration table of measurements on hardware: a real-data CSV (each row its own
-    kernel; ``model`` unused), or an msprof op summary / kernel_details CSV of ``model``.
+    kernel and context; ``model`` unused), or an msprof op summary / kernel_details CSV of
+    ``model`` (``context``: where its kernels ran, :func:`msprof_table`).
 
     Raises:
         AutotuneError: an unreadable CSV, a profile without ``model``, or no usable row.
@@ -259,7 +316,7 @@ def hardware_table(
                 "--from-msprof needs --model (the ONNX model the profile ran) for a profile; "
                 "a real-data CSV (datasets/real/) needs none"
             )
-        return msprof_table(csv_path, model, target, out, command=command)
+        return msprof_table(csv_path, model, target, out, command=command, context=context)
     from autotune.real import read_real
     from autotune.real.table import table_rows
 

@@ -149,6 +149,13 @@ def calibrate(
         str | None,
         typer.Option("--model", help="With --from-msprof: the model the profile ran."),
     ] = None,
+    context: Annotated[
+        str,
+        typer.Option(
+            help="With --from-msprof and a profile: where its kernels ran: in-situ (an "
+            "application's run; inputs in L2) or isolated (msprof op, one op timed alone)."
+        ),
+    ] = "in-situ",
     table_in: Annotated[
         list[Path] | None,
         typer.Option(
@@ -183,6 +190,8 @@ def calibrate(
         raise AutotuneError(f"--hardware-weight must be > 0, but got {hardware_weight}")
     if dask is not None and from_msprof is not None:
         raise AutotuneError("--dask runs simulations; --from-msprof reads measurements instead")
+    if context not in ("in-situ", "isolated"):
+        raise AutotuneError(f"--context {context!r} is not one of: in-situ, isolated")
     if not dask_timeout > 0:
         raise AutotuneError(f"--dask-timeout must be > 0, but got {dask_timeout}")
     tgt = load_target(target, tuple(set_ or ()), precision)
@@ -202,7 +211,7 @@ def calibrate(
 
         if fit is not None:  # checked before any work
             fit_tables = [*_simulated_tables(table_in, target, table), table]
-        summary = hardware_table(from_msprof, model, tgt, table, command=command)
+        summary = hardware_table(from_msprof, model, tgt, table, command=command, context=context)
         for line in summary.pop("problems", []):
             err.print(line, highlight=False, markup=False)
     else:

@@ -171,7 +171,8 @@ def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path, small_table: P
     res = runner.invoke(
         app,
         ["calibrate", "--from-msprof", str(FIXTURE), "--model", "zoo:bert-base", "-o",
-         str(table), "--fit", str(model), "--table", str(small_table), "--json"],
+         str(table), "--fit", str(model), "--table", str(small_table), "--json",
+         "--context", "isolated"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
@@ -202,6 +203,34 @@ def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path, small_table: P
         return float(np.mean(np.abs(pred - truth) / truth))
 
     assert err(after) < err(before)
+
+
+def test_a_profile_of_an_applications_run_is_fitted_in_situ(tmp_path: Path) -> None:
+    """By default a profile's kernels ran inside the step: each fit row records its
+    activation inputs in L2 (where they fit), and measures the generated kernel on the
+    chip's own spec: the duration less CANN's library prologue inside a step (a vector
+    kernel's: 450 of the 910B's cycles; a matmul pays none) plus the tiling read's GM latency
+    less its L2 one (1400 - 50 cycles). ``--context isolated`` keeps the cold rows."""
+    tables = {}
+    for context in ("in-situ", "isolated"):
+        tables[context] = tmp_path / f"{context}.parquet"
+        res = runner.invoke(app, ["calibrate", "--from-msprof", str(FIXTURE), "--model",
+                                  "zoo:bert-base", "-o", str(tables[context]), "--context",
+                                  context])  # fmt: skip
+        assert res.exit_code == 0, res.output
+    warm, cold = read_table(tables["in-situ"]), read_table(tables["isolated"])
+    assert len(warm) == len(cold) > 0
+    assert all(set(json.loads(r)) == {0.0} for r in cold["resident"])
+    assert any(max(json.loads(r)) > 0 for r in warm["resident"])
+    clock = T.spec.clock_hz / 1e6
+    for w, c, kernel in zip(warm["latency_us"], cold["latency_us"], cold["kernel"], strict=True):
+        unit = json.loads(kernel)["unit"]
+        library = 0 if unit == "cube" else 450
+        assert w - c == pytest.approx((1350 - library) / clock), unit
+    bad = runner.invoke(app, ["calibrate", "--from-msprof", str(FIXTURE), "--model",
+                              "zoo:bert-base", "-o", str(tmp_path / "x.parquet"),
+                              "--context", "warm"])  # fmt: skip
+    assert bad.exit_code == 1 and "--context 'warm' is not one of" in bad.output
 
 
 def test_msprof_csv_without_required_columns_is_refused(tmp_path: Path) -> None:

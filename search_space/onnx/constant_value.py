@@ -9,15 +9,19 @@ the op's subgraph here, from the folded constants, one node at a time, up to a b
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from onnx import helper, numpy_helper
 
 from search_space.ir import Graph
 from search_space.onnx.fold import evaluate
+from search_space.onnx.io import load_tensor_data
 
-__all__ = ["VALUE_LIMIT", "constant_value"]
+__all__ = ["VALUE_LIMIT", "InitializerValues", "constant_value"]
 
 # largest tensor (elements) evaluated here: an 8192 x 8192 mask
 VALUE_LIMIT = 1 << 26
@@ -68,3 +72,33 @@ def _value(
 def _attribute(value: Any) -> Any:
     """An attribute as ``helper.make_node`` takes it (a tensor attribute as a TensorProto)."""
     return numpy_helper.from_array(value) if isinstance(value, np.ndarray) else value
+
+
+class InitializerValues(Mapping[str, np.ndarray]):
+    """Initializers as numpy arrays, each read (external data included) when first asked for
+    and not kept, and ``folded`` values the loader computed from them. A graph holds those
+    that may be masks (``loader._maskable``), never a layer's weights."""
+
+    def __init__(
+        self,
+        tensors: Iterable[onnx.TensorProto],
+        base: Path | None,
+        folded: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self._tensors = {t.name: t for t in tensors}
+        self._base = base
+        self._folded = dict(folded or {})
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._folded:
+            return self._folded[name]
+        return numpy_helper.to_array(load_tensor_data(self._tensors[name], self._base))
+
+    def __contains__(self, name: object) -> bool:  # by name: never decodes a tensor
+        return name in self._tensors or name in self._folded
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(self._tensors), **dict.fromkeys(self._folded)})
+
+    def __len__(self) -> int:
+        return len(set(self._tensors) | set(self._folded))

@@ -9,14 +9,13 @@ from __future__ import annotations
 import heapq
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import networkx as nx
-import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper, numpy_helper
+from onnx import external_data_helper
 
 from search_space.atomic import atomic_write_bytes, output_path
 from search_space.exceptions import DynamicShapeError, GraphError, ModelLoadError, check
@@ -24,7 +23,6 @@ from search_space.onnx.dims import example_dim
 
 __all__ = [
     "MIN_OPSET",
-    "InitializerValues",
     "ModelSource",
     "default_opset",
     "node_names",
@@ -384,33 +382,3 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
         os.replace(Path(tmp) / data_name, out.parent / data_name)
         os.replace(staged, out)
     return out
-
-
-class InitializerValues(Mapping[str, np.ndarray]):
-    """Initializers as numpy arrays, each read (external data included) when first asked for
-    and not kept, and ``folded`` values the loader computed from them. A graph holds those
-    that may be masks (``loader._maskable``), never a layer's weights."""
-
-    def __init__(
-        self,
-        tensors: Iterable[onnx.TensorProto],
-        base: Path | None,
-        folded: Mapping[str, np.ndarray] | None = None,
-    ) -> None:
-        self._tensors = {t.name: t for t in tensors}
-        self._base = base
-        self._folded = dict(folded or {})
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name in self._folded:
-            return self._folded[name]
-        return numpy_helper.to_array(load_tensor_data(self._tensors[name], self._base))
-
-    def __contains__(self, name: object) -> bool:  # by name: never decodes a tensor
-        return name in self._tensors or name in self._folded
-
-    def __iter__(self) -> Iterator[str]:
-        return iter({**dict.fromkeys(self._tensors), **dict.fromkeys(self._folded)})
-
-    def __len__(self) -> int:
-        return len(set(self._tensors) | set(self._folded))

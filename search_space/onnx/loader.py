@@ -23,9 +23,9 @@ from onnx import helper, inliner, numpy_helper, shape_inference
 
 from search_space.exceptions import GraphError
 from search_space.ir import CUBE_OPS, GATHER_OPS, Graph, Op, Tensor, classify
+from search_space.onnx.constant_value import InitializerValues
 from search_space.onnx.fold import FOLD_LIMIT, attributes_of, evaluate
 from search_space.onnx.io import (
-    InitializerValues,
     ModelSource,
     default_opset,
     load_tensor_data,

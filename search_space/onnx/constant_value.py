@@ -21,7 +21,7 @@ from search_space.ir import Graph
 from search_space.onnx.fold import evaluate
 from search_space.onnx.io import load_tensor_data
 
-__all__ = ["VALUE_LIMIT", "InitializerValues", "constant_value"]
+__all__ = ["VALUE_LIMIT", "InitializerValues", "constant_value", "maskable"]
 
 # largest tensor (elements) evaluated here: an 8192 x 8192 mask
 VALUE_LIMIT = 1 << 26
@@ -77,7 +77,7 @@ def _attribute(value: Any) -> Any:
 class InitializerValues(Mapping[str, np.ndarray]):
     """Initializers as numpy arrays, each read (external data included) when first asked for
     and not kept, and ``folded`` values the loader computed from them. A graph holds those
-    that may be masks (``loader._maskable``), never a layer's weights."""
+    that may be masks (``maskable``), never a layer's weights."""
 
     def __init__(
         self,
@@ -102,3 +102,36 @@ class InitializerValues(Mapping[str, np.ndarray]):
 
     def __len__(self) -> int:
         return len(set(self._tensors) | set(self._folded))
+
+
+# ops through which an initializer may still be a mask (an additive mask, a Where's
+# condition): the graph keeps the values of such initializers only, never a layer's weights
+_MASK_OPS = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Where",
+        "Cast",
+        "Expand",
+        "Unsqueeze",
+        "Reshape",
+        "Slice",
+        "Not",
+        "And",
+        "Or",
+        "Equal",
+        "Less",
+        "Greater",
+        "LessOrEqual",
+        "GreaterOrEqual",
+    }
+)
+
+
+def maskable(g: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """The initializers every consumer of which is an op a mask is built or applied with."""
+    users: dict[str, set[str]] = {}
+    for node in g.node:
+        for name in node.input:
+            users.setdefault(name, set()).add(node.op_type)
+    return [t for t in g.initializer if users.get(t.name) and users[t.name] <= _MASK_OPS]

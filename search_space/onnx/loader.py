@@ -23,7 +23,7 @@ from onnx import helper, inliner, numpy_helper, shape_inference
 
 from search_space.exceptions import GraphError
 from search_space.ir import CUBE_OPS, GATHER_OPS, Graph, Op, Tensor, classify
-from search_space.onnx.constant_value import InitializerValues
+from search_space.onnx.constant_value import InitializerValues, maskable
 from search_space.onnx.fold import FOLD_LIMIT, attributes_of, evaluate
 from search_space.onnx.io import (
     ModelSource,
@@ -72,39 +72,6 @@ def _static(shape: tuple[int | str, ...] | None) -> tuple[int, ...] | None:
 
 def _type_of(value: np.ndarray) -> onnx.TypeProto:
     return helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
-
-
-# ops through which an initializer may still be a mask (an additive mask, a Where's
-# condition): the graph keeps the values of such initializers only, never a layer's weights
-_MASK_OPS = frozenset(
-    {
-        "Add",
-        "Sub",
-        "Where",
-        "Cast",
-        "Expand",
-        "Unsqueeze",
-        "Reshape",
-        "Slice",
-        "Not",
-        "And",
-        "Or",
-        "Equal",
-        "Less",
-        "Greater",
-        "LessOrEqual",
-        "GreaterOrEqual",
-    }
-)
-
-
-def _maskable(g: onnx.GraphProto) -> list[onnx.TensorProto]:
-    """The initializers every consumer of which is an op a mask is built or applied with."""
-    users: dict[str, set[str]] = {}
-    for node in g.node:
-        for name in node.input:
-            users.setdefault(name, set()).add(node.op_type)
-    return [t for t in g.initializer if users.get(t.name) and users[t.name] <= _MASK_OPS]
 
 
 def _is_weight(elem_type: int, numel: int) -> bool:
@@ -422,5 +389,5 @@ def _build(
         constants=constants,
         opset=opset,
         folded=folded,
-        initializers=InitializerValues(_maskable(g), st.base, folded_weights),
+        initializers=InitializerValues(maskable(g), st.base, folded_weights),
     )

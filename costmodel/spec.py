@@ -185,6 +185,14 @@ class HardwareSpec:
         saved = min(self.library_setup_cycles, self.library_setup_reads * step)
         return self.replace(library_prologue_cycles=self.library_setup_cycles - saved)
 
+    @property
+    def in_situ_saving_us(self) -> float:
+        """What a kernel's own prologue saves inside a step (its tiling read from L2, not
+        HBM), in us: a measurement in situ plus this is the kernel timed alone."""
+        return (
+            (self.kernel_setup_cycles - self.in_situ().kernel_setup_cycles) / self.clock_hz * 1e6
+        )
+
     def in_situ(self) -> HardwareSpec:
         """This chip running a kernel inside a real training or serving step rather than
         timed alone: the prologue's dependent reads (the tiling, a library kernel's offset

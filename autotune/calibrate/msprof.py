@@ -277,7 +277,7 @@ def situated(
     spec = target.spec
     model = AnalyticModel(target)
     inside = spec.in_situ()
-    shift = (spec.kernel_setup_cycles - inside.kernel_setup_cycles) / spec.clock_hz * 1e6
+    shift = spec.in_situ_saving_us
     resident, fitted = [], []
     for kernel, cost in zip(kernels, costs, strict=True):
         ops = [graph.op(n) for n in kernel.ops]

@@ -39,10 +39,7 @@ HARDWARE_VERSION = "real"  # the simulator_version of a row measured on hardware
 def _cold_prologue_us(row: RealRow, chip: Target) -> float:
     """What an in-situ row's generated kernel would add with its prologue timed alone (its
     tiling read from HBM, not L2): a fit row measures the kernel on the chip's own spec."""
-    if row.context != "in-situ":
-        return 0.0
-    spec = chip.spec
-    return (spec.kernel_setup_cycles - spec.in_situ().kernel_setup_cycles) / spec.clock_hz * 1e6
+    return chip.spec.in_situ_saving_us if row.context == "in-situ" else 0.0
 
 
 def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]], list[str]]:

@@ -166,6 +166,7 @@ def lower_attention(
     part = ceil_div(work.T, gj)  # keys per tile
     steps = ceil_div(part, kv)
     run = _causal_steps(work, bm, kv, gj, part, steps)  # the steps a tile runs
+    share = work.visible_share  # of the score matrix: the work done
     me = np.minimum(bm, ceil_to(ceil_div(work.S, gi), 16))
     ke = np.minimum(kv, ceil_to(ceil_div(part, steps), 16))
     split = gj > 1
@@ -339,8 +340,8 @@ def lower_attention(
         vector_instrs=np.zeros(n, dtype=i64),
         cross_core_syncs=(syncs + split).astype(i64),  # a split waits for all parts
         footprint={k: np.asarray(v, dtype=i64) for k, v in foot.items()},
-        flops=int(work.flops * work.visible_share),
-        cube_flops=int(work.cube_flops * work.visible_share),
+        flops=int(work.flops * share),
+        cube_flops=int(work.cube_flops * share),
         compulsory_bytes=work.compulsory,
         signature=signature,
     )

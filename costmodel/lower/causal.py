@@ -155,17 +155,9 @@ def group_causal_offset(
 def _scores_leave(graph: Graph, group: FusionGroup, qk: Op, pv: Op) -> bool:
     """Whether a tensor computed from the scores (before the second product) is an output
     of the group."""
-    inside = set(group.ops)
-    seen, todo = set(), [qk.outputs[0]]
-    while todo:
-        t = todo.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        for op in graph.consumers(t):
-            if op.name in inside and op is not pv:
-                todo += [o for o in op.outputs if o]
-    return any(t in seen for t in group.outputs)
+    chain = [graph.op(n) for n in group.ops if n != pv.name]
+    made = {o for n in _downstream(graph, chain, qk.outputs[0]) for o in graph.op(n).outputs}
+    return qk.outputs[0] in group.outputs or any(t in made for t in group.outputs)
 
 
 def _mask_operand(graph: Graph, op: Op) -> str | None:

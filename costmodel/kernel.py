@@ -103,14 +103,15 @@ class Stream:
         nd2nz: converted to the fractal NZ layout on the fly (MTE2 at a reduced rate).
         tensor_bytes: size of the whole tensor (for L2 residency).
         row_bytes: length of one contiguous run in GM (a block is ``bytes / row_bytes`` runs);
-            runs shorter than a 512-byte burst, or not 32-byte aligned, waste bandwidth.
+            a run moves whole 512-byte bursts, so one that is not a whole number of them
+            wastes bandwidth (640 bytes move as 1024).
         reread: the share of ``bytes`` that reads the block again after its first read in the
             same request (a split row's normalising pass): the core fetched those bytes moments
             ago, so they come from L2 (when it is on), not HBM.
         packed: the block's short runs lie back to back in GM (whole rows of a matrix, moved
-            row by row, as an ND->NZ load of a (T, 128) fp16 Key block is): each run still
-            costs the port a whole burst, but neighbouring runs share their L2 lines, so a
-            miss fetches only the payload from HBM.
+            row by row, as an ND->NZ load of a (T, 128) fp16 Key block is): in a block of at
+            least one L2 line neighbouring runs fill each other's bursts, so the port moves
+            the payload and a miss fetches only the payload from HBM.
     """
 
     tensor: str

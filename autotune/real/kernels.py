@@ -35,6 +35,7 @@ from autotune.real.rows import RealRow
 __all__ = ["KERNELS", "one_kernel"]
 
 EPS = 1e-6  # the norms' epsilon
+_B_FRACTAL = re.compile(r"\bB\s+(?:zN|nZ)\b")  # a GEMM's B stored in the cube's NZ fractals
 
 
 def _rmsnorm(g: KernelGraph, x: str, hidden: int, prefix: str = "rms") -> str:
@@ -200,7 +201,11 @@ def matmul(row: RealRow, g: KernelGraph) -> list[str]:
             wt = g.op("Transpose", [w], "linear/Transpose", perm=[1, 0])
             return [g.op("MatMul", [x, wt], "linear/MatMul")]
         return [g.op("MatMul", [x, w], "linear/MatMul")]
-    return [g.op("MatMul", [g.input("a", a), g.input("b", b)], "mm/MatMul")]
+    # a B given in the cube's fractal layout (catlass's ``B zN``) is read as a weight is: in
+    # NZ blocks, no ND->NZ conversion on the way in
+    fractal = _B_FRACTAL.search(row.shapes) is not None
+    b_in = g.weight("b", b) if fractal else g.input("b", b)
+    return [g.op("MatMul", [g.input("a", a), b_in], "mm/MatMul")]
 
 
 def gemv(row: RealRow, g: KernelGraph) -> list[str]:

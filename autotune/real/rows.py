@@ -209,13 +209,18 @@ def _dtype(text: str) -> str | None:
 
 _LEVEL = re.compile(r"\b(L[01])(?:TileShape)?\s*<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
 _TRITON = re.compile(r"triton\.Config\(\s*\{([^}]*)\}")
+_FLASH = re.compile(r"\b(q_tile|kv_tile|vec_rows)\s*=\s*(\d+)")
 
 
 def tiling_of(text: str) -> dict[str, int]:
     """The tile config a row's text names: a GEMM template's L1 and L0 tiles (catlass's
     ``L1<128,256,256> L0<128,256,64>``: M, N, K of each) as ``base_m``.. and ``m``..; a
-    Triton config's keyword values as written (``BLOCK_SIZE_M``...); empty for none."""
+    flash attention's ``q_tile=128 kv_tile=256 vec_rows=32`` (query block as ``base_m``,
+    key step, rows a vector core softmaxes at a time); a Triton config's keyword values as
+    written (``BLOCK_SIZE_M``...); empty for none."""
     out: dict[str, int] = {}
+    for key, value in _FLASH.findall(text):
+        out["base_m" if key == "q_tile" else key] = int(value)
     for level, *dims in _LEVEL.findall(text):
         keys = ("base_m", "base_n", "base_k") if level == "L1" else ("m", "n", "k")
         out.update(zip(keys, map(int, dims), strict=True))
@@ -302,7 +307,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
     chip = (row.get("chip") or "").strip()
     family = family_of(op)
     known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source"}
-    known |= {"impl", "context"}
+    known |= {"impl", "context", "tiling"}
     known |= set(BUSY_COLUMNS)
     return RealRow(
         row=number,
@@ -322,7 +327,7 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
         impl=_impl(row.get("impl") or ""),
         context=_context(row.get("context") or ""),
         shapes=(row.get("shapes") or "").strip(),
-        tiling=tiling_of(f"{row.get('shapes') or ''} {op}"),
+        tiling=tiling_of(f"{row.get('shapes') or ''} {op} {row.get('tiling') or ''}"),
         extra={k: v for k, v in row.items() if k and k not in known and v},
         pipes=_pipes(row, time_us),
     )

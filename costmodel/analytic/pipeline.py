@@ -322,10 +322,20 @@ def _transfers(
 
 
 def _padded(spec: HardwareSpec, s: StreamBatch) -> np.ndarray:
-    """Bytes a block really moves: short or misaligned runs cost whole bursts."""
+    """Bytes a block really moves: each run whole bursts (a 256-byte row one 512-byte
+    burst, a 640-byte row two), unless the runs lie back to back (``packed``) in a block of
+    at least one L2 line: the DMA's requests for neighbouring runs fill each other's
+    bursts."""
     run = s.row_bytes.astype(np.float64)
+    if s.packed:
+        return np.where(s.bytes >= spec.l2_line_bytes, s.bytes, _burst_padded(spec, s, run))
+    return _burst_padded(spec, s, run)
+
+
+def _burst_padded(spec: HardwareSpec, s: StreamBatch, run: np.ndarray) -> np.ndarray:
+    """Each run rounded up to whole 512-byte bursts."""
     burst = float(spec.gm_burst_bytes)
-    bad = (run > 0) & ((run < burst) | (np.mod(run, spec.ub_align_bytes) != 0))
+    bad = (run > 0) & (np.mod(run, burst) != 0)
     runs = np.divide(s.bytes, run, out=np.ones(len(run)), where=run > 0)
     return np.where(bad, np.ceil(runs) * np.ceil(run / burst) * burst, s.bytes)
 

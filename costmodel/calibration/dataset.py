@@ -47,7 +47,7 @@ __all__ = [
 # sim-5: a coupled core's cube and vector halves share its DMA queues, L2 validity per line;
 # sim-4: a hand-off also read outside the kernel keeps a real store; sim-3: hand-offs go
 # through a workspace (hit L2, take no lines)
-SIMULATOR_VERSION = "sim-8"
+SIMULATOR_VERSION = "sim-9"
 TABLE_SCHEMA = 1
 PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
 # Pipes whose busy times msprof and the models count alike: the cube's (MTE1, M). A model's

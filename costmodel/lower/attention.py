@@ -26,7 +26,10 @@ from costmodel.lower.attention_work import AttentionWork, analyse_attention
 from costmodel.lower.common import ceil_div, ceil_to, kv_ranges, pow2_choices, vector_cost
 from costmodel.spec import Target
 
+VEC_ROWS = "vec_rows"
+
 __all__ = [
+    "VEC_ROWS",
     "AttentionWork",
     "analyse_attention",
     "attention_default",
@@ -35,7 +38,20 @@ __all__ = [
 ]
 
 
-def _foot(w: AttentionWork, bm: np.ndarray, kv: np.ndarray, db: np.ndarray) -> dict[str, Any]:
+def _slice_rows(bm: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
+    """Rows of a score block one vector core holds in UB at a time: its half of the block
+    (the AIV pair splits the rows), or fewer where the config slices that half
+    (``vec_rows``: a hand-written flash kernel softmaxes 8 or 32 rows at a time, so its
+    query block is bounded by L1 and L0C, not by UB)."""
+    half = np.maximum(bm // 2, 1)
+    if asked is None:
+        return half
+    return np.where(asked > 0, np.minimum(asked, half), half)
+
+
+def _foot(
+    w: AttentionWork, bm: np.ndarray, kv: np.ndarray, db: np.ndarray, rows: np.ndarray
+) -> dict[str, Any]:
     f = np.where(db, 2, 1)
     ci = w.cube_item
     return {
@@ -43,7 +59,10 @@ def _foot(w: AttentionWork, bm: np.ndarray, kv: np.ndarray, db: np.ndarray) -> d
         "l0a": np.maximum(bm * min(w.D, 128), bm * np.minimum(kv, 128)) * ci * f,
         "l0b": np.maximum(np.minimum(kv, 128) * min(w.D, 128), 128 * min(w.Dv, 128)) * ci * f,
         "l0c": bm * np.maximum(kv, w.Dv) * 4,
-        "ub": ((bm * kv * 4) * 2 + bm * w.Dv * 4) * f // 2 + bm * w.Dv * 4 // 2 + bm * 16,
+        # per AIV (each takes half the block's rows), for the ``rows`` it holds at a time:
+        # the fp32 scores, the probabilities in the cube's type, the step's PV product;
+        # for all its rows: the running output, max and sum
+        "ub": (rows * kv * (4 + ci) + rows * w.Dv * 4) * f + bm * w.Dv * 4 // 2 + bm * 16,
     }
 
 
@@ -75,7 +94,8 @@ def attention_grid(work: AttentionWork, target: Target) -> list[KernelConfig]:
     for db in (True, False):
         for bm in pow2_choices(work.S):
             for kv in pow2_choices(work.T, lo=64, hi=1024):
-                foot = _foot(work, np.array([bm]), np.array([kv]), np.array([db]))
+                one = np.array([bm])
+                foot = _foot(work, one, np.array([kv]), np.array([db]), _slice_rows(one))
                 if any(int(v[0]) > int(getattr(spec, f"{b}_bytes")) for b, v in foot.items()):
                     continue
                 for split in _splits(work, bm, kv, dims):
@@ -139,6 +159,31 @@ def _causal_steps(
         runs = [min(full, max(0, -(-(end - p * width) // k))) for end in ends for p in range(j)]
         out[n] = max(1, -(-sum(runs) // len(runs)))
     return out
+
+
+def _softmax_cycles(
+    target: Target,
+    work: AttentionWork,
+    me: np.ndarray,
+    ke: np.ndarray,
+    rows: np.ndarray,
+    Dv16: int,
+) -> np.ndarray:
+    """One AIV's vector cycles per step: the online softmax over its half of the scores
+    and the rescale of its half of the output. A core that slices its half
+    (:func:`_slice_rows`) issues every pass once per slice, on the slice's bytes."""
+    if not work.vec_ops:
+        return np.zeros(len(me))
+    rescale = vector_cost(target, [(work.vec_ops[0], me * Dv16 * 4.0)]).cycles / 2
+    whole = vector_cost(target, [(op, me * ke * 4.0) for op in work.vec_ops]).cycles / 2
+    half = ceil_div(me, 2)
+    slices = ceil_div(half, rows)
+    each = np.minimum(rows, half) * ke * 4.0
+    sliced = slices * vector_cost(target, [(op, each) for op in work.vec_ops]).cycles
+    # each slice is a loop iteration: the scalar unit's bookkeeping comes before its
+    # instructions issue, as in a vector kernel's loop
+    scalar = slices * target.spec.scalar_iter_cycles
+    return np.where(slices > 1, sliced, whole) + rescale + scalar
 
 
 def lower_attention(
@@ -312,15 +357,9 @@ def lower_attention(
         ceil_div(ke, 128) * ceil_div(D16, 128) + ceil_div(Dv16, 128) * ceil_div(ke, 128)
     )
     cube = mmads * spec.mmad_fixed_cycles + me * ke * (D16 + Dv16) / 4096.0 / work.rate
-    score_bytes = me * ke * 4.0
-    touched = [(op, score_bytes) for op in work.vec_ops]
-    vc = (
-        vector_cost(target, touched).cycles
-        + vector_cost(target, [(work.vec_ops[0], me * Dv16 * 4.0)]).cycles
-        if work.vec_ops
-        else np.zeros(n)
-    )
-    foot = _foot(work, bm, kv, db)
+    rows = _slice_rows(bm, np.array([c.knob(VEC_ROWS, 0) for c in configs], dtype=np.int64))
+    vc_step = _softmax_cycles(target, work, me, ke, rows, Dv16)
+    foot = _foot(work, bm, kv, db, rows)
     return KernelBatch(
         name=name,
         ops=ops,
@@ -334,7 +373,7 @@ def lower_attention(
         mte1_l0b_bytes=(ke * (D16 + Dv16) * ci).astype(i64),
         mmads=mmads.astype(i64),
         cube_cycles=cube.astype(np.float64),
-        vector_cycles_step=(vc / 2) + np.zeros(n),
+        vector_cycles_step=vc_step + np.zeros(n),
         # normalise the output; a split's combining pass also weighs and sums J parts' rows
         vector_cycles_tile=me * Dv16 * 4.0 * np.where(split, 3, 1) / spec.vector_bytes_per_cycle,
         vector_instrs=np.zeros(n, dtype=i64),

@@ -204,14 +204,12 @@ class DmaPorts:
             if s.reread:  # the second read of the block finds the first one's lines
                 hit = s.reread * l2.enabled + (1.0 - s.reread) * hit
             hit_b = nb * hit
-            # a miss moves its bus bytes through the port at ``cap``; HBM sees ``fetch`` of
-            # them (packed short runs share lines): the flow carries the HBM bytes, its port
-            # cap scaled so that the port time stays that of the bus bytes
-            miss = (nb - hit_b) * s.fetch
+            # a miss moves its bus bytes through the port at ``cap`` and from HBM
+            miss = nb - hit_b
             x.hit_t = hit_b / s.rate
             x.rem = miss if miss > 1e-9 * nb else 0.0
             x.fill = x.rem > 0.0
-            x.cap = s.cap * s.fetch
+            x.cap = s.cap
             x.hweight = self.copies if s.sharing == "broadcast" else w
             lat = eng.gm_lat if x.rem else eng.l2_lat
             eng.load_b += nb * w

@@ -47,9 +47,6 @@ class SStream:
     readback: bool  # cube-side per-step load of what the vector side stores that step
     scratch: bool  # a store of what this kernel loads back: an L2 hand-off, never written back
     reread: float = 0.0  # share of nbytes re-reading the block this load just brought (L2 hits)
-    # HBM bytes a miss fetches per bus byte: payload / nbytes for packed short runs (their
-    # lines are shared), 1 otherwise (a strided run's burst is all fetched)
-    fetch: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +93,12 @@ class Program:
 
 
 def _waste(s: Stream, spec: HardwareSpec) -> float:
-    """Bus bytes per payload byte: short runs cost whole bursts, odd lengths cost padding."""
+    """Bus bytes per payload byte: a run moves whole 512-byte bursts (640 bytes as 1024)."""
     row = s.row_bytes
-    if row <= 0 or (row >= spec.gm_burst_bytes and row % spec.ub_align_bytes == 0):
+    if row <= 0:
         return 1.0
-    if row < spec.gm_burst_bytes:
-        return spec.gm_burst_bytes / row
-    align = spec.ub_align_bytes
-    return (math.ceil(row / align) * align) / row
+    burst = spec.gm_burst_bytes
+    return math.ceil(row / burst) * burst / row
 
 
 def _coeffs(key: str, grid: tuple[int, int, int], steps: int) -> tuple[int, int, int, int, int]:
@@ -175,7 +170,11 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             )
             cap = min(rate, spec.core_gm_bytes_per_cycle)
         payload = s.bytes / copies
-        waste = _waste(s, spec)
+        # back-to-back runs of a block of at least one line fill each other's bursts: the
+        # port and HBM both move the payload (a smaller block shares its lines through the
+        # L2's sectors, and its port still pays whole bursts)
+        whole = s.packed and chan == LOAD and payload >= spec.l2_line_bytes
+        waste = 1.0 if whole else _waste(s, spec)
         return SStream(
             tid=tid,
             chan=chan,
@@ -197,10 +196,6 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             and s.tensor in fed_tensors,
             scratch=chan != LOAD and s.tensor in handed,
             reread=s.reread if chan == LOAD else 0.0,
-            # a block under one L2 line already shares its lines through the L2's sectors
-            fetch=1.0 / waste
-            if s.packed and chan == LOAD and payload >= spec.l2_line_bytes
-            else 1.0,
         )
 
     def side(kind: str, streams: list[Stream], copies: int) -> Side:

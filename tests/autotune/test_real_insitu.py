@@ -247,3 +247,17 @@ def test_config_ranking_scores_each_kernel_timed_under_several_tilings() -> None
     for model, tau in (("right", 1.0), ("wrong", -1.0), ("flat", 0.0)):
         got = config_ranking(preds, model)
         assert got["kernels"] == 1 and got["mean_tau"] == tau, model
+
+
+def test_the_simulator_ranks_catlasss_tilings_as_measured() -> None:
+    """catlass's GEMM timed under two tilings each, three kernels (shipped rows): a row of a
+    320-column B tile is 640 bytes, two bursts, so with B row-major the 320-column tiling is
+    the slower (252 against 239 us) and with B in the cube's NZ fractals (``B zN``, read as
+    a weight is) the faster (140 against 181 us). The simulator orders every pair as
+    measured."""
+    rows, _ = read_real([MORE])
+    tiled = [r for r in rows if r.tiling and "catlass" in r.op]
+    preds = [predict_row(r, model_makers(("simulator",)), best=False) for r in tiled]
+    got = config_ranking([p for p in preds if not p.error], "simulator/default")
+    assert got["kernels"] == 3
+    assert [t["tau"] for t in got["per_kernel"]] == [1.0, 1.0, 1.0]

@@ -8,7 +8,8 @@ roofline plus a fixed 2 us floor. Scored apart, as the targets are set:
 
 * ``in-situ``: device-timed kernels inside real training and serving steps;
 * ``attention``: fused attention at serving shapes (CANN's FusedInferAttentionScore and a
-  flash kernel written for the shape, NPU events around a loop);
+  flash kernel written for the shape, NPU events around a loop), and the same rows split
+  by timing (``attention device``, ``attention host``);
 * ``isolated``: device-timed kernels timed alone (the rows the models were fitted near).
 
 Per set: each model's geomean of predicted / real, median |ln|, share within 25%, and the
@@ -40,6 +41,10 @@ MODELS = ("simulator", "analytic", "learned")
 SETS: dict[str, Callable[[RealRow], bool]] = {
     "in-situ": lambda r: r.context == "in-situ" and r.timing == "device",
     "attention": lambda r: r.family == "attention" and r.context == "isolated",
+    # the same rows by how they were timed: msprof on the device, or NPU events around a
+    # loop of launches (whose time includes what the host spends per launch)
+    "attention device": lambda r: r.family == "attention" and r.timing == "device",
+    "attention host": lambda r: r.family == "attention" and r.timing != "device",
     "isolated": lambda r: r.context == "isolated" and r.timing == "device",
 }
 FAMILY_MIN_ROWS = 5

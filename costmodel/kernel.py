@@ -56,8 +56,8 @@ which the analytic model and the simulator both implement:
   and write-backs of stores other than hand-offs), a core's reads capped at
   ``core_gm_bytes_per_cycle``; an L2 hit moves at ``l2_read_bytes_per_cycle`` per core;
   stores at ``l2_write_bytes_per_cycle`` (FIX at ``fixpipe_bytes_per_cycle``); an ``nd2nz``
-  load runs at ``nd2nz_rate`` x its rate; a contiguous run (``row_bytes``) shorter than
-  ``gm_burst_bytes`` or not ``ub_align_bytes``-aligned costs whole bursts.
+  load runs at ``nd2nz_rate`` x its rate; a contiguous run (``row_bytes``) moves whole
+  ``gm_burst_bytes`` bursts, rounded up, unless the block's runs are ``packed``.
 """
 
 from __future__ import annotations

@@ -209,14 +209,15 @@ def _dtype(text: str) -> str | None:
 
 _LEVEL = re.compile(r"\b(L[01])(?:TileShape)?\s*<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
 _TRITON = re.compile(r"triton\.Config\(\s*\{([^}]*)\}")
-_FLASH = re.compile(r"\b(q_tile|kv_tile|vec_rows)\s*=\s*(\d+)")
+_FLASH = re.compile(r"\b(q_tile|kv_tile|vec_rows|causal_skip)\s*=\s*(\d+)")
 
 
 def tiling_of(text: str) -> dict[str, int]:
     """The tile config a row's text names: a GEMM template's L1 and L0 tiles (catlass's
     ``L1<128,256,256> L0<128,256,64>``: M, N, K of each) as ``base_m``.. and ``m``..; a
-    flash attention's ``q_tile=128 kv_tile=256 vec_rows=32`` (query block as ``base_m``,
-    key step, rows a vector core softmaxes at a time); a Triton config's keyword values as
+    flash attention's ``q_tile=128 kv_tile=256 vec_rows=32 causal_skip=0`` (query block as
+    ``base_m``, key step, rows a vector core softmaxes at a time, whether it skips masked
+    key blocks); a Triton config's keyword values as
     written (``BLOCK_SIZE_M``...); empty for none."""
     out: dict[str, int] = {}
     for key, value in _FLASH.findall(text):

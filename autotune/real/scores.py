@@ -88,7 +88,8 @@ def summarize(
 
 def config_ranking(predictions: Sequence[RealPrediction], model: str) -> dict[str, Any]:
     """How well ``model`` (a key of ``predicted``, e.g. ``simulator/default``) ranks the tile
-    configs one kernel was timed under: per kernel (same source, op, shapes, dtype and chip)
+    configs one kernel was timed under: per kernel (same source, implementation, op,
+    shapes, dtype and chip)
     timed under two or more configs the cost model can express (a GEMM's L1 and L0 tiles),
     the Kendall tau of predicted against measured times (0 where the model cannot tell them
     apart); and their mean."""
@@ -98,7 +99,7 @@ def config_ranking(predictions: Sequence[RealPrediction], model: str) -> dict[st
         if p.error or not tiles:
             continue
         r = p.row
-        key = (r.source_name, r.op, tuple(r.tensors.items()), r.dtype, r.target)
+        key = (r.source_name, r.impl, r.op, tuple(r.tensors.items()), r.dtype, r.target)
         groups.setdefault(key, []).append(p)
     taus = []
     for preds in groups.values():

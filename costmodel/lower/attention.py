@@ -27,8 +27,12 @@ from costmodel.lower.common import ceil_div, ceil_to, kv_ranges, pow2_choices, v
 from costmodel.spec import Target
 
 VEC_ROWS = "vec_rows"
+# 0: the kernel computes the key blocks a causal mask hides too, and masks them (CANN's
+# fused-infer-attention under sparse_mode 0); the search grid always skips them (absent: 1)
+CAUSAL_SKIP = "causal_skip"
 
 __all__ = [
+    "CAUSAL_SKIP",
     "VEC_ROWS",
     "AttentionWork",
     "analyse_attention",
@@ -143,10 +147,12 @@ def _causal_steps(
     gj: np.ndarray,
     part: np.ndarray,
     steps: np.ndarray,
+    skip: np.ndarray,
 ) -> np.ndarray:
-    """The key steps a tile runs: all of its part's under no mask; under a causal mask
-    (``work.causal``) the mean over its tiles of the blocks up to each query block's last
-    visible key, rounded up (a tile of keys all masked for its queries is skipped)."""
+    """The key steps a tile runs: all of its part's under no mask, or where the config
+    does not ``skip`` masked blocks; under a causal mask (``work.causal``) the mean over its
+    tiles of the blocks up to each query block's last visible key, rounded up (a tile of
+    keys all masked for its queries is skipped)."""
     if work.causal is None:
         return steps
     pos = work.positions
@@ -158,7 +164,7 @@ def _causal_steps(
         ]
         runs = [min(full, max(0, -(-(end - p * width) // k))) for end in ends for p in range(j)]
         out[n] = max(1, -(-sum(runs) // len(runs)))
-    return out
+    return np.where(skip, out, steps)
 
 
 def _softmax_cycles(
@@ -210,7 +216,8 @@ def lower_attention(
     gi = ceil_div(work.S, bm)
     part = ceil_div(work.T, gj)  # keys per tile
     steps = ceil_div(part, kv)
-    run = _causal_steps(work, bm, kv, gj, part, steps)  # the steps a tile runs
+    skip = np.array([c.knob(CAUSAL_SKIP, 1) for c in configs], dtype=bool)
+    run = _causal_steps(work, bm, kv, gj, part, steps, skip)  # the steps a tile runs
     share = work.visible_share  # of the score matrix: the work done
     me = np.minimum(bm, ceil_to(ceil_div(work.S, gi), 16))
     ke = np.minimum(kv, ceil_to(ceil_div(part, steps), 16))

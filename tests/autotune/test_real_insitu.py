@@ -236,17 +236,21 @@ def test_a_gemm_templates_tiling_is_the_config_its_row_is_costed_at() -> None:
 
 def test_config_ranking_scores_each_kernel_timed_under_several_tilings() -> None:
     """Kendall tau per kernel, against the measured order; a model that cannot tell the
-    configs apart scores 0; rows of another shape or without a tiling are not paired."""
+    configs apart scores 0; rows of another shape, implementation, or without a tiling are
+    not paired."""
     shapes = "M=256,N=512,K=1024; tiling L1<{},128,256> L0<{},128,64>"
     rows = [_row(shapes.format(m, m), "catlass mm", time_us=t) for m, t in ((64, 9.0), (128, 7.0))]
     rows.append(_row("M=512,N=512,K=1024; tiling L1<64,128,256> L0<64,128,64>", "catlass mm"))
     rows.append(_row("M=256,N=512,K=1024", "catlass mm"))
+    # a kernel written for the shapes at its own tiling is another kernel, not a third config
+    rows.append(_row(shapes.format(32, 32), "catlass mm", time_us=1.0, impl="custom"))
     preds = [
         RealPrediction(r, {"right": r.time_us, "wrong": -r.time_us, "flat": 1.0}) for r in rows
     ]
     for model, tau in (("right", 1.0), ("wrong", -1.0), ("flat", 0.0)):
         got = config_ranking(preds, model)
         assert got["kernels"] == 1 and got["mean_tau"] == tau, model
+        assert len(got["per_kernel"][0]["rows"]) == 2  # the two catlass configs alone
 
 
 def test_the_simulator_ranks_catlasss_tilings_as_measured() -> None:

@@ -4,6 +4,8 @@ about half of the same attention unmasked at long sequences, by every model."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from causal_masks import CAUSAL, NOT_CAUSAL, attention_model, grouped_attention
@@ -11,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodel.lower import Lowering
+from costmodel.lower.attention import CAUSAL_SKIP
 from costmodel.lower.causal import group_causal_offset
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
@@ -86,6 +89,29 @@ def test_a_causal_attention_costs_about_half_of_the_unmasked_one(kind: str) -> N
     model = make_cost_model(kind, TARGET)
     ratio = model.evaluate([causal])[0].device_us / model.evaluate([full])[0].device_us
     assert 0.45 <= ratio <= 0.7, ratio
+
+
+@pytest.mark.parametrize("kind", ["analytic", "simulator"])
+def test_a_kernel_that_computes_its_masked_blocks_runs_every_key_step(kind: str) -> None:
+    """``causal_skip=0`` (CANN's fused-infer-attention under sparse_mode 0 computes the
+    blocks a causal mask hides, then masks them): a tile runs all its key steps, as under a
+    mask that hides nothing, so it costs more than the kernel that skips them and about
+    what the unskipped work costs; its FLOPs stay the visible share (the useful work)."""
+    knobs = (("kv_tile", 64),)
+    config = KernelConfig(
+        block_dim=24, base_m=128, base_n=128, base_k=128, m=128, n=128, k=128, knobs=knobs
+    )
+    computes = dataclasses.replace(config, knobs=(*knobs, (CAUSAL_SKIP, 0)))
+    skips, every, full = (
+        _kernel(f, 1024, c)
+        for f, c in (("trilu", config), ("trilu", computes), ("random", config))
+    )
+    assert skips.steps < every.steps == full.steps == 1024 // 64
+    assert every.cube_flops == skips.cube_flops
+    model = make_cost_model(kind, TARGET)
+    skip_us, every_us, full_us = (model.evaluate([k])[0].device_us for k in (skips, every, full))
+    assert skip_us < 0.8 * every_us
+    assert every_us == pytest.approx(full_us, rel=0.1)
 
 
 def test_the_work_a_causal_kernel_skips_is_what_its_mask_hides() -> None:

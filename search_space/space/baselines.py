@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from search_space.exceptions import AutofusionError
 from search_space.fusion import FusionContext
@@ -32,8 +33,11 @@ def baseline_partition(
     policy: Policy | None = None,
     *,
     optimal_time_limit: float = 60.0,
+    optimal_max_candidates: int = 200_000,
+    optimal_node_limit: int = 2**31 - 1,  # HiGHS default: no limit
 ) -> list[frozenset[str]]:
-    """The partition of ``ctx.nodes`` a baseline chooses.
+    """The partition of ``ctx.nodes`` a baseline chooses; ``optimal_*``: the exact optimum's
+    limits (:func:`~search_space.space.optimal.optimal_partition`).
 
     Raises:
         AutofusionError: unknown baseline; ``OptimalUnavailable`` when the exact optimum cannot
@@ -59,7 +63,13 @@ def baseline_partition(
             return oracle.best(ctx.group(ops))[1]
 
         result = optimal_partition(
-            ctx, cost, feasible=oracle.feasible, extra_groups=extra, time_limit=optimal_time_limit
+            ctx,
+            cost,
+            feasible=oracle.feasible,
+            extra_groups=extra,
+            time_limit=optimal_time_limit,
+            max_candidates=optimal_max_candidates,
+            node_limit=optimal_node_limit,
         )
         return result.partition
     raise AutofusionError(
@@ -72,7 +82,7 @@ def baseline_plan(
     ctx: FusionContext,
     oracle: GroupOracle,
     policy: Policy | None = None,
-    **kw: float,
+    **kw: Any,
 ) -> SpacePlan:
     """A baseline as groups + configs (default configs for none/greedy, best for max/optimal)."""
     partition = baseline_partition(kind, ctx, oracle, policy, **kw)

@@ -39,6 +39,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Group = frozenset[str]
+# connected groups the enumeration may examine (and refuse) per candidate it may keep: work,
+# not seconds, bounds what is found
+EXAMINED_PER_CANDIDATE = 50
+NO_NODE_LIMIT = 2**31 - 1  # HiGHS's own default
 
 
 class OptimalUnavailable(AutofusionError):
@@ -144,7 +148,8 @@ def candidate_groups(
 
     Raises:
         GraphError: an extra group names an unknown op or is not legal.
-        OptimalUnavailable: more than ``max_candidates`` candidates, or the deadline passed.
+        OptimalUnavailable: more than ``max_candidates`` candidates, more than
+            ``EXAMINED_PER_CANDIDATE`` times as many groups examined, or the deadline passed.
     """
     out: dict[Group, None] = {frozenset([n]): None for n in ctx.nodes}
     for raw in extra_groups:
@@ -163,6 +168,12 @@ def candidate_groups(
     seen = 0
     for sub in connected_subsets(fusion_adjacency(ctx), ctx.index, size):
         seen += 1
+        if seen > EXAMINED_PER_CANDIDATE * max_candidates:
+            raise OptimalUnavailable(
+                f"optimal unavailable: more than {seen - 1} connected groups of up to {size} "
+                f"ops examined ({EXAMINED_PER_CANDIDATE} x max_candidates={max_candidates}); "
+                f"lower max_ops or raise max_candidates"
+            )
         if time.monotonic() > deadline:
             raise OptimalUnavailable(
                 f"optimal unavailable: time limit hit while enumerating candidates "
@@ -222,7 +233,10 @@ def _blocks(nodes: Sequence[str], groups: Sequence[Group]) -> list[_Block]:
     return list(by_root.values())
 
 
-def _solve(block: _Block, groups: Sequence[Group], costs: np.ndarray, deadline: float) -> None:
+def _solve(
+    block: _Block, groups: Sequence[Group], costs: np.ndarray, limits: tuple[float, int]
+) -> None:
+    deadline, nodes = limits
     if all(len(groups[j]) == 1 for j in block.columns):
         block.chosen, block.solved = list(block.columns), True
         return
@@ -250,10 +264,15 @@ def _solve(block: _Block, groups: Sequence[Group], costs: np.ndarray, deadline: 
         integrality=np.ones(shape[1]),
         bounds=Bounds(0.0, 1.0),
         constraints=constraints,
-        options={"time_limit": remaining, "mip_rel_gap": 0.0, "presolve": True},
+        options={
+            "time_limit": remaining,
+            "node_limit": nodes,
+            "mip_rel_gap": 0.0,
+            "presolve": True,
+        },
     )
     if res.status != 0 or res.x is None:
-        why = "time limit hit" if res.status == 1 else f"HiGHS status {res.status}"
+        why = "a time or node limit hit" if res.status == 1 else f"HiGHS status {res.status}"
         raise OptimalUnavailable(
             f"optimal unavailable: the ILP over {shape[1]} candidates and {shape[0]} ops was "
             f"not solved to optimality ({why}: {res.message})"
@@ -288,6 +307,7 @@ def optimal_partition(
     max_ops: int = 6,
     time_limit: float = 60.0,
     max_candidates: int = 200_000,
+    node_limit: int = NO_NODE_LIMIT,
 ) -> OptimalResult:
     """The minimum-cost partition of the kernel ops into legal groups, acyclic when contracted.
 
@@ -303,8 +323,10 @@ def optimal_partition(
             Singletons and extra groups are not asked.
         extra_groups: groups that must be candidates whatever their size.
         max_ops: the largest enumerated group, in kernel ops.
-        time_limit: seconds for the whole call (enumeration, costing, every solve).
-        max_candidates: the most candidate groups the ILP may get.
+        time_limit: seconds for the whole call (enumeration, costing, every solve): a hang
+            guard; what is found within the work bounds below does not depend on it.
+        max_candidates: the most candidate groups the ILP may get (each costed once).
+        node_limit: the most branch-and-bound nodes of each ILP solve (HiGHS).
 
     Raises:
         OptimalUnavailable: too many candidates, the time limit hit, a singleton without a
@@ -347,7 +369,7 @@ def optimal_partition(
     while True:
         for block in blocks:
             if not block.solved:
-                _solve(block, kept, costs, deadline)
+                _solve(block, kept, costs, (deadline, node_limit))
         chosen = [j for block in blocks for j in block.chosen]
         cycles = _cycles(ctx, chosen, kept)
         if not cycles:

@@ -294,6 +294,20 @@ def test_unavailable_rather_than_a_guess(bert_small) -> None:
     assert issubclass(OptimalUnavailable, AutofusionError)
 
 
+def test_its_limits_are_work_not_seconds(bert_small) -> None:
+    """The groups it may examine (``EXAMINED_PER_CANDIDATE`` per candidate it may keep, even
+    when none is kept) and the branch-and-bound nodes of a solve: past either it is
+    unavailable, on any machine; one node more than it needs changes nothing."""
+    ctx, cost, feasible = bert_small
+    with pytest.raises(OptimalUnavailable, match="examined"):
+        optimal_partition(ctx, cost, feasible=lambda ops: False, max_candidates=2)
+    plain = optimal_partition(ctx, cost, feasible=feasible)
+    with pytest.raises(OptimalUnavailable, match="not solved to optimality"):
+        optimal_partition(ctx, cost, feasible=feasible, node_limit=0)
+    bounded = optimal_partition(ctx, cost, feasible=feasible, node_limit=1)
+    assert bounded.partition == plain.partition and bounded.cost == plain.cost
+
+
 def test_a_singleton_without_a_finite_cost_is_unavailable(bert_small) -> None:
     ctx, _, _ = bert_small
     with pytest.raises(OptimalUnavailable, match="alone has cost inf"):

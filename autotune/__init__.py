@@ -7,13 +7,17 @@ simulation) derives from :class:`AutofusionError`; :class:`PlanError` is a plan 
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-from autotune.api import Plan, load_plan, tune
-from autotune.exceptions import AutotuneError
-from autotune.zoo import ZooOptions, load_model_spec
-from search_space import AutofusionError, Graph, load_graph
-from search_space.space import PlanError
+if TYPE_CHECKING:  # what __getattr__ imports on first use, named for type checkers
+    from autotune.api import Plan, load_plan, tune
+    from autotune.exceptions import AutotuneError
+    from autotune.frontend import OptimizedModule, optimize
+    from autotune.zoo import ZooOptions, load_model_spec
+    from search_space import AutofusionError, Graph, load_graph
+    from search_space.space import PlanError
 
 __all__ = [
     "AutofusionError",
@@ -30,15 +34,36 @@ __all__ = [
     "tune",
 ]
 
+# each public name and the module it comes from: imported on first use, so that the command
+# line's --version, --help and completion do not import onnx, scikit-learn and the tuner
+_HOMES = {
+    "Plan": "autotune.api",
+    "load_plan": "autotune.api",
+    "tune": "autotune.api",
+    "AutotuneError": "autotune.exceptions",
+    "optimize": "autotune.frontend",  # the PyTorch front end: needs the [torch] extra
+    "OptimizedModule": "autotune.frontend",
+    "ZooOptions": "autotune.zoo",
+    "load_model_spec": "autotune.zoo",
+    "AutofusionError": "search_space",
+    "Graph": "search_space",
+    "load_graph": "search_space",
+    "PlanError": "search_space.space",
+}
+
 
 def __getattr__(name: str) -> object:
-    """``autotune.optimize`` (and ``OptimizedModule``): the PyTorch front end, imported on
-    first use (it needs the ``[torch]`` extra)."""
-    if name in ("optimize", "OptimizedModule"):
-        from autotune import frontend
+    """A public name, imported from its home module on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'autotune' has no attribute '{name}'")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
 
-        return getattr(frontend, name)
-    raise AttributeError(f"module 'autotune' has no attribute '{name}'")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 try:

@@ -8,6 +8,9 @@ groups, configs), :mod:`~search_space.onnx` (model files in), :mod:`~search_spac
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from search_space.exceptions import (
     AutofusionError,
     DynamicShapeError,
@@ -16,7 +19,9 @@ from search_space.exceptions import (
     check,
 )
 from search_space.ir import Graph, Op, OpClass, Tensor
-from search_space.onnx import WEIGHT_INPUTS_KEY, load_graph, parse_input_shapes, read_model
+
+if TYPE_CHECKING:  # imported on first use (__getattr__): reading models needs onnx
+    from search_space.onnx import WEIGHT_INPUTS_KEY, load_graph, parse_input_shapes, read_model
 
 __all__ = [
     "WEIGHT_INPUTS_KEY",
@@ -34,3 +39,14 @@ __all__ = [
     "read_model",
 ]
 __version__ = "0.1.0"
+_ONNX = frozenset({"WEIGHT_INPUTS_KEY", "load_graph", "parse_input_shapes", "read_model"})
+
+
+def __getattr__(name: str) -> object:
+    """The model-reading names, from :mod:`search_space.onnx` on first use (it imports onnx,
+    which a command that reads no model need not pay for)."""
+    if name not in _ONNX:
+        raise AttributeError(f"module 'search_space' has no attribute '{name}'")
+    value = getattr(importlib.import_module("search_space.onnx"), name)
+    globals()[name] = value
+    return value

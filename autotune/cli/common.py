@@ -22,13 +22,14 @@ from rich.markup import escape
 
 from autotune.cli.flags import FLAGS, FUSION_FLAGS, POLICY_FLAGS
 from autotune.exceptions import AutotuneError
-from autotune.zoo import ZooOptions, load_model_spec, resolve_model
-from search_space import AutofusionError, Graph, parse_input_shapes
+from search_space import AutofusionError, Graph
 from search_space.rules import Policy, load_policy
 
 if TYPE_CHECKING:  # annotations only: loading a model and a plan imports what it runs
+    # (onnx, the zoo), so that --help, --version and completion do not
     import onnx
 
+    from autotune.zoo import ZooOptions
     from costmodel.spec import Target
     from search_space.space import FusionPlan
 
@@ -117,6 +118,8 @@ class ModelOptions:
             from search_space.onnx import load_graph
 
             return load_graph(python_source(model), input_shapes=self.input_shapes)
+        from autotune.zoo import load_model_spec
+
         return load_model_spec(model, self.input_shapes, self.zoo)
 
     @staticmethod
@@ -140,6 +143,8 @@ class ModelOptions:
         ``python:package.module:factory`` exported (ModelProtos)."""
         if model.startswith(PYTHON):
             return python_source(model)
+        from autotune.zoo import resolve_model
+
         return resolve_model(model, self.zoo)
 
 
@@ -202,6 +207,9 @@ def model_options(weights: str | None = "inputs", shapes: bool = True) -> Callab
     flags = {f: weights if f == "weights" else FLAGS[f][0] for f in names}
 
     def make(v: dict[str, Any]) -> ModelOptions:
+        from autotune.zoo import ZooOptions
+        from search_space.onnx import parse_input_shapes
+
         zoo = ZooOptions(
             v.get("weights") or "random",
             v["scale"],

@@ -29,10 +29,8 @@ from autotune.cli.common import (
     user_errors,
 )
 from autotune.exceptions import AutotuneError
-from autotune.zoo import build, list_models
 from search_space import Graph
 from search_space.atomic import atomic_write_text, output_path
-from search_space.onnx import save_model
 
 __all__ = ["candidates", "estimate", "inspect", "zoo_export", "zoo_list"]
 
@@ -268,6 +266,8 @@ def candidates(
 @user_errors
 def zoo_list(json_out: JsonOpt = False) -> None:
     """List the built-in models."""
+    from autotune.zoo import list_models
+
     infos = list_models()
     if json_out:
         emit_json({"models": [asdict(i) for i in infos]})
@@ -291,6 +291,9 @@ def zoo_export(
     seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
 ) -> None:
     """Write a zoo model to an ONNX file."""
+    from autotune.zoo import build
+    from search_space.onnx import save_model
+
     name = name.removeprefix("zoo:")
     z = opts.zoo
     model = build(

@@ -43,8 +43,16 @@ def _imported_after(code: str) -> list[str]:
         "from typer.testing import CliRunner\n"
         "for args in (['--version'], ['--help'], ['tune', '--help'], ['report', '--help']):\n"
         "    assert CliRunner().invoke(app, args).exit_code == 0, args",
+        "import os, sys\n"
+        "os.environ.update(_AUTOTUNE_COMPLETE='complete_bash', COMP_WORDS='autotune tu',"
+        " COMP_CWORD='1')\n"
+        "from autotune.cli import app\n"
+        "try:\n"
+        "    app(prog_name='autotune')\n"
+        "except SystemExit:\n"
+        "    pass\n",
     ],
-    ids=["import-cli", "import-package", "version-and-help"],
+    ids=["import-cli", "import-package", "version-and-help", "completion"],
 )
 def test_starting_the_command_line_imports_no_heavy_package(code: str) -> None:
     assert _imported_after(code) == []

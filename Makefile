@@ -32,13 +32,15 @@ typecheck: $(VENV)/.installed-dev
 # the browser tests drive Debian's chromium and chromedriver: installed here when missing
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  { apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	  { echo "make: installing Debian's chromium and chromium-driver (apt) for the browser tests of the dashboard and report pages"; \
+	    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; }
 
 # the PostgreSQL tests start Debian's server (initdb, pg_ctl) on loopback: installed when missing
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  { apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	  { echo "make: installing Debian's postgresql (apt) for the tests that run studies on a real server (started on loopback, stopped after)"; \
+	    apt-get install -y -q postgresql >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; }; }
 
 # one worker per core (CI has two); a file's tests share a worker, so module fixtures run once

@@ -80,6 +80,7 @@ __all__ = [
     "KernelConfig",
     "Stream",
     "StreamBatch",
+    "burst_bytes",
     "handoffs",
     "prologue_handoffs",
     "workspace",
@@ -329,6 +330,12 @@ BATCH_ROWS = (
 )  # fmt: skip
 """The :class:`KernelBatch` fields that hold one array entry per config (besides its streams'
 arrays and the footprint): what joining or reordering the rows of batches must carry."""
+
+
+def burst_bytes(run: float | np.ndarray, burst: int) -> np.ndarray:
+    """Bytes one contiguous GM run of ``run`` bytes moves: whole ``burst``-byte bursts,
+    rounded up (a 640-byte row moves 1024); a number or an array of them."""
+    return np.ceil(np.asarray(run, dtype=np.float64) / burst) * burst
 
 
 def workspace(owner: str, role: str) -> str:

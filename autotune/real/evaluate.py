@@ -25,11 +25,11 @@ import numpy as np
 
 from autotune.exceptions import AutotuneError
 from autotune.real.kernels import one_kernel
-from autotune.real.rows import RealRow, source_name
+from autotune.real.rows import ATTENTION_KNOBS, RealRow, source_name
 from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
 from costmodel.analytic.l2 import L2Residency
 from costmodel.lower import Lowering
-from costmodel.lower.attention import CAUSAL_SKIP, VEC_ROWS
+from costmodel.lower.attention import at_query_block
 from costmodel.residency import inside_step, written_inputs
 from search_space import load_graph
 from search_space.fusion import FusionContext
@@ -61,7 +61,6 @@ NAIVE_FLOOR_US = 2.0  # the naive baseline's fixed cost per kernel on the device
 SIMULATED_CONFIGS = 6  # the simulator's own favourite: among the analytic model's best few
 PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 CUBE_TILES = ("base_m", "base_n", "base_k", "m", "n", "k")  # a row's tiling a cube config takes
-ATTENTION_KNOBS = ("kv_tile", VEC_ROWS, CAUSAL_SKIP)  # an attention's, with its query block
 
 
 @dataclass(frozen=True)
@@ -207,10 +206,8 @@ def _attention_tiles(default: KernelConfig, tiling: Mapping[str, int]) -> Kernel
     (``base_m``), key step (``kv_tile``), the rows a vector core softmaxes at a time
     (``vec_rows``) and whether it skips the key blocks a causal mask hides (``causal_skip``);
     the default's where the row names none."""
-    knobs = dict(default.knobs)
-    knobs.update({k: tiling[k] for k in ATTENTION_KNOBS if k in tiling})
-    bm = tiling.get("base_m", default.base_m)
-    return dataclasses.replace(default, base_m=bm, m=min(bm, 128), knobs=tuple(knobs.items()))
+    knobs = {k: tiling[k] for k in ATTENTION_KNOBS if k in tiling}
+    return at_query_block(default, tiling.get("base_m", default.base_m), knobs)
 
 
 def row_resident(row: RealRow, lowering: Lowering) -> dict[str, float] | None:

@@ -47,8 +47,10 @@ from pathlib import Path
 from autotune.exceptions import AutotuneError
 from autotune.real.families import FAMILIES, family_of
 from autotune.real.shapes import parse_dims, parse_tensors
+from costmodel.lower.attention import CAUSAL_SKIP, VEC_ROWS
 
 __all__ = [
+    "ATTENTION_KNOBS",
     "BUSY_COLUMNS",
     "FAMILIES",
     "RealRow",
@@ -209,7 +211,9 @@ def _dtype(text: str) -> str | None:
 
 _LEVEL = re.compile(r"\b(L[01])(?:TileShape)?\s*<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
 _TRITON = re.compile(r"triton\.Config\(\s*\{([^}]*)\}")
-_FLASH = re.compile(r"\b(q_tile|kv_tile|vec_rows|causal_skip)\s*=\s*(\d+)")
+# a flash attention's knobs a tiling cell may state (its query block is ``q_tile``)
+ATTENTION_KNOBS = ("kv_tile", VEC_ROWS, CAUSAL_SKIP)
+_FLASH = re.compile(rf"\b(q_tile|{'|'.join(ATTENTION_KNOBS)})\s*=\s*(\d+)")
 
 
 def tiling_of(text: str) -> dict[str, int]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from costmodel.analytic.constants import AnalyticConstants
 from costmodel.analytic.l2 import GridView, line_openers, load_hit_fractions
-from costmodel.kernel import KernelBatch, StreamBatch, handoffs, prologue_handoffs
+from costmodel.kernel import KernelBatch, StreamBatch, burst_bytes, handoffs, prologue_handoffs
 from costmodel.spec import HardwareSpec
 
 __all__ = ["Breakdown", "bound", "score"]
@@ -333,11 +333,10 @@ def _padded(spec: HardwareSpec, s: StreamBatch) -> np.ndarray:
 
 
 def _burst_padded(spec: HardwareSpec, s: StreamBatch, run: np.ndarray) -> np.ndarray:
-    """Each run rounded up to whole 512-byte bursts."""
-    burst = float(spec.gm_burst_bytes)
-    bad = (run > 0) & (np.mod(run, burst) != 0)
+    """Each run rounded up to whole bursts (:func:`~costmodel.kernel.burst_bytes`)."""
+    bad = (run > 0) & (np.mod(run, spec.gm_burst_bytes) != 0)
     runs = np.divide(s.bytes, run, out=np.ones(len(run)), where=run > 0)
-    return np.where(bad, np.ceil(runs) * np.ceil(run / burst) * burst, s.bytes)
+    return np.where(bad, np.ceil(runs) * burst_bytes(run, spec.gm_burst_bytes), s.bytes)
 
 
 def _plus(stage: np.ndarray, latency: float | np.ndarray) -> np.ndarray:

@@ -16,17 +16,18 @@ combine them, each 1/J of its rows from all J parts.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import numpy as np
 
 from costmodel.kernel import KernelBatch, KernelConfig, StreamBatch, workspace
+from costmodel.lower.attention_vector import VEC_ROWS, slice_rows, softmax_cycles
 from costmodel.lower.attention_work import AttentionWork, analyse_attention
-from costmodel.lower.common import ceil_div, ceil_to, kv_ranges, pow2_choices, vector_cost
+from costmodel.lower.common import ceil_div, ceil_to, kv_ranges, pow2_choices
 from costmodel.spec import Target
 
-VEC_ROWS = "vec_rows"
 # 0: the kernel computes the key blocks a causal mask hides too, and masks them (CANN's
 # fused-infer-attention under sparse_mode 0); the search grid always skips them (absent: 1)
 CAUSAL_SKIP = "causal_skip"
@@ -36,21 +37,23 @@ __all__ = [
     "VEC_ROWS",
     "AttentionWork",
     "analyse_attention",
+    "at_query_block",
     "attention_default",
     "attention_grid",
     "lower_attention",
 ]
 
 
-def _slice_rows(bm: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
-    """Rows of a score block one vector core holds in UB at a time: its half of the block
-    (the AIV pair splits the rows), or fewer where the config slices that half
-    (``vec_rows``: a hand-written flash kernel softmaxes 8 or 32 rows at a time, so its
-    query block is bounded by L1 and L0C, not by UB)."""
-    half = np.maximum(bm // 2, 1)
-    if asked is None:
-        return half
-    return np.where(asked > 0, np.minimum(asked, half), half)
+def at_query_block(config: KernelConfig, bm: int, knobs: dict[str, int]) -> KernelConfig:
+    """``config`` at ``bm`` query rows per block (the cube takes them 128 at a time) with
+    ``knobs`` set: a config the grid may not hold (a hand-written kernel's tiles)."""
+    merged = tuple({**dict(config.knobs), **knobs}.items())
+    return dataclasses.replace(config, base_m=bm, m=_l0_rows(bm), knobs=merged)
+
+
+def _l0_rows(bm: int) -> int:
+    """Query rows of a block the cube's L0A takes at a time."""
+    return min(bm, 128)
 
 
 def _foot(
@@ -99,7 +102,7 @@ def attention_grid(work: AttentionWork, target: Target) -> list[KernelConfig]:
         for bm in pow2_choices(work.S):
             for kv in pow2_choices(work.T, lo=64, hi=1024):
                 one = np.array([bm])
-                foot = _foot(work, one, np.array([kv]), np.array([db]), _slice_rows(one))
+                foot = _foot(work, one, np.array([kv]), np.array([db]), slice_rows(one))
                 if any(int(v[0]) > int(getattr(spec, f"{b}_bytes")) for b, v in foot.items()):
                     continue
                 for split in _splits(work, bm, kv, dims):
@@ -111,7 +114,7 @@ def attention_grid(work: AttentionWork, target: Target) -> list[KernelConfig]:
                                 base_m=bm,
                                 base_n=work.Dv,
                                 base_k=work.D,
-                                m=min(bm, 128),
+                                m=_l0_rows(bm),
                                 n=128,
                                 k=128,
                                 double_buffer=db,
@@ -165,31 +168,6 @@ def _causal_steps(
         runs = [min(full, max(0, -(-(end - p * width) // k))) for end in ends for p in range(j)]
         out[n] = max(1, -(-sum(runs) // len(runs)))
     return np.where(skip, out, steps)
-
-
-def _softmax_cycles(
-    target: Target,
-    work: AttentionWork,
-    me: np.ndarray,
-    ke: np.ndarray,
-    rows: np.ndarray,
-    Dv16: int,
-) -> np.ndarray:
-    """One AIV's vector cycles per step: the online softmax over its half of the scores
-    and the rescale of its half of the output. A core that slices its half
-    (:func:`_slice_rows`) issues every pass once per slice, on the slice's bytes."""
-    if not work.vec_ops:
-        return np.zeros(len(me))
-    rescale = vector_cost(target, [(work.vec_ops[0], me * Dv16 * 4.0)]).cycles / 2
-    whole = vector_cost(target, [(op, me * ke * 4.0) for op in work.vec_ops]).cycles / 2
-    half = ceil_div(me, 2)
-    slices = ceil_div(half, rows)
-    each = np.minimum(rows, half) * ke * 4.0
-    sliced = slices * vector_cost(target, [(op, each) for op in work.vec_ops]).cycles
-    # each slice is a loop iteration: the scalar unit's bookkeeping comes before its
-    # instructions issue, as in a vector kernel's loop
-    scalar = slices * target.spec.scalar_iter_cycles
-    return np.where(slices > 1, sliced, whole) + rescale + scalar
 
 
 def lower_attention(
@@ -364,8 +342,8 @@ def lower_attention(
         ceil_div(ke, 128) * ceil_div(D16, 128) + ceil_div(Dv16, 128) * ceil_div(ke, 128)
     )
     cube = mmads * spec.mmad_fixed_cycles + me * ke * (D16 + Dv16) / 4096.0 / work.rate
-    rows = _slice_rows(bm, np.array([c.knob(VEC_ROWS, 0) for c in configs], dtype=np.int64))
-    vc_step = _softmax_cycles(target, work, me, ke, rows, Dv16)
+    rows = slice_rows(bm, np.array([c.knob(VEC_ROWS, 0) for c in configs], dtype=np.int64))
+    vc_step = softmax_cycles(target, work, me, ke, rows, Dv16)
     foot = _foot(work, bm, kv, db, rows)
     return KernelBatch(
         name=name,

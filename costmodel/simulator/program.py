@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel.exceptions import CostModelError
-from costmodel.kernel import Kernel, Stream, handoffs, prologue_handoffs
+from costmodel.kernel import Kernel, Stream, burst_bytes, handoffs, prologue_handoffs
 from costmodel.simulator.l2 import L2Cache
 from costmodel.spec import HardwareSpec
 
@@ -97,8 +97,7 @@ def _waste(s: Stream, spec: HardwareSpec) -> float:
     row = s.row_bytes
     if row <= 0:
         return 1.0
-    burst = spec.gm_burst_bytes
-    return math.ceil(row / burst) * burst / row
+    return float(burst_bytes(row, spec.gm_burst_bytes)) / row
 
 
 def _coeffs(key: str, grid: tuple[int, int, int], steps: int) -> tuple[int, int, int, int, int]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
-from costmodel.lower.attention import VEC_ROWS
+from costmodel.lower.attention import VEC_ROWS, at_query_block
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 from search_space import load_graph
@@ -34,12 +34,8 @@ def _kernel(block: int, kv_tile: int, vec_rows: int | None, keys: int = 2048) ->
     group = make_group(graph, [op.name for op in graph.ops if not op.constant], "attention")
     low = Lowering(graph, TARGET)
     default = low.default(group)
-    knobs = {**dict(default.knobs), "kv_tile": kv_tile}
-    if vec_rows is not None:
-        knobs[VEC_ROWS] = vec_rows
-    config = dataclasses.replace(
-        default, base_m=block, m=min(block, 128), double_buffer=True, knobs=tuple(knobs.items())
-    )
+    knobs = {"kv_tile": kv_tile, **({} if vec_rows is None else {VEC_ROWS: vec_rows})}
+    config = at_query_block(dataclasses.replace(default, double_buffer=True), block, knobs)
     return low.kernel(group, config)
 
 

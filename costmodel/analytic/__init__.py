@@ -4,8 +4,9 @@ constants calibrated from simulator runs.
 
 Modules, each importing only those before it: :mod:`.constants` (the free factors and the
 shipped calibration), :mod:`.batching` (kernels of one layout stacked), :mod:`.l2` (hit
-fractions and plan residency), :mod:`.pipeline` (the closed form over a batch) and
-:mod:`.model` (:class:`AnalyticModel`, whose docstring gives the formulas).
+fractions and plan residency), :mod:`.pipeline` (the closed form over a batch, one wave),
+:mod:`.waves` (a short last wave at its own HBM share: :func:`score`) and :mod:`.model`
+(:class:`AnalyticModel`, whose docstring gives the formulas).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from costmodel.analytic.constants import (
 )
 from costmodel.analytic.l2 import L2Residency
 from costmodel.analytic.model import AnalyticModel, L2Touches, l2_touches
-from costmodel.analytic.pipeline import Breakdown, bound, score
+from costmodel.analytic.pipeline import Breakdown, bound
+from costmodel.analytic.waves import score
 
 __all__ = [
     "CALIBRATION_SCHEMA",

@@ -2,7 +2,7 @@
 
 Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, ``S`` steps)::
 
-    double buffered:  gap + head + W * tile + max(chain - tile, 0)
+    double buffered:  gap + head + (W - 1) * tile + tile_last + max(chain - tile, 0)
         tile  = max(S * step_db + FIX per tile,            (L0C has one slot: the next tile's
                     busy time of every pipe per tile,       Mmads wait for this tile's FIX)
                     HBM,
@@ -14,12 +14,14 @@ Per kernel, in core cycles (``C`` active cores, ``W = ceil(tiles / C)`` waves, `
         chain = first-load latency + per-tile loads + one step through every stage
                 + (S - 1) * step_db + FIX + V + MTE3 of the tile + store latency
                 + syncs                        (fill and drain: the first and last tile)
-    single buffered:  gap + head + W * tile_sb + max(chain_sb - tile_sb, 0)
+    single buffered:  gap + head + (W - 1) * tile_sb + tile_sb_last + max(chain_sb - tile_sb, 0)
         tile_sb = max(slowest pair of adjacent tile stages, the double-buffered tile) + syncs
         tile stages = per-tile loads, S * step_sb, FIX, vector-side loads, V, MTE3
         step_sb = slowest pair of adjacent step stages
                   (one slot per queue: a slot frees when its consumer finishes, so every
                   producer alternates with its consumer; latencies are exposed)
+    tile_last, tile_sb_last: a tile of the last wave, whose ``tiles - (W - 1) C`` cores share
+        HBM among themselves (the same tile when the wave is full; :mod:`.waves`)
     Loads expose their first-byte latency: a GM latency on a miss, an L2 latency on a hit, and
     on a concurrent hit (a block another core of the wave is fetching, never one already
     resident) the L2 latency plus ``share_latency`` of the difference, plus ``l2_fill_wait`` of
@@ -58,7 +60,8 @@ import numpy as np
 from costmodel.analytic.batching import layout, load_size, stack, tensor_bytes
 from costmodel.analytic.constants import AnalyticConstants, calibrated_constants
 from costmodel.analytic.l2 import L2Residency
-from costmodel.analytic.pipeline import Breakdown, bound, score
+from costmodel.analytic.pipeline import Breakdown, bound
+from costmodel.analytic.waves import score
 from costmodel.base import CostModel, KernelCost
 from costmodel.exceptions import CostModelError, InfeasibleConfig
 from costmodel.kernel import Kernel, KernelBatch, handoffs

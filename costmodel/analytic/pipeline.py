@@ -15,18 +15,20 @@ from costmodel.analytic.l2 import GridView, line_openers, load_hit_fractions
 from costmodel.kernel import KernelBatch, StreamBatch, burst_bytes, handoffs, prologue_handoffs
 from costmodel.spec import HardwareSpec
 
-__all__ = ["Breakdown", "bound", "score"]
+__all__ = ["Breakdown", "active_cores", "bound", "load_hits", "score_wave"]
 
 
 @dataclass(frozen=True)
 class Breakdown:
-    """What :func:`score` derives for every config (cycles unless named)."""
+    """What :func:`score_wave` derives for every config (cycles unless named)."""
 
     latency_us: np.ndarray
     busy: dict[str, np.ndarray]  # per pipe, over the busiest core's W tiles
     tile_terms: dict[str, np.ndarray]  # per-tile resource times the bound is read from
     fixed: np.ndarray  # gap + head, cycles
     body: np.ndarray  # everything else, cycles
+    tile: np.ndarray  # one tile of a full wave, cycles
+    cores: np.ndarray  # the cores a full wave runs on
     serial: np.ndarray  # single-buffered tile time (0 where double-buffered)
     hbm_bytes: np.ndarray
     hit_rate: np.ndarray
@@ -67,18 +69,25 @@ class _Transfers:
         )  # fmt: skip
 
 
-def score(
-    spec: HardwareSpec, c: AnalyticConstants, batch: KernelBatch, resident: Sequence[np.ndarray]
+def score_wave(
+    spec: HardwareSpec,
+    c: AnalyticConstants,
+    batch: KernelBatch,
+    resident: Sequence[np.ndarray],
+    sharing: np.ndarray | None = None,
+    hits: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Breakdown:
     """Every term of the model for every config (``resident``: per load stream, the
-    fraction of its tensor already in L2)."""
+    fraction of its tensor already in L2), a tile's HBM share that of ``sharing`` cores
+    (default: a full wave's; :func:`costmodel.analytic.waves.score` costs a short last
+    wave's tiles at its own);
+    ``hits``: :func:`load_hits`, where the caller has them."""
     # Long by design: the closed form over a batch of configs, one numpy expression per term of the
     # model's docstring, in the order the formula reads; split, the terms would cross function
     # boundaries as a dozen arrays.
     steps = batch.steps.astype(np.float64)
     tiles = batch.tiles.astype(np.float64)
-    phys = spec.vector_cores if batch.unit == "vector" else spec.cube_cores
-    cores = np.clip(np.minimum(batch.block_dim, tiles), 1, phys).astype(np.float64)
+    cores = active_cores(spec, batch)
     waves = np.ceil(tiles / cores)
     # a mixed group on a split chip is 1 AIC + 2 AIV: two MTE2 pipes, three GM paths
     sides = batch.unit == "mixed" and spec.is_split
@@ -87,8 +96,10 @@ def score(
     port = spec.gm_read_bytes_per_cycle("vector" if batch.unit == "vector" else "cube")
     aivs = spec.aivs_per_aic if sides else 0
     read_cap = (port + aivs * spec.gm_read_bytes_per_cycle("vector")) * c.core_gm
-    hbm_share = spec.hbm_bytes_per_cycle * c.hbm / cores
-    t = _transfers(spec, c, batch, resident, cores, sides)
+    sharing = cores if sharing is None else sharing
+    hbm_share = spec.hbm_bytes_per_cycle * c.hbm / sharing
+    hits = load_hits(spec, c, batch, resident) if hits is None else hits
+    t = _transfers(spec, c, batch, resident, cores, sides, hbm_share, hits)
 
     mte1 = batch.mte1_l0a_bytes / (spec.l1_to_l0a_bytes_per_cycle * c.mte1) + (
         batch.mte1_l0b_bytes / (spec.l1_to_l0b_bytes_per_cycle * c.mte1)
@@ -213,6 +224,8 @@ def score(
         busy={p: v * waves for p, v in busy.items()},
         tile_terms={**busy, "HBM": hbm},
         fixed=np.full(len(batch), fixed),
+        tile=np.where(batch.double_buffer, tile_db, tile_sb),
+        cores=cores,
         body=body,
         serial=np.where(batch.double_buffer, 0.0, tile_sb),
         hbm_bytes=(t.miss_bytes + t.writeback) * tiles,
@@ -228,6 +241,28 @@ def score(
     )
 
 
+def active_cores(spec: HardwareSpec, batch: KernelBatch) -> np.ndarray:
+    """Cores a full wave of each config runs on."""
+    phys = spec.vector_cores if batch.unit == "vector" else spec.cube_cores
+    tiles = batch.tiles.astype(np.float64)
+    return np.clip(np.minimum(batch.block_dim, tiles), 1, phys).astype(np.float64)
+
+
+def load_hits(
+    spec: HardwareSpec, c: AnalyticConstants, batch: KernelBatch, resident: Sequence[np.ndarray]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per load stream, its L2 hit fraction and concurrent-hit fraction
+    (:func:`~costmodel.analytic.l2.load_hit_fractions`); a tensor the kernel stores and
+    loads is its own L2 hand-off (mixed kernels), resident."""
+    loads = [s for s in batch.streams if s.pipe == "MTE2"]
+    handed = handoffs(batch.streams)
+    res = [1.0 if s.tensor in handed else r for s, r in zip(loads, resident, strict=True)]
+    gv = GridView.of(batch.grid, batch.steps, active_cores(spec, batch))
+    return load_hit_fractions(
+        batch.streams, gv, spec.l2_bytes * c.l2_capacity, c.l2_window, res, handed
+    )
+
+
 def _transfers(
     spec: HardwareSpec,
     c: AnalyticConstants,
@@ -235,12 +270,14 @@ def _transfers(
     resident: Sequence[np.ndarray],
     cores: np.ndarray,
     sides: bool,
+    hbm_share: np.ndarray,
+    hits: list[tuple[np.ndarray, np.ndarray]],
 ) -> _Transfers:
-    """Per-step and per-tile time of every load and store stream, and the bytes behind it."""
+    """Per-step and per-tile time of every load and store stream, and the bytes behind it
+    (``hits``: :func:`load_hits`)."""
     # Long by design: every load and store stream's per-step and per-tile time in one vectorised
     # pass (miss, hit and concurrent-hit parts).
     steps = batch.steps.astype(np.float64)
-    hbm_share = spec.hbm_bytes_per_cycle * c.hbm / cores
     hit_bw = spec.l2_read_bytes_per_cycle * c.l2_read
     gm_lat, l2_lat = (
         spec.gm_latency_cycles * c.gm_latency,
@@ -248,20 +285,9 @@ def _transfers(
     )
     share_lat = l2_lat + (gm_lat - l2_lat) * c.share_latency
     loads = [s for s in batch.streams if s.pipe == "MTE2"]
-    # a tensor the kernel stores and loads is its own L2 hand-off (mixed kernels)
     handed = handoffs(batch.streams)
-    res = [1.0 if s.tensor in handed else r for s, r in zip(loads, resident, strict=True)]
-    capacity = spec.l2_bytes * c.l2_capacity
     gv = GridView.of(batch.grid, batch.steps, cores)
     slots = np.where(batch.double_buffer, 2.0, 1.0)
-    hits = load_hit_fractions(
-        batch.streams,
-        gv,
-        capacity,
-        c.l2_window,
-        res,
-        handed,
-    )
     # the AIV pair of a split mixed group shares each vector-side block, half each
     pair = float(spec.aivs_per_aic) if sides else 1.0
     t = _Transfers.zeros(len(batch))

@@ -30,9 +30,12 @@ def export_shapes(name: str, batch: int, seq: int) -> dict[str, tuple[int, ...]]
 
 
 # CI draws the same examples on every run (a red build is reproducible and never depends on
-# luck); local runs keep drawing new ones. `.ci/run` sets HYPOTHESIS_PROFILE=ci.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+# luck); local runs keep drawing new ones. `.ci/run` sets HYPOTHESIS_PROFILE=ci. No example has
+# a deadline: a test's verdict never depends on how busy the machine is (Hypothesis's own
+# default fails an example that takes over 200 ms).
+settings.register_profile("dev", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def i64(name: str, values: list[int] | int) -> onnx.TensorProto:

@@ -78,5 +78,5 @@ def test_shell_completion_is_offered() -> None:
     runner started away from a shell does not have."""
     exe = Path(sys.executable).parent / "autotune"
     cmd = f"{shlex.quote(str(exe))} --show-completion; exit $?"  # a child of bash, not exec'd
-    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0 and "_AUTOTUNE_COMPLETE" in res.stdout, res.stdout + res.stderr

@@ -77,7 +77,7 @@ def _calibrate_killing_a_worker(
     """Calibrate on the cluster; once the first results are in, SIGKILL a worker with tasks in
     flight (its nanny starts a new one)."""
     local, watcher = cluster
-    watcher.wait_for_workers(2, timeout=60)  # a previous test's victim is back
+    watcher.wait_for_workers(2, timeout=600)  # a previous test's victim is back
     pids = watcher.run(os.getpid)  # worker address -> its process
     killed: list[int] = []
 

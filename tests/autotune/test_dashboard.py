@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.cli.dashboard import is_loopback
 
+HANG_S = 600  # a hang guard: the dashboard answers in seconds even on a busy machine
 ORIGINS = re.compile(r"warm start: (none|greedy|max)|sampler|local search|retry of trial \d+")
 
 
@@ -31,7 +32,7 @@ def _free_port() -> int:
 
 
 def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=30) as resp:
+    with urllib.request.urlopen(url, timeout=HANG_S) as resp:
         return resp.read()
 
 
@@ -44,7 +45,8 @@ def _serve(folder: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    for _ in range(300):  # until the server answers (or the process ends)
+    hang = time.monotonic() + HANG_S
+    while time.monotonic() < hang:  # until the server answers (or the process ends)
         if proc.poll() is not None:
             raise AssertionError(proc.communicate()[1])
         try:
@@ -160,7 +162,7 @@ def test_loopback_is_told_from_other_addresses() -> None:
 def test_listening_beyond_loopback_warns(tuned: Path) -> None:
     proc, _ = _serve(tuned, "--host", "0.0.0.0")
     proc.terminate()
-    _, stderr = proc.communicate(timeout=30)
+    _, stderr = proc.communicate(timeout=HANG_S)
     assert "warning: listening on 0.0.0.0" in stderr
 
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli import codegen, costmodel, dashboard, explore, tuning
+from autotune.cli import codegen, costmodel, dashboard, explore, plans, tuning
 from autotune.cli.common import out
 
 __all__ = ["app", "main"]
@@ -51,9 +51,9 @@ app.command("inspect")(explore.inspect)
 app.command("estimate")(explore.estimate)
 app.command("candidates")(explore.candidates)
 app.command("tune")(tuning.tune)
-app.command("report")(tuning.report)
-app.command("apply")(tuning.apply)
-app.command("verify")(tuning.verify)
+app.command("report")(plans.report)
+app.command("apply")(plans.apply)
+app.command("verify")(plans.verify)
 app.command("codegen")(codegen.codegen)
 app.command("run")(codegen.run)
 app.command("dashboard")(dashboard.dashboard)

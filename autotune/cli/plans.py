@@ -1,0 +1,209 @@
+"""Commands that read a plan: ``report``, ``apply``, ``verify``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from autotune.cli.codegen import CodegenOpt, PlanArg, PlanPrecisionOpt, PlanTargetOpt
+from autotune.cli.common import (
+    JsonOpt,
+    ModelArg,
+    ModelOptions,
+    PolicyFlags,
+    emit_json,
+    err,
+    model_and_plan,
+    model_and_plan_or_baseline,
+    model_options,
+    out,
+    policy_options,
+    user_errors,
+)
+
+__all__ = ["apply", "report", "verify"]
+
+
+@user_errors
+def report(
+    plan: Annotated[Path, typer.Argument(help="A plan file written by `autotune tune`.")],
+    json_out: JsonOpt = False,
+    html: Annotated[
+        Path | None, typer.Option(help="Also write one self-contained HTML page of plots.")
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option(help="The study's storage, to plot its history (--html).")
+    ] = None,
+    study: Annotated[
+        str | None, typer.Option(help="The study (default: the one the plan names).")
+    ] = None,
+) -> None:
+    """Report on a saved plan: safe-fusion counts, per-kernel table, speedups."""
+    from autotune.report import plan_report
+    from search_space.space import FusionPlan
+
+    record = FusionPlan.load(plan)
+    if html is not None:
+        _write_html(record, plan, html, storage, study)
+    rep = plan_report(record)
+    if json_out:
+        emit_json(rep)
+        return
+    head = Table(title=f"plan {plan} ({rep['model']} on {rep['target']})", show_header=False)
+    head.add_row("kernels", str(rep["kernels"]))
+    head.add_row("safe fusion", ", ".join(f"{k} {v}" for k, v in rep["safe_fusion"].items()))
+    for key in ("predicted_us", "measured_us"):
+        if rep.get(key):
+            head.add_row(key.removesuffix("_us"), f"{rep[key]:.1f} us")
+    for key in (
+        "speedup_vs_none_estimated",
+        "speedup_vs_none_measured",
+        "speedup_vs_greedy_measured",
+    ):
+        if key in rep:
+            head.add_row(key.replace("_", " "), f"{rep[key]:.2f}x")
+    out.print(head)
+    table = Table(title="kernels")
+    for col in ("kernel", "kind", "us unfused", "us", "bound", "verdict"):
+        table.add_column(col)
+    for k in rep["per_kernel"]:
+        name = k["ops"][0] + (f" +{len(k['ops']) - 1}" if len(k["ops"]) > 1 else "")
+        table.add_row(
+            escape(name),
+            k["kind"],
+            f"{k['us_unfused']:.1f}" if k["us_unfused"] is not None else "-",
+            f"{k['us']:.1f}" if k["us"] is not None else "-",
+            k["bound"],
+            k["verdict"],
+        )
+    out.print(table)
+
+
+def _write_html(
+    record: Any, plan: Path, path: Path, storage: str | None, study: str | None
+) -> None:
+    """The plan's HTML page (``report --html``), built under a progress bar."""
+    from rich.progress import Progress
+
+    from autotune.report_html import write_page
+
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("report", total=7)
+
+        def step(what: str) -> None:
+            bar.update(task, advance=1, description=f"report: {what}")
+
+        write_page(record, plan, path, storage, study, step)
+    err.print(f"wrote {path}", highlight=False)
+
+
+@user_errors
+@model_options(weights="random")
+def apply(
+    model: ModelArg,
+    opts: ModelOptions,
+    plan: Annotated[Path, typer.Argument(help="A plan file for this model.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Fused .onnx to write.")],
+    storage: Annotated[
+        str | None,
+        typer.Option(help="Also upload the fused model to this study storage's artifacts."),
+    ] = None,
+) -> None:
+    """Write the fused model: each fused group one ai.autofusion node (a local function)."""
+    from autotune.apply import apply_plan
+    from autotune.tuner.annotate import upload_artifact_file
+    from autotune.tuner.study import journal_path
+    from search_space.atomic import output_path
+    from search_space.onnx import save_model
+
+    journal = journal_path(storage) if storage else None
+    output_path(
+        output,
+        {
+            "model": opts.file(model),
+            "plan": plan,
+            "--storage": journal,
+        },
+    )
+    proto, graph, record = model_and_plan(model, opts, plan)
+    fused = apply_plan(proto, graph, record.groups)
+    path = save_model(fused, output)
+    n = sum(1 for g in record.groups if len(g.ops) > 1)
+    err.print(f"wrote {path}: {n} fused kernels as ai.autofusion functions")
+    if storage is not None:  # the study the plan names, in the storage the user gives
+        upload_artifact_file(storage, str(record.meta.get("study")), path, "application/onnx")
+        err.print(f"uploaded {path.name} to the study's artifacts", highlight=False)
+
+
+@user_errors
+@model_options(weights=None)
+@policy_options("preset", "strict_safety")
+def verify(
+    model: ModelArg,
+    opts: ModelOptions,
+    policy: PolicyFlags,
+    plan: PlanArg,
+    json_out: JsonOpt = False,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    codegen: CodegenOpt = False,
+    target: PlanTargetOpt = None,
+    precision: PlanPrecisionOpt = None,
+) -> None:
+    """Check a plan: fused vs original in onnxruntime, and each fused kernel's numerics.
+
+    PLAN may be a baseline; --codegen also checks the Triton kernels `autotune codegen` writes.
+    """
+    from autotune.apply import apply_plan
+    from autotune.cli.codegen import codegen_check, print_codegen_check
+    from autotune.verify import Status, graph_equivalence, verify_kernels
+
+    pol = policy.load()
+    proto, graph, record, tgt = model_and_plan_or_baseline(
+        model, opts, plan, target, precision, pol
+    )
+    equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
+    verdicts = verify_kernels(proto, graph, record.groups, tgt, pol, seed=seed)
+    unverified = sum(v.status is Status.UNVERIFIED for v in verdicts)
+    generated = codegen_check(proto, graph, record, tgt, model, seed) if codegen else None
+    ok = bool(equiv["ok"]) and all(v.kept(pol.strict_safety) for v in verdicts)
+    ok = ok and (generated is None or generated.ok)
+    result = {
+        "ok": ok,
+        **equiv,
+        "unverified": unverified,
+        "kernels": [v.to_json() for v in verdicts],
+        **({"codegen": generated.to_json()} if generated is not None else {}),
+    }
+    if json_out:
+        emit_json(result)
+    else:
+        out.print(
+            f"graph equivalence: max abs err {equiv['graph_max_abs_err']:.3g} "
+            f"(rel {equiv['graph_max_rel_err']:.3g})"
+        )
+        table = Table(title=f"fused kernels ({len(verdicts)} signatures)")
+        for col in ("kernel", "ops", "cosine", "max abs err", "unfused", "verdict"):
+            table.add_column(col)
+        for v in verdicts:
+            table.add_row(
+                escape(v.ops[0]),
+                str(len(v.ops)),
+                f"{v.cosine:.6f}",
+                f"{v.max_abs_err:.3g}",
+                f"{v.unfused_max_abs_err:.3g}",
+                escape(v.verdict),
+            )
+        out.print(table)
+        if unverified:
+            out.print(
+                f"{unverified} kernel signature(s) could not be verified"
+                + (" (--strict-safety: not ok)" if pol.strict_safety else "")
+            )
+        if generated is not None:
+            print_codegen_check(generated)
+    if not ok:
+        raise typer.Exit(1)

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from autotune.cli import codegen, costmodel, dashboard, explore, plans, tuning
-from autotune.cli.common import out
+from autotune.cli.common import out, say_log_lines
 
 __all__ = ["app", "main"]
 
@@ -45,6 +45,7 @@ def _options(
     ] = False,
 ) -> None:
     """Search-based operator fusion and tiling for Ascend NPUs."""
+    say_log_lines()
 
 
 app.command("inspect")(explore.inspect)

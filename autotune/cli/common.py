@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ __all__ = [
     "out",
     "policy_options",
     "python_source",
+    "say_log_lines",
     "user_errors",
 ]
 
@@ -62,6 +64,23 @@ err = Console(stderr=True, soft_wrap=True)
 # the version of every command's --json object (docs/tuning.md, "JSON output"): one vocabulary
 # across commands; a key's meaning changes only with this number
 JSON_SCHEMA = 1
+
+
+class _ErrLines(logging.Handler):
+    """What the tool logs (``logging``, the ``autotune`` logger: which study a run opens or
+    resumes, a journal mended...), one plain line each on stderr, above a progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(self.format(record), highlight=False, markup=False)
+
+
+def say_log_lines() -> None:
+    """Route the ``autotune`` logger's INFO lines and above to stderr (once per process; a
+    Python user configures ``logging`` as they like instead)."""
+    logger = logging.getLogger("autotune")
+    if not any(isinstance(h, _ErrLines) for h in logger.handlers):
+        logger.addHandler(_ErrLines())
+    logger.setLevel(logging.INFO)
 
 
 def emit_json(doc: Mapping[str, Any]) -> None:

@@ -53,6 +53,14 @@ def tune(
         str | None, typer.Option(help="Optuna storage URL or a .journal file.")
     ] = None,
     study: Annotated[str | None, typer.Option(help="Study name (same name resumes).")] = None,
+    new: Annotated[
+        bool,
+        typer.Option(
+            "--new",
+            help="Start a fresh study where the storage has one of this name (the default "
+            "name takes a -2, -3... suffix; the old study is kept).",
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
     measure_every: Annotated[
         int, typer.Option("--measure-every", help="Simulate the best plans every K trials.")
@@ -120,6 +128,7 @@ def tune(
         objective=objective,
         storage=storage,
         study=study,
+        new=new,
         seed=seed,
         measure_every=measure_every,
         pick=pick,

@@ -28,6 +28,7 @@ class TuneConfig:
     objective: str = "latency"
     storage: str | None = None
     study: str | None = None
+    new: bool = False  # a fresh study even where the storage has one of that name
     seed: int = 0
     measure_every: int = 20
     measure_top: int = 3
@@ -53,6 +54,11 @@ class TuneConfig:
         if self.trials < 0:
             raise AutotuneError(
                 f"--trials must be >= 0 (0: pick from the study's storage), but got {self.trials}"
+            )
+        if self.new and self.trials == 0:
+            raise AutotuneError(
+                "--new starts a study with no trials, and --trials 0 picks from an existing "
+                "one; give --trials N >= 1 with --new"
             )
         if self.measure_every < 1 or self.measure_top < 1:
             raise AutotuneError("--measure-every must be >= 1 (and measure_top >= 1)")

@@ -20,6 +20,7 @@ import optuna
 
 from autotune.tuner.records import Candidate, MeasureResult
 from autotune.tuner.session import Session
+from autotune.tuner.study import measured_name
 from costmodel.calibration import SIMULATOR_VERSION
 from search_space.exceptions import GraphError
 from search_space.ir import KernelConfig, make_group
@@ -33,7 +34,7 @@ PLAN = "autotune:plan"  # measured trial's system attribute: [[ops, kind, config
 
 
 def measured_study_name(s: Session) -> str:
-    return f"{s.study_name}:measured"
+    return measured_name(s.study_name)
 
 
 def _measured_on(s: Session) -> str:

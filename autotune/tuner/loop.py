@@ -33,6 +33,7 @@ from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.safety import Safety
 from autotune.tuner.safety_codegen import codegen_safe, require_codegen_extra
 from autotune.tuner.session import Session
+from autotune.tuner.study import opening
 from search_space.ir import Graph, empty_tensors
 
 __all__ = ["tune_graph"]
@@ -102,8 +103,20 @@ def tune_graph(
     clock = Clock(on_phase)
     with clock.phase("setup"):
         s = Session.open(graph, config, name, safety)
-        describe_study(s)
+    log.info(opening(s.study, s.storage_name, s.done))
     s.clock = clock
+    with s.dropped_on_failure():
+        return _tune(s, progress, safety)
+
+
+def _tune(
+    s: Session, progress: Callable[[int, float], None] | None, safety: Safety | None
+) -> TuneResult:
+    """The study's run after its set-up: trials, the pick, safe mode, the code-generation
+    check and the plan record."""
+    config, clock = s.config, s.clock
+    with clock.phase("setup"):
+        describe_study(s)
     candidates, interrupted = _search(s, progress) if config.trials else ([], False)
     with clock.phase("pick"):
         candidates += stored(s, candidates)  # other workers' and earlier runs' plans

@@ -8,9 +8,10 @@ plan fits the memory limit, what a local-search move costs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,15 @@ from autotune.tuner.evaluator import Evaluator, make_study_model
 from autotune.tuner.leases import reap
 from autotune.tuner.records import Candidate
 from autotune.tuner.safety import Safety
-from autotune.tuner.study import journal_path, open_storage, open_study, study_name
+from autotune.tuner.study import (
+    drop_if_empty,
+    fresh_name,
+    journal_path,
+    measured_name,
+    open_storage,
+    open_study,
+    study_name,
+)
 from autotune.verify import KernelVerdict
 from costmodel.analytic import AnalyticModel
 from costmodel.learned import LearnedModel
@@ -34,7 +43,7 @@ from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph
 from search_space.space import SearchSpace, SpacePlan, baseline_plan, build_space, peak_live_bytes
 
-__all__ = ["FORBIDDEN", "RESCORE", "Session"]
+__all__ = ["FORBIDDEN", "RESCORE", "Session", "dropped_on_failure"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,7 @@ class Session:
     dataset: Path
     baselines: dict[str, SpacePlan]
     fresh: bool  # the study had no trials before this run (warm starts are enqueued)
+    done: int = 0  # trials the study had before this run
     measured: dict[str, Candidate] = field(default_factory=dict)
     replayed: set[int] = field(default_factory=set)
     blocks: list[tuple[str, ...]] = field(default_factory=list)
@@ -93,6 +103,8 @@ class Session:
         if config.trials == 0:  # nothing to pick from: before the storage, none is made
             _require_file(config)
         storage, storage_name = open_storage(config.storage)
+        if config.new:
+            sname = ev.study = fresh_name(storage, sname, given=config.study is not None)
         if config.trials == 0 and sname not in optuna.get_all_study_names(storage):
             raise AutotuneError(_NO_STUDY.format(sname, storage_name))
         dataset = _dataset_path(config, storage_name)
@@ -111,16 +123,25 @@ class Session:
         numeric = config.sampler in ("cmaes", "gp")
         space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
         study, done = open_study(storage, sname, config)
-        baselines = {k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")}
-        out = cls(
-            graph, config, name, target, ctx, ev, oracle, space, study, sname, storage_name,
-            dataset, baselines, fresh=done == 0, blocks=space.block_moves(),
-            swaps=space.swap_moves(), safety=safety if policy.safe_mode else None,
-            storage=storage,
-        )  # fmt: skip
-        out.sync_forbidden()
-        reap(study)  # trials a killed worker left RUNNING: failed, retried once
+        with dropped_on_failure(storage, sname, done):
+            baselines = {
+                k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")
+            }
+            out = cls(
+                graph, config, name, target, ctx, ev, oracle, space, study, sname,
+                storage_name, dataset, baselines, fresh=done == 0, done=done,
+                blocks=space.block_moves(), swaps=space.swap_moves(),
+                safety=safety if policy.safe_mode else None, storage=storage,
+            )  # fmt: skip
+            out.sync_forbidden()
+            reap(study)  # trials a killed worker left RUNNING: failed, retried once
         return out
+
+    def dropped_on_failure(self) -> contextlib.AbstractContextManager[None]:
+        """Run a block of the study's work; if it fails (an error, Ctrl-C) before any trial of
+        a study this run created completes, the empty study is deleted again."""
+        assert self.storage is not None
+        return dropped_on_failure(self.storage, self.study_name, self.done)
 
     # -- what the steps ask -----------------------------------------------------------------
     @property
@@ -267,3 +288,17 @@ def _dataset_path(config: TuneConfig, storage_name: str) -> Path:
     if "://" in storage_name:
         return Path("autotune.measurements.parquet")
     return Path(storage_name).with_suffix(".measurements.parquet")
+
+
+@contextlib.contextmanager
+def dropped_on_failure(
+    storage: optuna.storages.BaseStorage | str, name: str, done: int
+) -> Iterator[None]:
+    """On a failure inside (an error, Ctrl-C), a study this run created (``done`` = 0) and
+    the study of its measured plans are deleted where no trial of theirs completed."""
+    try:
+        yield
+    except BaseException:
+        if not done:
+            drop_if_empty(storage, [name, measured_name(name)])
+        raise

@@ -22,10 +22,14 @@ from search_space.ir import Graph
 __all__ = [
     "DEFAULT_STORAGE",
     "SAMPLERS",
+    "drop_if_empty",
+    "fresh_name",
     "journal_path",
     "make_sampler",
+    "measured_name",
     "open_storage",
     "open_study",
+    "opening",
     "study_name",
 ]
 
@@ -223,3 +227,52 @@ def open_study(
     done = len(probe.trials)
     sampler = make_sampler(config.sampler, config.seed, done, config.multi)
     return optuna.load_study(storage=storage, study_name=name, sampler=sampler), done
+
+
+def measured_name(name: str) -> str:
+    """The study that holds the plans study ``name`` measured (:mod:`autotune.tuner.ledger`)."""
+    return f"{name}:measured"
+
+
+def fresh_name(storage: optuna.storages.BaseStorage | str, name: str, given: bool) -> str:
+    """The name of a new study (``--new``): ``name`` where the storage has no study of it,
+    else the first of ``name-2``, ``name-3``... that is free; a ``--study`` name the user
+    ``given`` is never renamed.
+
+    Raises:
+        AutotuneError: a given name the storage already holds.
+    """
+    taken = set(optuna.get_all_study_names(storage))
+    if name not in taken:
+        return name
+    if given:
+        raise AutotuneError(
+            f"--new: the storage already has a study '{name}'; give another --study name, "
+            "or leave out --new to resume it"
+        )
+    return next(f"{name}-{n}" for n in range(2, len(taken) + 3) if f"{name}-{n}" not in taken)
+
+
+def opening(study: optuna.Study, storage_name: str, done: int) -> str:
+    """One line that says which study a run works on: a new one, or what it resumes."""
+    if not done:
+        return f"new study '{study.study_name}' in {storage_name}"
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = min((t.values[0] for t in complete), default=None)
+    tail = f", best {best:.1f} us predicted" if best is not None else ""
+    return (
+        f"resuming study '{study.study_name}' in {storage_name}: {len(complete)} of its "
+        f"{done} trials complete{tail} (--new starts a fresh one)"
+    )
+
+
+def drop_if_empty(storage: optuna.storages.BaseStorage | str, names: list[str]) -> None:
+    """Delete the studies ``names`` where they have no complete trial: what a run that made
+    them and then failed leaves (a failed start leaves no empty study behind)."""
+    for name in names:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            continue
+        if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
+            optuna.delete_study(study_name=name, storage=storage)

@@ -75,12 +75,16 @@ class _ErrLines(logging.Handler):
 
 
 def say_log_lines() -> None:
-    """Route the ``autotune`` logger's INFO lines and above to stderr (once per process; a
-    Python user configures ``logging`` as they like instead)."""
+    """Route what the tool logs to stderr: its warnings, and the progress lines
+    (``autotune.progress``: which study a run opens, its phases, every few trials) at INFO;
+    once per process (a Python user configures ``logging`` as they like instead)."""
+    from autotune.progress import LOGGER
+
     logger = logging.getLogger("autotune")
     if not any(isinstance(h, _ErrLines) for h in logger.handlers):
         logger.addHandler(_ErrLines())
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.WARNING)
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
 
 
 def emit_json(doc: Mapping[str, Any]) -> None:

@@ -176,9 +176,8 @@ def calibrate(
     """Simulate sampled kernels into a calibration table (or read an msprof profile), and
     optionally fit the analytic constants and the learned model on it."""
     # Long for its flags: typer reads the command line from this signature.
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from autotune.calibrate import DEFAULT_MODELS, calibrate_tables
+    from autotune.cli.progress import shown
     from costmodel.spec import load_target
     from search_space.atomic import output_path
 
@@ -217,11 +216,8 @@ def calibrate(
     else:
         with _executor(dask, jobs, dask_timeout) as executor:  # first: a bad address fails fast
             sources = _sources(list(models or DEFAULT_MODELS), seed)
-            with Progress(
-                "[bold]simulating[/]", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=err, transient=True,
-            ) as bar:  # fmt: skip
-                task = bar.add_task("kernels", total=None)
+            with shown("calibrating", "kernels simulated") as job:
+                job.phase("simulating")
                 summary = calibrate_tables(
                     sources,
                     tgt,
@@ -232,8 +228,8 @@ def calibrate(
                     jobs=jobs or os.cpu_count() or 1,
                     executor=executor,
                     command=command,
-                    progress=lambda n: bar.advance(task, n),
-                    on_total=lambda n: bar.update(task, total=n),
+                    progress=job.advance,
+                    on_total=job.total,
                 )
     if fit is not None:
         from costmodel.learned import fit_learned

@@ -159,16 +159,28 @@ def verify(
     """
     from autotune.apply import apply_plan
     from autotune.cli.codegen import codegen_check, print_codegen_check
+    from autotune.cli.progress import shown
     from autotune.verify import Status, graph_equivalence, verify_kernels
 
     pol = policy.load()
     proto, graph, record, tgt = model_and_plan_or_baseline(
         model, opts, plan, target, precision, pol
     )
-    equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
-    verdicts = verify_kernels(proto, graph, record.groups, tgt, pol, seed=seed)
+    with shown("verifying", "kernels checked") as job:
+        job.phase("fused model against the original")
+        equiv = graph_equivalence(proto, apply_plan(proto, graph, record.groups), graph, seed)
+        job.phase("each fused kernel")
+
+        def checked(done: int, total: int) -> None:
+            job.total(total)
+            job.advance()
+
+        groups = record.groups
+        verdicts = verify_kernels(proto, graph, groups, tgt, pol, seed=seed, progress=checked)
+        if codegen:
+            job.phase("generated Triton kernels")
+        generated = codegen_check(proto, graph, record, tgt, model, seed) if codegen else None
     unverified = sum(v.status is Status.UNVERIFIED for v in verdicts)
-    generated = codegen_check(proto, graph, record, tgt, model, seed) if codegen else None
     ok = bool(equiv["ok"]) and all(v.kept(pol.strict_safety) for v in verdicts)
     ok = ok and (generated is None or generated.ok)
     result = {

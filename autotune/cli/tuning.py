@@ -168,28 +168,54 @@ def _check_dataset(path: Path) -> None:
 def _run_with_progress(
     graph: Graph, cfg: TuneConfig, name: str, safety: Safety | None
 ) -> TuneResult:
-    """Run the study under a progress bar on stderr."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    """Run the study: on a terminal under a progress bar (phase, trials, best, time and the
+    trials' ETA) that stays when the run ends; elsewhere (a log, nohup, CI) with a line per
+    phase and every few trials on stderr (:mod:`autotune.progress`)."""
+    import logging
 
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from autotune.progress import LOGGER
     from autotune.tuner import tune_graph
 
+    if not err.is_terminal:
+        return tune_graph(graph, cfg, name=name, safety=safety)
     columns = (
         TextColumn("[bold]tuning[/] {task.description}: {task.fields[phase]}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total} trials"),
         TextColumn("best predicted {task.fields[best]}"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task(name, total=cfg.trials, best="-", phase="setup")
+    lines = logging.getLogger(LOGGER)  # the bar says what these lines would
+    level = lines.level
+    lines.setLevel(logging.WARNING)
+    try:
+        with Progress(*columns, console=err) as bar:
+            task = bar.add_task(name, total=cfg.trials, best="-", phase="setup")
 
-        def progress(n: int, best: float) -> None:
-            bar.update(task, completed=n, best=f"{best:.1f} us" if best < float("inf") else "-")
+            def progress(n: int, best: float) -> None:
+                shown = f"{best:.1f} us" if best < float("inf") else "-"
+                bar.update(task, completed=n, best=shown)
 
-        def phase(now: str) -> None:
-            bar.update(task, phase=now)
+            def phase(now: str) -> None:
+                bar.update(task, phase=now)
 
-        return tune_graph(graph, cfg, name=name, progress=progress, safety=safety, on_phase=phase)
+            result = tune_graph(
+                graph, cfg, name=name, progress=progress, safety=safety, on_phase=phase
+            )
+            bar.update(task, phase="done")
+            return result
+    finally:
+        lines.setLevel(level)
 
 
 def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> None:

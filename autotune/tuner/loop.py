@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import optuna
 
+from autotune.progress import LOGGER, Teller
 from autotune.tuner import steps
 from autotune.tuner.annotate import describe_outcome, describe_study
 from autotune.tuner.clock import Clock
@@ -84,7 +85,8 @@ def tune_graph(
     Args:
         graph, config: the model; study settings.
         name: a readable model name for the study and the plan.
-        progress, on_phase: told (trials done, best predicted) after each trial; the phase.
+        progress, on_phase: told (trials done, best predicted) after each trial; the phase
+            (both are also logged: :mod:`autotune.progress`).
         safety: verification hook (safe mode): every plan the study measures is checked
             first, with its failing kernels unfused, and their signatures are forbidden in
             the study's space from then on; the output plan's generated code is checked too
@@ -100,13 +102,14 @@ def tune_graph(
     if empty_tensors(graph):
         return no_work(graph, config, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
-    clock = Clock(on_phase)
+    told = Teller(config.trials, on_phase, progress)  # and logged, for those without a bar
+    clock = Clock(told.phase)
     with clock.phase("setup"):
         s = Session.open(graph, config, name, safety)
-    log.info(opening(s.study, s.storage_name, s.done))
+    logging.getLogger(LOGGER).info(opening(s.study, s.storage_name, s.done))
     s.clock = clock
     with s.dropped_on_failure():
-        return _tune(s, progress, safety)
+        return _tune(s, told.trial, safety)
 
 
 def _tune(

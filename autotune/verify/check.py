@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -245,6 +245,7 @@ def verify_kernels(
     rows: int = 64,
     input_scale: float = 1.0,
     known: MutableMapping[tuple[str, Any], KernelVerdict] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[KernelVerdict]:
     """Check the numerics of every distinct fused kernel of a plan, once per signature.
 
@@ -262,6 +263,7 @@ def verify_kernels(
         known: verdicts by (signature, :func:`numerics_key` of the config) from earlier
             calls on the same model, target and policy, reused instead of checked again (a
             study checks many plans that share kernels); new verdicts are added to it.
+        progress: told (signatures done, signatures) after each.
 
     Returns:
         One verdict per distinct multi-op signature, in plan order.
@@ -296,6 +298,8 @@ def verify_kernels(
             if v.status is Status.PASSED and policy.outlier_scale > input_scale:
                 v = _with_outliers(v, source, fg, pg.config, target, policy, rows, lowering)
             cache[key] = v
+        if progress is not None:
+            progress(k + 1, len(firsts))
         out.append(
             dataclasses.replace(v, members=tuple(members[sig]), views=tuple(sorted(views[sig])))
         )

@@ -18,8 +18,21 @@ from search_space import load_graph
 from search_space.rules import Policy
 
 runner = CliRunner()
-TUNE = ("tune", "zoo:bert-base", "--layers", "1", "--scale", "0.25", "--trials", "2",
-        "--cost", "analytic", "--polish", "0", "--unsafe")  # fmt: skip
+TUNE = (
+    "tune",
+    "zoo:bert-base",
+    "--layers",
+    "1",
+    "--scale",
+    "0.25",
+    "--trials",
+    "2",
+    "--cost",
+    "analytic",
+    "--polish",
+    "0",
+    "--unsafe",
+)
 
 
 def _tune(folder: Path, *extra: str, out: str = "p.json"):
@@ -86,9 +99,12 @@ def test_a_failed_start_leaves_no_empty_study_behind(tmp_path: Path, phase: str)
     that fails on a study it resumed keeps it, trials and all."""
     graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
     config = TuneConfig(
-        trials=2, cost="analytic", polish=0, storage=str(tmp_path / "s.journal"),
+        trials=2,
+        cost="analytic",
+        polish=0,
+        storage=str(tmp_path / "s.journal"),
         policy=Policy(safe_mode=False),
-    )  # fmt: skip
+    )
     with pytest.raises(_Stop):
         tune_graph(graph, config, name="bert", on_phase=_fail_at("trials"))
     assert _studies(tmp_path) == {}
@@ -105,9 +121,12 @@ def test_the_python_api_says_it_through_logging(
 ) -> None:
     graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
     config = TuneConfig(
-        trials=1, cost="analytic", polish=0, storage=str(tmp_path / "s.journal"),
+        trials=1,
+        cost="analytic",
+        polish=0,
+        storage=str(tmp_path / "s.journal"),
         policy=Policy(safe_mode=False),
-    )  # fmt: skip
+    )
     with caplog.at_level(logging.INFO, logger="autotune"):
         tune_graph(graph, config, name="bert")
         tune_graph(graph, config, name="bert")

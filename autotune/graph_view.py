@@ -10,6 +10,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from autotune.plotly_js import include
 from search_space.fusion import FusionContext
 from search_space.ir import Graph
 from search_space.space import FusionPlan
@@ -221,9 +222,12 @@ def kernel_graph(ctx: FusionContext) -> dict[str, list[list[Any]]]:
     }
 
 
-def candidates_page(graph: Graph, candidates: Sequence[dict[str, object]], title: str) -> str:
+def candidates_page(
+    graph: Graph, candidates: Sequence[dict[str, object]], title: str, plotly: str = "inline"
+) -> str:
     """``candidates --html``: the model's kernel graph before tuning, each data edge coloured
-    by its candidate's verdict, as one self-contained page (plotly inlined)."""
+    by its candidate's verdict, as one page (plotly.js as ``plotly`` says:
+    :mod:`autotune.plotly_js`)."""
     kg = kernel_graph(FusionContext(graph))
     names = [n for n, _ in kg["ops"]]
     fig = candidates_graph([(n, t) for n, t in kg["ops"]], kg["edges"], candidates)
@@ -233,6 +237,8 @@ def candidates_page(graph: Graph, candidates: Sequence[dict[str, object]], title
         f"<title>{html.escape(title)}: candidate fusions</title></head><body>"
         f"<h1>{html.escape(title)}</h1><p>{len(names)} kernels unfused, {len(candidates)} "
         f"candidate groups, {fused} worth fusing.</p>"
-        + fig.to_html(full_html=False, include_plotlyjs=True, div_id="fig-candidates")
+        + fig.to_html(
+            full_html=False, include_plotlyjs=include(plotly, True), div_id="fig-candidates"
+        )
         + "</body></html>"
     )

@@ -15,6 +15,7 @@ import optuna
 import plotly.graph_objects as go
 
 from autotune.graph_view import BOUND_COLOURS, colour, fused_graph
+from autotune.plotly_js import check_mode, include, write_bundle
 from costmodel.spec import HardwareSpec
 from search_space.space import FusionPlan
 
@@ -181,8 +182,11 @@ def figures(
     return out
 
 
-def page(plan: FusionPlan, sections: list[tuple[str, go.Figure | None, str]]) -> str:
-    """The HTML page: plotly.js inlined once, then every section in order."""
+def page(
+    plan: FusionPlan, sections: list[tuple[str, go.Figure | None, str]], plotly: str = "inline"
+) -> str:
+    """The HTML page: plotly.js once (inline, or its script tag: :mod:`autotune.plotly_js`),
+    then every section in order."""
     fused = sum(1 for g in plan.groups if len(g.ops) > 1)
     measured = f"{plan.measured_us:.1f} us simulated" if plan.measured_us else "not measured"
     parts = [
@@ -197,7 +201,8 @@ def page(plan: FusionPlan, sections: list[tuple[str, go.Figure | None, str]]) ->
         if fig is None:
             parts.append(f"<p class='missing'>{html.escape(key)}: {html.escape(why)}</p>")
         else:
-            parts.append(fig.to_html(full_html=False, include_plotlyjs=first, div_id=f"fig-{key}"))
+            js = include(plotly, first)
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=js, div_id=f"fig-{key}"))
             first = False
         parts.append("</section>")
     if first:  # no figure at all: still a page that loads nothing from the network
@@ -213,9 +218,11 @@ def write_page(
     storage: str | None = None,
     study: str | None = None,
     step: Callable[[str], None] | None = None,
+    plotly: str = "inline",
 ) -> Path:
     """Write the plan's page to ``path`` (atomically; never over the plan or the storage);
-    with ``storage``, the study (``study``, or the one the plan names) is plotted too.
+    with ``storage``, the study (``study``, or the one the plan names) is plotted too;
+    ``plotly``: where the page gets plotly.js (:mod:`autotune.plotly_js`).
 
     Raises:
         AutotuneError: a storage or study that cannot be found.
@@ -239,7 +246,8 @@ def write_page(
                 f"storage '{storage}' has no study '{name}'; give --study NAME"
             ) from None
     sections = figures(record, plan_target(record).spec, loaded, step)
-    out = atomic_write_text(path, page(record, sections))
+    write_bundle(check_mode(plotly), path)
+    out = atomic_write_text(path, page(record, sections, plotly))
     if step is not None:
         step("written")
     return out

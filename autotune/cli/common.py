@@ -42,6 +42,7 @@ __all__ = [
     "JsonOpt",
     "ModelArg",
     "ModelOptions",
+    "PlotlyOpt",
     "PolicyFlags",
     "PrecisionOpt",
     "SetOpt",
@@ -119,6 +120,14 @@ ModelArg = Annotated[
     str, typer.Argument(help="An ONNX file, or zoo:NAME (see `autotune zoo list`).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+PlotlyOpt = Annotated[
+    str,
+    typer.Option(
+        "--plotly",
+        help="Where an HTML page gets plotly.js: inline (in the page, ~4.8 MB), cdn (a script "
+        "from plotly's CDN) or directory (plotly.min.js beside the page, shared).",
+    ),
+]
 TargetOpt = Annotated[str, typer.Option(help="Target name or a spec .toml path.")]
 SetOpt = Annotated[
     list[str] | None,

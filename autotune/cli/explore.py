@@ -16,6 +16,7 @@ from autotune.cli.common import (
     JsonOpt,
     ModelArg,
     ModelOptions,
+    PlotlyOpt,
     PolicyFlags,
     PrecisionOpt,
     SetOpt,
@@ -204,11 +205,14 @@ def candidates(
         Path | None,
         typer.Option(help="Also write the graph, each edge coloured by its verdict (HTML)."),
     ] = None,
+    plotly: PlotlyOpt = "inline",
 ) -> None:
     """What fusion would buy: every candidate group, its benefit and verdict."""
     from autotune.candidates import analyse_candidates
+    from autotune.plotly_js import check_mode, write_bundle
     from costmodel.spec import load_target
 
+    check_mode(plotly)
     if html is not None:
         output_path(html, {"model": opts.file(model)})
     graph = opts.graph(model)
@@ -219,7 +223,8 @@ def candidates(
     if html is not None:
         from autotune.graph_view import candidates_page
 
-        atomic_write_text(html, candidates_page(graph, result["candidates"], model))
+        write_bundle(plotly, html)
+        atomic_write_text(html, candidates_page(graph, result["candidates"], model, plotly))
         err.print(f"wrote {html}", highlight=False)
     if json_out:
         emit_json(result)

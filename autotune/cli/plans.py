@@ -14,6 +14,7 @@ from autotune.cli.common import (
     JsonOpt,
     ModelArg,
     ModelOptions,
+    PlotlyOpt,
     PolicyFlags,
     emit_json,
     err,
@@ -41,14 +42,17 @@ def report(
     study: Annotated[
         str | None, typer.Option(help="The study (default: the one the plan names).")
     ] = None,
+    plotly: PlotlyOpt = "inline",
 ) -> None:
     """Report on a saved plan: safe-fusion counts, per-kernel table, speedups."""
+    from autotune.plotly_js import check_mode
     from autotune.report import plan_report
     from search_space.space import FusionPlan
 
+    check_mode(plotly)
     record = FusionPlan.load(plan)
     if html is not None:
-        _write_html(record, plan, html, storage, study)
+        _write_html(record, plan, html, storage, study, plotly)
     rep = plan_report(record)
     if json_out:
         emit_json(rep)
@@ -84,7 +88,7 @@ def report(
 
 
 def _write_html(
-    record: Any, plan: Path, path: Path, storage: str | None, study: str | None
+    record: Any, plan: Path, path: Path, storage: str | None, study: str | None, plotly: str
 ) -> None:
     """The plan's HTML page (``report --html``), built under a progress bar."""
     from rich.progress import Progress
@@ -97,7 +101,7 @@ def _write_html(
         def step(what: str) -> None:
             bar.update(task, advance=1, description=f"report: {what}")
 
-        write_page(record, plan, path, storage, study, step)
+        write_page(record, plan, path, storage, study, step, plotly)
     err.print(f"wrote {path}", highlight=False)
 
 

@@ -115,10 +115,22 @@ def test_the_dashboard_shows_the_study_and_its_trials(browser: Any, tuned: Path)
 
 
 def test_the_candidates_page_draws_each_verdict(browser: Any, tmp_path: Path) -> None:
+    """Drawn from plotly.min.js beside the page (``--plotly directory``), offline."""
     page = tmp_path / "cand.html"
     res = CliRunner().invoke(
         app,
-        ["candidates", "zoo:bert-base", "--layers", "1", "--scale", "0.25", "--html", str(page)],
+        [
+            "candidates",
+            "zoo:bert-base",
+            "--layers",
+            "1",
+            "--scale",
+            "0.25",
+            "--html",
+            str(page),
+            "--plotly",
+            "directory",
+        ],
     )
     assert res.exit_code == 0, res.output
     browser.get(page.as_uri())

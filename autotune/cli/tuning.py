@@ -242,6 +242,21 @@ def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> N
         "speedup",
         f"{times(result.speedup('none'))} vs none, {times(result.speedup('greedy'))} vs greedy",
     )
+    gap = result.gap_to_optimal()
+    if gap is not None:
+        table.add_row(
+            "exact optimum (predicted)",
+            f"{result.optimal_predicted_us:.1f} us; this plan {result.predicted_us:.1f} us "
+            f"predicted, {gap:+.1%}",
+        )
+    if result.trials_since_best is not None:
+        since = result.trials_since_best
+        table.add_row(
+            "search",
+            f"no gain in the last {since} of {result.trials} trials"
+            if since
+            else "the last trial improved the best: more trials may gain",
+        )
     if result.report:
         table.add_row("safe fusion", ", ".join(f"{k} {v}" for k, v in result.report.items()))
     table.add_row("plan", f"{path} ({len(result.plan.groups)} kernels)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import optuna
 
@@ -158,4 +158,18 @@ def _tune(
         pareto=tuple(pareto),
         interrupted=interrupted,
         report=report,
+        optimal_predicted_us=s.study.user_attrs.get("baselines_predicted_us", {}).get("optimal"),
+        trials_since_best=None if config.multi else since_best(s.complete()),
     )
+
+
+def since_best(trials: Sequence[optuna.trial.FrozenTrial]) -> int:
+    """Complete trials (in the order they ran) after the last one that improved the best
+    value: 0 when the last trial is the best so far."""
+    best, since = float("inf"), 0
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.values and t.values[0] < best:
+            best, since = t.values[0], 0
+        else:
+            since += 1
+    return since

@@ -68,6 +68,12 @@ class TuneResult:
         pareto: the front of a two-objective study (trial, latency_us, memory_mb).
         interrupted: Ctrl-C ended the trials; the plan is the best found so far.
         report: safe-fusion counts.
+        optimal_predicted_us: the exact additive optimum under the study's cost model, where
+            it was found within its work bounds (None otherwise): how far the search is from
+            the best the model can say.
+        trials_since_best: complete trials since the best predicted value last improved (a
+            search that has converged gains nothing in its last trials; None for two
+            objectives).
     """
 
     plan: FusionPlan
@@ -80,6 +86,14 @@ class TuneResult:
     pareto: Sequence[Mapping[str, Any]] = ()
     interrupted: bool = False
     report: Mapping[str, int] = field(default_factory=dict)
+    optimal_predicted_us: float | None = None
+    trials_since_best: int | None = None
+
+    def gap_to_optimal(self) -> float | None:
+        """The plan's predicted latency over the exact optimum's, less 1 (0: the optimum)."""
+        if not self.optimal_predicted_us:
+            return None
+        return self.predicted_us / self.optimal_predicted_us - 1
 
     def speedup(self, baseline: str) -> float | None:
         """Baseline latency over the plan's (None where the baseline failed to run, or the
@@ -100,5 +114,8 @@ class TuneResult:
             "pareto": [dict(p) for p in self.pareto],
             "interrupted": self.interrupted,
             "report": dict(self.report),
+            "optimal_predicted_us": self.optimal_predicted_us,
+            "gap_to_optimal": self.gap_to_optimal(),
+            "trials_since_best": self.trials_since_best,
             "plan": self.plan.to_json(),
         }

@@ -43,8 +43,12 @@ def tune(
     set_: SetOpt = None,
     precision: PrecisionOpt = "auto",
     trials: Annotated[
-        int, typer.Option(help="Trials to add to the study; 0: the plan its storage holds.")
-    ] = 120,
+        str,
+        typer.Option(
+            help="Trials to add to the study; 0: the plan its storage holds; auto: up to 400, "
+            "stopping once 30 in a row gained nothing."
+        ),
+    ] = "120",
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     sampler: Annotated[str, typer.Option(help="tpe, random, cmaes, gp or nsga2.")] = "tpe",
     strategy: Annotated[str, typer.Option(help="joint or bilevel.")] = "bilevel",
@@ -102,11 +106,13 @@ def tune(
     # Long for its flags: typer reads the command line from this signature.
     from autotune.tuner import TuneConfig, make_safety
     from autotune.tuner.annotate import upload_artifact_file
+    from autotune.tuner.config import trials_arg
     from autotune.tuner.study import journal_path
     from costmodel.spec import load_target
     from search_space.atomic import output_path
 
     # fail before the study, not after it; and never write over what the run reads
+    count, patience = trials_arg(trials)
     given = opts.file(model)
     journal = journal_path(storage)
     output_path(output, {"model": given, "study's storage": journal, "--dataset": dataset})
@@ -121,7 +127,8 @@ def tune(
         target=target,
         sets=tuple(set_ or ()),
         precision=precision,
-        trials=trials,
+        trials=count,
+        patience=patience,
         timeout=timeout,
         sampler=sampler,
         strategy=strategy,

@@ -9,7 +9,10 @@ from autotune.exceptions import AutotuneError
 from autotune.tuner.evaluator import COSTS
 from search_space.rules import Policy
 
-__all__ = ["OBJECTIVES", "TuneConfig"]
+__all__ = ["AUTO_PATIENCE", "AUTO_TRIALS", "OBJECTIVES", "TuneConfig", "trials_arg"]
+
+AUTO_TRIALS = 400  # --trials auto: at most this many trials...
+AUTO_PATIENCE = 30  # ...stopping once this many in a row gained nothing
 
 OBJECTIVES = ("latency", "latency,memory")
 
@@ -22,6 +25,7 @@ class TuneConfig:
     sets: tuple[str, ...] = ()
     precision: str = "auto"
     trials: int = 120
+    patience: int = 0  # >0: stop once this many trials in a row gained nothing (--trials auto)
     timeout: float | None = None
     sampler: str = "tpe"
     strategy: str = "bilevel"
@@ -55,6 +59,8 @@ class TuneConfig:
             raise AutotuneError(
                 f"--trials must be >= 0 (0: pick from the study's storage), but got {self.trials}"
             )
+        if self.patience < 0:
+            raise AutotuneError(f"patience must be >= 0 (0: run every trial), not {self.patience}")
         if self.new and self.trials == 0:
             raise AutotuneError(
                 "--new starts a study with no trials, and --trials 0 picks from an existing "
@@ -70,3 +76,20 @@ class TuneConfig:
             raise AutotuneError(f"--retrain-every must be >= 1, but got {self.retrain_every}")
         if self.cost not in COSTS:
             raise AutotuneError(f"unknown cost model '{self.cost}'; available: {', '.join(COSTS)}")
+
+
+def trials_arg(text: str) -> tuple[int, int]:
+    """``--trials``: N trials (no patience), or ``auto``: up to :data:`AUTO_TRIALS`, stopping
+    once :data:`AUTO_PATIENCE` trials in a row gained nothing; (trials, patience).
+
+    Raises:
+        AutotuneError: neither a whole number nor ``auto``.
+    """
+    if text.strip().lower() == "auto":
+        return AUTO_TRIALS, AUTO_PATIENCE
+    try:
+        return int(text), 0
+    except ValueError:
+        raise AutotuneError(
+            f"--trials must be a number of trials or 'auto' (stop at convergence), not {text!r}"
+        ) from None

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import optuna
 
 from autotune.exceptions import AutotuneError
+from autotune.progress import LOGGER
 from autotune.tuner.annotate import ORIGIN, describe_trial
 from autotune.tuner.journal import batched_params
 from autotune.tuner.leases import Lease, reap
@@ -159,17 +160,37 @@ class OnTrial:
     def __init__(self, s: Session, progress: Callable[[int, float], None] | None) -> None:
         self.s, self.progress = s, progress
         self.n, self.best = 0, math.inf
+        # patience counts from the study's best so far (a resumed study's too)
+        self.gainless, self.study_best = (
+            0,
+            min((t.values[0] for t in s.complete() if t.values), default=math.inf),
+        )
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         self.n += 1
         if trial.state == COMPLETE and trial.values:
             self.best = min(self.best, trial.values[0])
+        self._patience(study, trial)
         if self.n % self.s.config.measure_every == 0:
             measure_best(self.s)
         if self.n % LOCAL_EVERY == 0 and not self.s.config.multi:
             local_search(self.s)
         if self.progress is not None:
             self.progress(self.n, self.best)
+
+    def _patience(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """With ``patience`` (``--trials auto``), stop the study once that many trials in a
+        row have not improved its best predicted value."""
+        value = trial.values[0] if trial.state == COMPLETE and trial.values else math.inf
+        if value < self.study_best:
+            self.study_best, self.gainless = value, 0
+        else:
+            self.gainless += 1
+        patience = self.s.config.patience
+        if patience and self.gainless >= patience and not self.s.config.multi:
+            told = logging.getLogger(LOGGER)
+            told.info("no gain in the last %d trials: the search has converged", patience)
+            study.stop()
 
 
 def run_trials(s: Session, progress: Callable[[int, float], None] | None = None) -> bool:

@@ -65,3 +65,34 @@ def test_the_summary_gives_the_gap_to_the_optimum_and_the_trials_without_gain(
     assert table.exit_code == 0, table.stderr
     assert "exact optimum (predicted)" in table.stdout
     assert "no gain in the last" in table.stdout or "the last trial improved" in table.stdout
+
+
+def test_patience_stops_a_study_once_its_trials_gain_nothing(tmp_path: Path) -> None:
+    """``--trials auto`` is at most AUTO_TRIALS trials with AUTO_PATIENCE; from Python any
+    patience: the study stops after that many trials in a row that did not improve its
+    best, counted in trials (work), never in seconds."""
+    from autotune.tuner import TuneConfig, tune_graph
+    from autotune.tuner.config import AUTO_PATIENCE, AUTO_TRIALS, trials_arg
+    from autotune.zoo import build
+    from search_space import load_graph
+    from search_space.rules import Policy
+
+    assert trials_arg("auto") == (AUTO_TRIALS, AUTO_PATIENCE) and trials_arg("7") == (7, 0)
+    graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
+    config = TuneConfig(
+        trials=200,
+        patience=5,
+        cost="analytic",
+        polish=0,
+        seed=1,
+        storage=str(tmp_path / "s.journal"),
+        policy=Policy(safe_mode=False),
+    )
+    result = tune_graph(graph, config, name="bert")
+    assert result.trials < 200 and result.trials_since_best == 5
+
+
+def test_a_bad_trials_value_is_one_line() -> None:
+    res = runner.invoke(app, ["tune", "zoo:bert-base", "--trials", "lots"])
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.exit_code == 1 and len(lines) == 1 and "'auto'" in lines[0]

@@ -6,7 +6,7 @@ from typing import Any
 
 from search_space.space import FusionPlan
 
-__all__ = ["plan_report"]
+__all__ = ["folded_kernels", "plan_report"]
 
 
 def plan_report(plan: FusionPlan) -> dict[str, Any]:
@@ -51,3 +51,29 @@ def plan_report(plan: FusionPlan) -> dict[str, Any]:
     if plan.predicted_us and predicted.get("none"):
         out["speedup_vs_none_estimated"] = predicted["none"] / plan.predicted_us
     return out
+
+
+def folded_kernels(plan: FusionPlan) -> list[dict[str, Any]]:
+    """The report's kernels with repeated layers folded: kernels of one structure (the same
+    kind, tiles, latencies, bound and verdict over ops of equal structural hashes, as the
+    plan's kernel graph records them; views and constants, which it does not hold, aside)
+    are one row with their ``count``, in the order each first appears; a plan without the
+    hashes folds nothing. Each row: ``name`` (the first
+    kernel's first op, ``+N`` for its other ops), ``count``, ``kind``, ``tiles`` (the config
+    in short), ``us_unfused``, ``us``, ``bound`` and ``verdict`` of :func:`plan_report`."""
+    graph = plan.meta.get("graph") or {}
+    same = dict(zip((n for n, _ in graph.get("ops", [])), graph.get("same", []), strict=False))
+    rows: dict[Any, dict[str, Any]] = {}
+    for i, (g, k) in enumerate(zip(plan.groups, plan_report(plan)["per_kernel"], strict=True)):
+        tiles = g.config.short() if g.config else "-"
+        shape = tuple(same[n] for n in g.ops if n in same)  # views and constants have none
+        us = tuple(round(k[f], 3) if k[f] is not None else None for f in ("us", "us_unfused"))
+        key = (g.kind, tiles, shape, us, k["bound"], k["verdict"])
+        if not shape:
+            key = (i,)  # nothing to know it by: not folded
+        if key in rows:
+            rows[key]["count"] += 1
+            continue
+        extra = f" +{len(g.ops) - 1}" if len(g.ops) > 1 else ""
+        rows[key] = {**k, "name": g.ops[0] + extra, "count": 1, "tiles": tiles}
+    return list(rows.values())

@@ -46,7 +46,7 @@ def report(
 ) -> None:
     """Report on a saved plan: safe-fusion counts, per-kernel table, speedups."""
     from autotune.plotly_js import check_mode
-    from autotune.report import plan_report
+    from autotune.report import folded_kernels, plan_report
     from search_space.space import FusionPlan
 
     check_mode(plotly)
@@ -71,14 +71,17 @@ def report(
         if key in rep:
             head.add_row(key.replace("_", " "), f"{rep[key]:.2f}x")
     out.print(head)
-    table = Table(title="kernels")
-    for col in ("kernel", "kind", "us unfused", "us", "bound", "verdict"):
-        table.add_column(col)
-    for k in rep["per_kernel"]:
-        name = k["ops"][0] + (f" +{len(k['ops']) - 1}" if len(k["ops"]) > 1 else "")
+    rows = folded_kernels(record)
+    table = Table(title=f"kernels ({len(record.groups)}; repeated ones folded: x N)")
+    table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=40)
+    for col in ("x", "kind", "tiles", "unfused, predicted us", "simulated us", "bound", "verdict"):
+        table.add_column(col, no_wrap=col == "tiles")
+    for k in rows:
         table.add_row(
-            escape(name),
+            escape(k["name"]),
+            str(k["count"]),
             k["kind"],
+            escape(k["tiles"]),
             f"{k['us_unfused']:.1f}" if k["us_unfused"] is not None else "-",
             f"{k['us']:.1f}" if k["us"] is not None else "-",
             k["bound"],

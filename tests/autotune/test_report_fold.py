@@ -1,0 +1,75 @@
+"""``report``'s kernel table (issue 46, item 5, in part): repeated layers folded with a count,
+a tile-config column, latencies labelled with their kind and unit."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.report import folded_kernels, plan_report
+from search_space.space import FusionPlan
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("fold")
+    res = runner.invoke(
+        app,
+        [
+            "tune",
+            "zoo:bert-base",
+            "--layers",
+            "3",
+            "--scale",
+            "0.25",
+            "--trials",
+            "2",
+            "--cost",
+            "analytic",
+            "--polish",
+            "0",
+            "--unsafe",
+            "--storage",
+            str(folder / "s.journal"),
+            "-o",
+            str(folder / "plan.json"),
+        ],
+    )
+    assert res.exit_code == 0, res.stderr
+    return folder / "plan.json"
+
+
+def test_folding_keeps_every_kernel_and_joins_only_equal_ones(plan: Path) -> None:
+    record = FusionPlan.load(plan)
+    rows = folded_kernels(record)
+    assert sum(r["count"] for r in rows) == len(record.groups)
+    assert any(r["count"] == 3 for r in rows)  # three identical layers fold
+    per_kernel = plan_report(record)["per_kernel"]
+    for row in rows:  # a folded row stands for kernels of its kind, tiles and latency
+        alike = [
+            (g, k)
+            for g, k in zip(record.groups, per_kernel, strict=True)
+            if g.kind == row["kind"] and g.config.short() == row["tiles"] and k["us"] == row["us"]
+        ]
+        assert len(alike) >= row["count"]
+
+
+def test_a_plan_without_its_kernel_graph_folds_nothing(plan: Path) -> None:
+    record = FusionPlan.load(plan)
+    bare = dataclasses.replace(record, meta={k: v for k, v in record.meta.items() if k != "graph"})
+    assert [r["count"] for r in folded_kernels(bare)] == [1] * len(record.groups)
+
+
+def test_the_table_names_its_units_and_tiles(plan: Path) -> None:
+    res = runner.invoke(app, ["report", str(plan)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.stderr
+    for header in ("tiles", "unfused, predicted us", "simulated us", " x "):
+        assert header in res.stdout, header
+    first = FusionPlan.load(plan).groups[2].config.short()
+    assert first in res.stdout

@@ -94,6 +94,69 @@ def kernel_bars(plan: FusionPlan) -> go.Figure:
     return fig
 
 
+def parity(plan: FusionPlan) -> go.Figure | None:
+    """Each kernel's predicted latency (the study's cost model) against its simulated one,
+    coloured by kind, with the line where they agree; beside it, each kind's log residuals
+    ln(predicted / simulated): where the model a plan was chosen by errs, and which way."""
+    from plotly.colors import qualitative
+    from plotly.subplots import make_subplots
+
+    rows = plan.meta.get("kernels") or []
+    pairs = [
+        (g, r["us_predicted"], r["us"])
+        for g, r in zip(plan.groups, rows, strict=False)
+        if r.get("us_predicted") and r.get("us")
+    ]
+    if not pairs:
+        return None
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.6, 0.4],
+        subplot_titles=("predicted against simulated (us)", "ln(predicted / simulated) by kind"),
+    )
+    palette = qualitative.Plotly
+    for n, kind in enumerate(sorted({g.kind for g, _, _ in pairs})):
+        mine = [(g, p, m) for g, p, m in pairs if g.kind == kind]
+        hue = palette[n % len(palette)]  # one colour per kind in both panels
+        fig.add_scatter(
+            x=[m for _, _, m in mine],
+            y=[p for _, p, _ in mine],
+            mode="markers",
+            name=kind,
+            legendgroup=kind,
+            marker_color=hue,
+            text=[_label(g.ops) for g, _, _ in mine],
+            row=1,
+            col=1,
+            hovertemplate="%{text}<br>simulated %{x:.2f} us, predicted %{y:.2f} us<extra></extra>",
+        )
+        fig.add_box(
+            y=[math.log(p / m) for _, p, m in mine],
+            name=kind,
+            legendgroup=kind,
+            showlegend=False,
+            marker_color=hue,
+            boxpoints="all",
+            row=1,
+            col=2,
+        )
+    top = max(max(p, m) for _, p, m in pairs)
+    fig.add_scatter(
+        x=[0, top],
+        y=[0, top],
+        mode="lines",
+        name="predicted = simulated",
+        line={"dash": "dot", "color": "#888"},
+        row=1,
+        col=1,
+    )
+    fig.update_xaxes(title_text="simulated us", row=1, col=1)
+    fig.update_yaxes(title_text="predicted us", row=1, col=1)
+    fig.update_layout(title=f"Trust: the {plan.cost_model or 'cost'} model against the simulator")
+    return fig
+
+
 def roofline(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
     """The kernels by arithmetic intensity (FLOPs per HBM byte) and achieved FLOP rate,
     under the cube peak and the HBM roof."""
@@ -157,6 +220,10 @@ def occupancy(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
     return fig
 
 
+# the page's sections, in order (``report --html`` counts them as they are drawn)
+SECTIONS = ("history", "importances", "kernels", "parity", "roofline", "buffers", "graph")
+
+
 def figures(
     plan: FusionPlan,
     spec: HardwareSpec,
@@ -173,6 +240,8 @@ def figures(
     out.append(("importances", importances(study) if study else None, no_study))
     tell("kernels")
     out.append(("kernels", kernel_bars(plan), ""))
+    tell("parity")
+    out.append(("parity", parity(plan), "plan written before per-kernel predictions were kept"))
     tell("roofline")
     out.append(("roofline", roofline(plan, spec), "no kernel FLOPs in this plan"))
     tell("buffers")

@@ -93,16 +93,16 @@ def report(
 def _write_html(
     record: Any, plan: Path, path: Path, storage: str | None, study: str | None, plotly: str
 ) -> None:
-    """The plan's HTML page (``report --html``), built under a progress bar."""
-    from rich.progress import Progress
+    """The plan's HTML page (``report --html``), its sections counted as they are drawn."""
+    from autotune.cli.progress import shown
+    from autotune.report_html import SECTIONS, write_page
 
-    from autotune.report_html import write_page
+    with shown("report", "sections drawn", total=len(SECTIONS), phase_lines=False) as job:
 
-    with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("report", total=7)
-
-        def step(what: str) -> None:
-            bar.update(task, advance=1, description=f"report: {what}")
+        def step(what: str) -> None:  # told as a section starts, then "written" at the end
+            if what != SECTIONS[0]:
+                job.advance()  # the section before it is drawn
+            job.phase(what)
 
         write_page(record, plan, path, storage, study, step, plotly)
     err.print(f"wrote {path}", highlight=False)

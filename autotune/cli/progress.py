@@ -20,14 +20,16 @@ log = logging.getLogger(LOGGER)
 class Shown:
     """What a job tells: the phase it enters, the total of its counted units, each unit done."""
 
-    def __init__(self, counter: Counter, bar: Any = None, task: Any = None) -> None:
+    def __init__(
+        self, counter: Counter, bar: Any = None, task: Any = None, lines: bool = True
+    ) -> None:
         self.counter, self.bar, self.task = counter, bar, task
-        self._seen: set[str] = set()
+        self._seen: set[str] = set() if lines else {""}
 
     def phase(self, name: str) -> None:
         if self.bar is not None:
             self.bar.update(self.task, phase=name)
-        elif name not in self._seen:
+        elif name not in self._seen and "" not in self._seen:
             log.info("phase: %s", name)
         self._seen.add(name)
 
@@ -44,11 +46,14 @@ class Shown:
 
 
 @contextlib.contextmanager
-def shown(label: str, what: str, total: int | None = None) -> Iterator[Shown]:
-    """Progress of a job named ``label`` counting ``what`` (``kernels checked``)."""
+def shown(
+    label: str, what: str, total: int | None = None, phase_lines: bool = True
+) -> Iterator[Shown]:
+    """Progress of a job named ``label`` counting ``what`` (``kernels checked``); off a
+    terminal, ``phase_lines`` False leaves the phases to the bar (a job whose count says it)."""
     counter = Counter(what, total)
     if not err.is_terminal:
-        yield Shown(counter)
+        yield Shown(counter, lines=phase_lines)
         return
     from rich.progress import (
         BarColumn,

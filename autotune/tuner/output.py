@@ -19,17 +19,20 @@ __all__ = ["census", "graph_record", "kernel_rows", "no_work", "plan_record"]
 
 
 def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
-    """Per kernel of the final plan: simulated latency and bound, and what its ops cost unfused
-    (each op alone at its default config), for the report."""
+    """Per kernel of the final plan: simulated latency and bound, the study's model's
+    prediction of it, and what its ops cost unfused (each op alone at its default config,
+    predicted), for the report."""
     kernels = s.ev.kernels(plan)
     costs = s.ev.simulator.evaluate(kernels)
+    predicted = s.ev.kernel_latencies(plan)
     rows = []
-    for g, k, c in zip(plan.groups, kernels, costs, strict=True):
+    for g, k, c, p in zip(plan.groups, kernels, costs, predicted, strict=True):
         ops = [n for n in g.ops if n in s.ctx.index]
         before = sum(s.oracle.default_cost(s.ctx.group([n])) for n in ops)
         rows.append(
             {
                 "us": c.latency_us,
+                "us_predicted": p,
                 "us_unfused": before,
                 "bound": c.bound,
                 "unit": k.unit,

@@ -84,7 +84,7 @@ def test_the_report_page_draws_every_kernel_and_group(browser: Any, tuned: Path)
     fused = sum(1 for g in plan["groups"] if len(g["ops"]) > 1)
     browser.get((tuned / "report.html").as_uri())
     count = "return document.querySelectorAll(arguments[0]).length"
-    _until(lambda: browser.execute_script(count, ".js-plotly-plot .main-svg") >= 6, "6 plots")
+    _until(lambda: browser.execute_script(count, ".js-plotly-plot .main-svg") >= 7, "7 plots")
     bars = browser.execute_script(
         "return Array.from(document.querySelectorAll('#fig-kernels .trace.bars'))"
         ".map(t => t.querySelectorAll('.point').length)"
@@ -92,6 +92,10 @@ def test_the_report_page_draws_every_kernel_and_group(browser: Any, tuned: Path)
     assert bars == [len(plan["groups"])] * 2  # unfused and fused, one bar per kernel each
     assert browser.execute_script(count, "#fig-graph .shapelayer path") == fused
     assert browser.execute_script(count, "#fig-history .scatterlayer .trace") == 2
+    # the parity plot: a trace per kernel kind and the predicted = simulated line, a box each
+    kinds = len({g["kind"] for g in plan["groups"]})
+    assert browser.execute_script(count, "#fig-parity .scatterlayer .trace") == kinds + 1
+    assert browser.execute_script(count, "#fig-parity .boxlayer .trace") == kinds
     assert _errors(browser) == []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "report.png"))

@@ -28,9 +28,20 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("report")
     res = CliRunner().invoke(
         app,
-        ["tune", "zoo:bert-base", *ZOO, "--trials", "8", "--cost", "analytic",
-         "-o", str(folder / "plan.json"), "--storage", str(folder / "s.journal")],
-    )  # fmt: skip
+        [
+            "tune",
+            "zoo:bert-base",
+            *ZOO,
+            "--trials",
+            "8",
+            "--cost",
+            "analytic",
+            "-o",
+            str(folder / "plan.json"),
+            "--storage",
+            str(folder / "s.journal"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     return folder
 
@@ -49,9 +60,15 @@ def test_the_page_is_one_file_that_loads_nothing(tuned: Path) -> None:
     page = tuned / "report.html"
     res = CliRunner().invoke(
         app,
-        ["report", str(tuned / "plan.json"), "--html", str(page),
-         "--storage", str(tuned / "s.journal")],
-    )  # fmt: skip
+        [
+            "report",
+            str(tuned / "plan.json"),
+            "--html",
+            str(page),
+            "--storage",
+            str(tuned / "s.journal"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     text = page.read_text()
     assert not re.search(r"<script[^>]+src=", text)  # plotly inlined, no network
@@ -96,7 +113,41 @@ def test_the_page_never_overwrites_the_plan_and_names_a_missing_study(tuned: Pat
     out = tuned / "other.html"
     res = runner.invoke(
         app,
-        ["report", str(plan), "--html", str(out), "--storage", str(tuned / "s.journal"),
-         "--study", "nope"],
-    )  # fmt: skip
+        [
+            "report",
+            str(plan),
+            "--html",
+            str(out),
+            "--storage",
+            str(tuned / "s.journal"),
+            "--study",
+            "nope",
+        ],
+    )
     assert res.exit_code == 1 and "no study 'nope'" in res.stderr and not out.exists()
+
+
+def test_the_parity_plot_holds_each_kernels_prediction_and_simulation(tuned: Path) -> None:
+    """Trust at a glance (issue 46, item 4): per kernel, the study's prediction against the
+    simulator; the predictions are the ones the plan's predicted_us sums."""
+    import dataclasses
+    import math
+
+    plan = FusionPlan.load(tuned / "plan.json")
+    rows = plan.meta["kernels"]
+    assert sum(r["us_predicted"] for r in rows) == pytest.approx(plan.predicted_us, rel=1e-6)
+    fig, _ = _sections(tuned, with_study=False)["parity"]
+    points = [t for t in fig.data if t.type == "scatter" and t.mode == "markers"]
+    assert sum(len(t.x) for t in points) == len(plan.groups)
+    boxes = [t for t in fig.data if t.type == "box"]
+    logs = sorted(v for t in boxes for v in t.y)
+    assert logs == pytest.approx(sorted(math.log(r["us_predicted"] / r["us"]) for r in rows))
+    older = dataclasses.replace(
+        plan,
+        meta={
+            **plan.meta,
+            "kernels": [{k: v for k, v in r.items() if k != "us_predicted"} for r in rows],
+        },
+    )
+    spec = load_target(plan.target).spec
+    assert {k: f for k, f, _ in figures(older, spec, None)}["parity"] is None

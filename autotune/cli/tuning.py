@@ -32,6 +32,17 @@ if TYPE_CHECKING:  # annotations only: the commands import what they run
 __all__ = ["tune"]
 
 
+def _trials_word(value: str) -> str:
+    """``--trials``: a whole number or ``auto``, else a usage error (exit 2, as for any flag
+    of the wrong type)."""
+    if value.strip().lower() != "auto":
+        try:
+            int(value)
+        except ValueError:
+            raise typer.BadParameter("give a number of trials, or 'auto'") from None
+    return value
+
+
 @user_errors
 @model_options()
 @policy_options(*POLICY_FLAGS)
@@ -46,7 +57,8 @@ def tune(
         str,
         typer.Option(
             help="Trials to add to the study; 0: the plan its storage holds; auto: up to 400, "
-            "stopping once 30 in a row gained nothing."
+            "stopping once 30 in a row gained nothing.",
+            callback=_trials_word,
         ),
     ] = "120",
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,

@@ -68,7 +68,7 @@ def folded_kernels(plan: FusionPlan) -> list[dict[str, Any]]:
         tiles = g.config.short() if g.config else "-"
         shape = tuple(same[n] for n in g.ops if n in same)  # views and constants have none
         us = tuple(round(k[f], 3) if k[f] is not None else None for f in ("us", "us_unfused"))
-        key = (g.kind, tiles, shape, us, k["bound"], k["verdict"])
+        key: tuple[Any, ...] = (g.kind, tiles, shape, us, k["bound"], k["verdict"])
         if not shape:
             key = (i,)  # nothing to know it by: not folded
         if key in rows:

@@ -64,7 +64,8 @@ def folded_kernels(plan: FusionPlan) -> list[dict[str, Any]]:
     graph = plan.meta.get("graph") or {}
     same = dict(zip((n for n, _ in graph.get("ops", [])), graph.get("same", []), strict=False))
     rows: dict[Any, dict[str, Any]] = {}
-    for i, (g, k) in enumerate(zip(plan.groups, plan_report(plan)["per_kernel"], strict=True)):
+    # as plan_report reads them: a plan whose kernel rows fall short lists the groups they cover
+    for i, (g, k) in enumerate(zip(plan.groups, plan_report(plan)["per_kernel"], strict=False)):
         tiles = g.config.short() if g.config else "-"
         shape = tuple(same[n] for n in g.ops if n in same)  # views and constants have none
         us = tuple(round(k[f], 3) if k[f] is not None else None for f in ("us", "us_unfused"))

@@ -73,9 +73,14 @@ def report(
     out.print(head)
     rows = folded_kernels(record)
     table = Table(title=f"kernels ({len(record.groups)}; repeated ones folded: x N)")
-    table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=40)
-    for col in ("x", "kind", "tiles", "unfused, predicted us", "simulated us", "bound", "verdict"):
-        table.add_column(col, no_wrap=col == "tiles")
+    table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=24)
+    table.add_column("x")
+    table.add_column("kind", overflow="fold", min_width=6)
+    table.add_column("tiles", overflow="fold", min_width=14)
+    table.add_column("unfused us\npredicted", min_width=9)
+    table.add_column("us\nsimulated", min_width=9)
+    table.add_column("bound", overflow="fold", min_width=5)
+    table.add_column("verdict", overflow="fold", min_width=6)
     for k in rows:
         table.add_row(
             escape(k["name"]),

@@ -67,9 +67,11 @@ def test_a_plan_without_its_kernel_graph_folds_nothing(plan: Path) -> None:
 
 
 def test_the_table_names_its_units_and_tiles(plan: Path) -> None:
-    res = runner.invoke(app, ["report", str(plan)], env={"COLUMNS": "200"})
+    """At any terminal width (a header or a config may wrap, word by word)."""
+    res = runner.invoke(app, ["report", str(plan)])
     assert res.exit_code == 0, res.stderr
-    for header in ("tiles", "unfused, predicted us", "simulated us", " x "):
-        assert header in res.stdout, header
-    first = FusionPlan.load(plan).groups[2].config.short()
-    assert first in res.stdout
+    for word in ("tiles", "unfused", "predicted", "simulated", "us"):
+        assert word in res.stdout.split(), word
+    words = res.stdout.split()
+    for group in FusionPlan.load(plan).groups:
+        assert all(part in words for part in group.config.short().split()), group.ops

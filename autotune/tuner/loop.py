@@ -37,9 +37,7 @@ from autotune.tuner.session import Session
 from autotune.tuner.study import opening
 from search_space.ir import Graph, empty_tensors
 
-__all__ = ["tune_graph"]
-
-log = logging.getLogger(__name__)
+__all__ = ["since_best", "tune_graph"]
 
 
 def _search(

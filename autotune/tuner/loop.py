@@ -17,6 +17,7 @@ the trials after; the plan the study outputs also has its generated kernels chec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
@@ -99,6 +100,31 @@ def tune_graph(
         require_codegen_extra(config.policy)
     if empty_tensors(graph):
         return no_work(graph, config, name)
+    with one_blas_thread():
+        return _open_and_tune(graph, config, name, progress, safety, on_phase)
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[object]:
+    """BLAS and OpenMP pools held to one thread for a study: its numerics are many small
+    arrays (safe mode's checks on 64-row slices, the simulator, the closed form's batches),
+    where a pool's threads spin-wait for work. Beside two busy processes on a 2-core
+    machine, bert-base's `make run` tuned in 67 s with them and 44 s without, its safe mode
+    30-40 s against 11 s; idle, 25.8 against 26.5 s (`experiments/bench_first_run.py`)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
+def _open_and_tune(
+    graph: Graph,
+    config: TuneConfig,
+    name: str,
+    progress: Callable[[int, float], None] | None,
+    safety: Safety | None,
+    on_phase: Callable[[str], None] | None,
+) -> TuneResult:
+    """Open (or resume) the study, then run it (:func:`_tune`), its studies dropped again
+    where it fails before any trial of a study it made completes."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own progress bar reports
     told = Teller(config.trials, on_phase, progress)  # and logged, for those without a bar
     clock = Clock(told.phase)

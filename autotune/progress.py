@@ -39,7 +39,8 @@ class Counter:
 
     def __init__(self, what: str, total: int | None = None) -> None:
         self.what, self.total, self.done = what, total, 0
-        self._start: float | None = None
+        self._start: float | None = None  # when the first unit was told done
+        self._first = 0  # units done at that moment: the pace counts from there
         self._told = 0
 
     def advance(self, n: int = 1, note: str = "") -> None:
@@ -47,7 +48,7 @@ class Counter:
         now = time.monotonic()
         if self._start is None:
             self._start = now
-            self._first = self.done + n  # the pace counts from the first unit done
+            self._first = self.done + n
         self.done += n
         total = self.total
         if total is None or (self.done - self._told < every(total) and self.done < total):

@@ -53,9 +53,10 @@ def plan_report(plan: FusionPlan) -> dict[str, Any]:
     return out
 
 
-def folded_kernels(plan: FusionPlan) -> list[dict[str, Any]]:
-    """The report's kernels with repeated layers folded: kernels of one structure (the same
-    kind, tiles, latencies, bound and verdict over ops of equal structural hashes, as the
+def folded_kernels(plan: FusionPlan, per_kernel: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report's kernels with repeated layers folded: the kernels of
+    ``per_kernel`` (:func:`plan_report`'s) of one structure (the same kind, tiles,
+    latencies, bound and verdict over ops of equal structural hashes, as the
     plan's kernel graph records them; views and constants, which it does not hold, aside)
     are one row with their ``count``, in the order each first appears; a plan without the
     hashes folds nothing. Each row: ``name`` (the first
@@ -65,7 +66,7 @@ def folded_kernels(plan: FusionPlan) -> list[dict[str, Any]]:
     same = dict(zip((n for n, _ in graph.get("ops", [])), graph.get("same", []), strict=False))
     rows: dict[Any, dict[str, Any]] = {}
     # as plan_report reads them: a plan whose kernel rows fall short lists the groups they cover
-    for i, (g, k) in enumerate(zip(plan.groups, plan_report(plan)["per_kernel"], strict=False)):
+    for i, (g, k) in enumerate(zip(plan.groups, per_kernel, strict=False)):
         tiles = g.config.short() if g.config else "-"
         shape = tuple(same[n] for n in g.ops if n in same)  # views and constants have none
         us = tuple(round(k[f], 3) if k[f] is not None else None for f in ("us", "us_unfused"))

@@ -71,7 +71,7 @@ def report(
         if key in rep:
             head.add_row(key.replace("_", " "), f"{rep[key]:.2f}x")
     out.print(head)
-    rows = folded_kernels(record)
+    rows = folded_kernels(record, rep["per_kernel"])
     table = Table(title=f"kernels ({len(record.groups)}; repeated ones folded: x N)")
     table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=24)
     table.add_column("x")

@@ -32,14 +32,18 @@ if TYPE_CHECKING:  # annotations only: the commands import what they run
 __all__ = ["tune"]
 
 
-def _trials_word(value: str) -> str:
-    """``--trials``: a whole number or ``auto``, else a usage error (exit 2, as for any flag
-    of the wrong type)."""
-    if value.strip().lower() != "auto":
-        try:
-            int(value)
-        except ValueError:
-            raise typer.BadParameter("give a number of trials, or 'auto'") from None
+def _trials_word(ctx: typer.Context, value: str) -> str:
+    """``--trials``: what :func:`~autotune.tuner.config.trials_arg` reads (a whole number or
+    ``auto``), else a usage error (exit 2, as for any flag of the wrong type)."""
+    if ctx.resilient_parsing:  # shell completion: nothing to check, nothing to import
+        return value
+    from autotune.exceptions import AutotuneError
+    from autotune.tuner.config import trials_arg
+
+    try:
+        trials_arg(value)
+    except AutotuneError:
+        raise typer.BadParameter("give a number of trials, or 'auto'") from None
     return value
 
 
@@ -190,17 +194,9 @@ def _run_with_progress(
     """Run the study: on a terminal under a progress bar (phase, trials, best, time and the
     trials' ETA) that stays when the run ends; elsewhere (a log, nohup, CI) with a line per
     phase and every few trials on stderr (:mod:`autotune.progress`)."""
-    import logging
+    from rich.progress import BarColumn, TextColumn
 
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from autotune.progress import LOGGER
+    from autotune.cli.progress import live_bar
     from autotune.tuner import tune_graph
 
     if not err.is_terminal:
@@ -210,31 +206,22 @@ def _run_with_progress(
         BarColumn(),
         TextColumn("{task.completed}/{task.total} trials"),
         TextColumn("best predicted {task.fields[best]}"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
     )
-    lines = logging.getLogger(LOGGER)  # the bar says what these lines would
-    level = lines.level
-    lines.setLevel(logging.WARNING)
-    try:
-        with Progress(*columns, console=err) as bar:
-            task = bar.add_task(name, total=cfg.trials, best="-", phase="setup")
+    with live_bar(*columns) as bar:
+        task = bar.add_task(name, total=cfg.trials, best="-", phase="setup")
 
-            def progress(n: int, best: float) -> None:
-                shown = f"{best:.1f} us" if best < float("inf") else "-"
-                bar.update(task, completed=n, best=shown)
+        def progress(n: int, best: float) -> None:
+            shown = f"{best:.1f} us" if best < float("inf") else "-"
+            bar.update(task, completed=n, best=shown)
 
-            def phase(now: str) -> None:
-                bar.update(task, phase=now)
+        def phase(now: str) -> None:
+            bar.update(task, phase=now)
 
-            result = tune_graph(
-                graph, cfg, name=name, progress=progress, safety=safety, on_phase=phase
-            )
-            bar.update(task, phase="done")
-            return result
-    finally:
-        lines.setLevel(level)
+        result = tune_graph(
+            graph, cfg, name=name, progress=progress, safety=safety, on_phase=phase
+        )
+        bar.update(task, phase="done")
+        return result
 
 
 def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> None:

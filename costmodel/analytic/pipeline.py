@@ -28,7 +28,6 @@ class Breakdown:
     fixed: np.ndarray  # gap + head, cycles
     body: np.ndarray  # everything else, cycles
     tile: np.ndarray  # one tile of a full wave, cycles
-    cores: np.ndarray  # the cores a full wave runs on
     serial: np.ndarray  # single-buffered tile time (0 where double-buffered)
     hbm_bytes: np.ndarray
     hit_rate: np.ndarray
@@ -225,7 +224,6 @@ def score_wave(
         tile_terms={**busy, "HBM": hbm},
         fixed=np.full(len(batch), fixed),
         tile=np.where(batch.double_buffer, tile_db, tile_sb),
-        cores=cores,
         body=body,
         serial=np.where(batch.double_buffer, 0.0, tile_sb),
         hbm_bytes=(t.miss_bytes + t.writeback) * tiles,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel.analytic.constants import AnalyticConstants
-from costmodel.analytic.pipeline import Breakdown, load_hits, score_wave
+from costmodel.analytic.pipeline import Breakdown, active_cores, load_hits, score_wave
 from costmodel.kernel import KernelBatch
 from costmodel.spec import HardwareSpec
 
@@ -39,11 +39,12 @@ def score(
     already in L2."""
     hits = load_hits(spec, c, batch, resident)  # the same in every wave
     full = score_wave(spec, c, batch, resident, hits=hits)
-    last = last_wave_cores(batch.tiles.astype(np.float64), full.cores)
-    short = last < full.cores
+    cores = active_cores(spec, batch)
+    last = last_wave_cores(batch.tiles.astype(np.float64), cores)
+    short = last < cores
     if not short.any():
         return full
-    sharing = np.where(short, last, full.cores)
+    sharing = np.where(short, last, cores)
     tail = score_wave(spec, c, batch, resident, sharing=sharing, hits=hits)
     body = full.body + np.where(short, tail.tile - full.tile, 0.0)
     return dataclasses.replace(

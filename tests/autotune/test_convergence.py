@@ -10,12 +10,9 @@ import optuna
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import CliRunner
+from quick_study import quick_config, run, small_graph, tune_args
 
-from autotune.cli import app
 from autotune.tuner.loop import since_best
-
-runner = CliRunner()
 
 
 def _trials(values: list[float]) -> list[optuna.trial.FrozenTrial]:
@@ -36,24 +33,7 @@ def test_trials_since_best_counts_those_after_the_first_best(values: list[float]
 def test_the_summary_gives_the_gap_to_the_optimum_and_the_trials_without_gain(
     tmp_path: Path,
 ) -> None:
-    args = [
-        "tune",
-        "zoo:bert-base",
-        "--layers",
-        "1",
-        "--scale",
-        "0.25",
-        "--trials",
-        "6",
-        "--cost",
-        "analytic",
-        "--polish",
-        "0",
-        "--unsafe",
-        "--storage",
-        str(tmp_path / "s.journal"),
-    ]
-    res = runner.invoke(app, [*args, "-o", str(tmp_path / "a.json"), "--json"])
+    res = run(*tune_args(tmp_path, trials=6, out="a.json"), "--json")
     assert res.exit_code == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["optimal_predicted_us"] > 0
@@ -61,7 +41,7 @@ def test_the_summary_gives_the_gap_to_the_optimum_and_the_trials_without_gain(
         got["predicted_us"] / got["optimal_predicted_us"] - 1
     )
     assert 0 <= got["trials_since_best"] < got["trials"]
-    table = runner.invoke(app, [*args, "--trials", "1", "-o", str(tmp_path / "b.json")])
+    table = run(*tune_args(tmp_path, trials=1, out="b.json"))
     assert table.exit_code == 0, table.stderr
     assert "exact optimum (predicted)" in table.stdout
     assert "no gain in the last" in table.stdout or "the last trial improved" in table.stdout
@@ -71,27 +51,15 @@ def test_patience_stops_a_study_once_its_trials_gain_nothing(tmp_path: Path) -> 
     """``--trials auto`` is at most AUTO_TRIALS trials with AUTO_PATIENCE; from Python any
     patience: the study stops after that many trials in a row that did not improve its
     best, counted in trials (work), never in seconds."""
-    from autotune.tuner import TuneConfig, tune_graph
+    from autotune.tuner import tune_graph
     from autotune.tuner.config import AUTO_PATIENCE, AUTO_TRIALS, trials_arg
-    from autotune.zoo import build
-    from search_space import load_graph
-    from search_space.rules import Policy
 
     assert trials_arg("auto") == (AUTO_TRIALS, AUTO_PATIENCE) and trials_arg("7") == (7, 0)
-    graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
-    config = TuneConfig(
-        trials=200,
-        patience=5,
-        cost="analytic",
-        polish=0,
-        seed=1,
-        storage=str(tmp_path / "s.journal"),
-        policy=Policy(safe_mode=False),
-    )
-    result = tune_graph(graph, config, name="bert")
+    config = quick_config(tmp_path, trials=200, patience=5, seed=1)
+    result = tune_graph(small_graph(), config, name="bert")
     assert result.trials < 200 and result.trials_since_best == 5
 
 
 def test_a_bad_trials_value_is_a_usage_error() -> None:
-    res = runner.invoke(app, ["tune", "zoo:bert-base", "--trials", "lots"])
+    res = run("tune", "zoo:bert-base", "--trials", "lots")
     assert res.exit_code == 2 and "'auto'" in res.stderr

@@ -8,36 +8,15 @@ from pathlib import Path
 import plotly
 import pytest
 from plotly.offline import get_plotlyjs
-from typer.testing import CliRunner
+from quick_study import MODEL, run, tune_args
 
-from autotune.cli import app
-
-runner = CliRunner()
-MODEL = ("zoo:bert-base", "--layers", "1", "--scale", "0.25")
 LIBRARY = get_plotlyjs()[-4000:]  # a stretch of the library itself
 
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("plotly")
-    res = runner.invoke(
-        app,
-        [
-            "tune",
-            *MODEL,
-            "--trials",
-            "2",
-            "--cost",
-            "analytic",
-            "--polish",
-            "0",
-            "--unsafe",
-            "--storage",
-            str(folder / "s.journal"),
-            "-o",
-            str(folder / "plan.json"),
-        ],
-    )
+    res = run(*tune_args(folder))
     assert res.exit_code == 0, res.stderr
     return folder / "plan.json"
 
@@ -45,9 +24,9 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _pages(folder: Path, plan: Path, mode: str) -> list[Path]:
     folder.mkdir()
     report, cand = folder / "report.html", folder / "candidates.html"
-    res = runner.invoke(app, ["report", str(plan), "--html", str(report), "--plotly", mode])
+    res = run("report", str(plan), "--html", str(report), "--plotly", mode)
     assert res.exit_code == 0, res.stderr
-    res = runner.invoke(app, ["candidates", *MODEL, "--html", str(cand), "--plotly", mode])
+    res = run("candidates", *MODEL, "--html", str(cand), "--plotly", mode)
     assert res.exit_code == 0, res.stderr
     return [report, cand]
 
@@ -76,7 +55,7 @@ def test_directory_pages_share_one_library_beside_them(plan: Path, tmp_path: Pat
 
 def test_an_unknown_mode_is_one_line_and_writes_nothing(plan: Path, tmp_path: Path) -> None:
     page = tmp_path / "r.html"
-    res = runner.invoke(app, ["report", str(plan), "--html", str(page), "--plotly", "web"])
+    res = run("report", str(plan), "--html", str(page), "--plotly", "web")
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.exit_code == 1 and len(lines) == 1 and "inline, cdn, directory" in lines[0]
     assert not page.exists() and not (tmp_path / "plotly.min.js").exists()

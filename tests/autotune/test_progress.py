@@ -17,18 +17,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import CliRunner
+from quick_study import FAST, MODEL, quick_config, run, small_graph, tune_args
 
-from autotune.cli import app
 from autotune.progress import LOGGER, Counter, every
-from autotune.tuner import TuneConfig, tune_graph
-from autotune.zoo import build
-from search_space import load_graph
-from search_space.rules import Policy
+from autotune.tuner import tune_graph
 
-runner = CliRunner()
-MODEL = ("zoo:bert-base", "--layers", "1", "--scale", "0.25")
-TUNE = ("tune", *MODEL, "--trials", "6", "--cost", "analytic", "--polish", "0", "--unsafe")
+TUNE = ("tune", *MODEL, "--trials", "6", *FAST)  # in the folder a test runs it in
 
 
 @given(total=st.integers(1, 500), chunks=st.lists(st.integers(1, 40), min_size=1))
@@ -60,9 +54,7 @@ def test_a_count_is_told_about_ten_times_and_always_at_its_end(
 
 
 def test_tune_in_a_log_says_each_phase_and_every_few_trials(tmp_path: Path) -> None:
-    res = runner.invoke(
-        app, [*TUNE, "--storage", str(tmp_path / "s.journal"), "-o", str(tmp_path / "p.json")]
-    )
+    res = run(*tune_args(tmp_path, trials=6))
     assert res.exit_code == 0, res.stderr
     lines = res.stderr.splitlines()
     phases = [ln.removeprefix("phase: ").split(" (")[0] for ln in lines if ln.startswith("phase:")]
@@ -80,14 +72,7 @@ def test_tune_in_a_log_says_each_phase_and_every_few_trials(tmp_path: Path) -> N
 def test_the_python_api_tells_its_progress_through_logging(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
-    config = TuneConfig(
-        trials=4,
-        cost="analytic",
-        polish=0,
-        storage=str(tmp_path / "s.journal"),
-        policy=Policy(safe_mode=False),
-    )
+    graph, config = small_graph(), quick_config(tmp_path, trials=4)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         tune_graph(graph, config, name="bert")
     said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
@@ -96,13 +81,8 @@ def test_the_python_api_tells_its_progress_through_logging(
 
 def test_verify_in_a_log_counts_the_kernels_it_checks(tmp_path: Path) -> None:
     plan = tmp_path / "p.json"
-    assert (
-        runner.invoke(
-            app, [*TUNE, "--storage", str(tmp_path / "s.journal"), "-o", str(plan)]
-        ).exit_code
-        == 0
-    )
-    res = runner.invoke(app, ["verify", *MODEL, str(plan), "--json"])
+    assert run(*tune_args(tmp_path, trials=6, out=plan.name)).exit_code == 0
+    res = run("verify", *MODEL, str(plan), "--json")
     assert res.exit_code == 0, res.stderr
     kernels = len(json.loads(res.stdout)["kernels"])
     counts = re.findall(r"^kernels checked (\d+)/(\d+)", res.stderr, re.M)

@@ -9,35 +9,13 @@ from pathlib import Path
 
 import optuna
 import pytest
-from typer.testing import CliRunner
+from quick_study import quick_config, run, small_graph, tune_args
 
-from autotune.cli import app
-from autotune.tuner import TuneConfig, tune_graph
-from autotune.zoo import build
-from search_space import load_graph
-from search_space.rules import Policy
-
-runner = CliRunner()
-TUNE = (
-    "tune",
-    "zoo:bert-base",
-    "--layers",
-    "1",
-    "--scale",
-    "0.25",
-    "--trials",
-    "2",
-    "--cost",
-    "analytic",
-    "--polish",
-    "0",
-    "--unsafe",
-)
+from autotune.tuner import tune_graph
 
 
 def _tune(folder: Path, *extra: str, out: str = "p.json"):
-    storage = str(folder / "s.journal")
-    return runner.invoke(app, [*TUNE, "--storage", storage, "-o", str(folder / out), *extra])
+    return run(*tune_args(folder, out=out), *extra)
 
 
 def _studies(folder: Path) -> dict[str, int]:
@@ -97,14 +75,7 @@ def test_a_failed_start_leaves_no_empty_study_behind(tmp_path: Path, phase: str)
     """A run that fails before any trial of the study it made completes (here as the trials
     or the pick begin: a KeyboardInterrupt or an error there) deletes that study again; one
     that fails on a study it resumed keeps it, trials and all."""
-    graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
-    config = TuneConfig(
-        trials=2,
-        cost="analytic",
-        polish=0,
-        storage=str(tmp_path / "s.journal"),
-        policy=Policy(safe_mode=False),
-    )
+    graph, config = small_graph(), quick_config(tmp_path, trials=2)
     with pytest.raises(_Stop):
         tune_graph(graph, config, name="bert", on_phase=_fail_at("trials"))
     assert _studies(tmp_path) == {}
@@ -119,14 +90,7 @@ def test_a_failed_start_leaves_no_empty_study_behind(tmp_path: Path, phase: str)
 def test_the_python_api_says_it_through_logging(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
-    config = TuneConfig(
-        trials=1,
-        cost="analytic",
-        polish=0,
-        storage=str(tmp_path / "s.journal"),
-        policy=Policy(safe_mode=False),
-    )
+    graph, config = small_graph(), quick_config(tmp_path, trials=1)
     with caplog.at_level(logging.INFO, logger="autotune"):
         tune_graph(graph, config, name="bert")
         tune_graph(graph, config, name="bert")

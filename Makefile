@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_ARGS ?= tune zoo:bert-base -o plan.json
 
-.PHONY: run test lint typecheck pytest browser postgres clean
+.PHONY: run test lint typecheck pytest browser graphviz postgres clean
 
 $(VENV)/.installed-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ browser:
 	    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; }
 
+# the graph views (report --html, candidates --html) are laid out by Debian's Graphviz (dot)
+graphviz:
+	@command -v dot >/dev/null || \
+	  { echo "make: installing Debian's graphviz (apt) for the graph views and their tests"; \
+	    apt-get install -y -q graphviz >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q graphviz >/dev/null; }; }
+
 # the PostgreSQL tests start Debian's server (initdb, pg_ctl) on loopback: installed when missing
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
@@ -44,7 +51,7 @@ postgres:
 	    { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; }; }
 
 # one worker per core (CI has two); a file's tests share a worker, so module fixtures run once
-pytest: $(VENV)/.installed-dev browser postgres
+pytest: $(VENV)/.installed-dev browser graphviz postgres
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 test: lint typecheck pytest

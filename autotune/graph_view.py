@@ -1,16 +1,16 @@
-"""Graph views of a model (``report --html``, ``candidates --html``): ops in layers (the
-longest path to each from the inputs), data edges between them; after tuning a box around each
-fused group, before tuning each edge coloured by what becomes of the candidate that holds it."""
+"""Graph views of a model (``report --html``, ``candidates --html``), laid out by Graphviz
+(:mod:`autotune.graph_dot`) and shown by :mod:`autotune.graph_page`: after tuning, each fused
+group a cluster coloured by what bounds its kernel; before tuning, each data edge coloured by
+what becomes of the candidate group that holds it. Clicking an op, an edge or a cluster shows
+what the view knows of it (names, shapes, kernel, config, latency, verdict)."""
 
 from __future__ import annotations
 
-import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import plotly.graph_objects as go
-
-from autotune.plotly_js import include
+from autotune.graph_dot import Cluster, Drawing
 from search_space.fusion import FusionContext
 from search_space.ir import Graph
 from search_space.space import FusionPlan
@@ -18,16 +18,13 @@ from search_space.space import FusionPlan
 __all__ = [
     "BOUND_COLOURS",
     "VERDICT_COLOURS",
-    "candidates_graph",
-    "candidates_page",
+    "View",
+    "candidates_view",
     "colour",
-    "fused_graph",
+    "fused_view",
     "kernel_graph",
-    "layered",
-    "repeats",
 ]
 
-MIN_REPEATS = 3  # depths an op's structure must recur at to be drawn once (a repeated layer)
 BOUND_COLOURS = {
     "hbm": "#d62728",
     "cube": "#1f77b4",
@@ -36,123 +33,6 @@ BOUND_COLOURS = {
     "l2": "#9467bd",
     "mte": "#ff7f0e",
 }
-
-
-def colour(bound: str) -> str:
-    key = bound.lower()
-    return next((c for k, c in BOUND_COLOURS.items() if key.startswith(k)), "#bcbd22")
-
-
-def layered(n: int, edges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
-    """A position per op: its layer (the longest path to it from the inputs) and its row in
-    that layer. Ops are numbered in a topological order (producers first)."""
-    layer = [0] * n
-    for a, b in sorted(edges, key=lambda e: e[1]):
-        layer[b] = max(layer[b], layer[a] + 1)
-    row: dict[int, int] = {}
-    pos = []
-    for i in range(n):
-        pos.append((layer[i], row.get(layer[i], 0)))
-        row[layer[i]] = row.get(layer[i], 0) + 1
-    return pos
-
-
-def repeats(same: Sequence[str], depth: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Repeated layers drawn once: each op's representative (an op of the same structural hash
-    at the shallowest depth that hash has, matched by order among ops of that hash at one
-    depth, so parallel twins such as q/k/v stay apart) and, per representative, how many
-    layers it stands for. A hash seen at fewer than ``MIN_REPEATS`` depths is not folded."""
-    by_hash: dict[str, dict[int, list[int]]] = {}
-    for i, h in enumerate(same):
-        by_hash.setdefault(h, {}).setdefault(depth[i], []).append(i)
-    rep, count = list(range(len(same))), [1] * len(same)
-    for at_depth in by_hash.values():
-        if len(at_depth) < MIN_REPEATS:  # twice may be chance (two like Adds), not layers
-            continue
-        base = at_depth[min(at_depth)]
-        for ops in at_depth.values():
-            for j, i in enumerate(ops[: len(base)]):
-                rep[i] = base[j]
-        for j, b in enumerate(base):
-            count[b] = sum(1 for ops in at_depth.values() if j < len(ops))
-    return rep, count
-
-
-def fused_graph(plan: FusionPlan) -> go.Figure | None:
-    """The ops in layers (longest path from the inputs), data edges between them, and a box
-    around each fused group, repeated layers drawn once (hover says how many); hover shows an
-    op's kernel, config and latency."""
-    graph = plan.meta.get("graph")
-    if not graph:
-        return None
-    names = [n for n, _ in graph["ops"]]
-    types = [t for _, t in graph["ops"]]
-    depth = [p[0] for p in layered(len(names), graph["edges"])]
-    rep, count = repeats(graph.get("same") or names, depth)
-    keep = sorted(set(rep))
-    new = {old: j for j, old in enumerate(keep)}
-    edges = sorted(
-        {(new[rep[a]], new[rep[b]]) for a, b in graph["edges"] if new[rep[a]] < new[rep[b]]}
-    )
-    pos = layered(len(keep), edges)
-    kernel_of: dict[str, int] = {n: k for k, g in enumerate(plan.groups) for n in g.ops}
-    rows = plan.meta.get("kernels") or [{} for _ in plan.groups]
-    fig = go.Figure()
-    ex: list[float | None] = []
-    ey: list[float | None] = []
-    for a, b in edges:
-        ex += [pos[a][0], pos[b][0], None]
-        ey += [pos[a][1], pos[b][1], None]
-    fig.add_scatter(x=ex, y=ey, mode="lines", line={"color": "#bbbbbb", "width": 1},
-                    hoverinfo="skip", name="data")  # fmt: skip
-    hover = []
-    for i in keep:
-        n, t, k = names[i], types[i], kernel_of.get(names[i])
-        times = f" x{count[i]} layers" if count[i] > 1 else ""
-        if k is None:
-            hover.append(f"{html.escape(n)} ({t}){times}")
-            continue
-        g, r = plan.groups[k], rows[k] if k < len(rows) else {}
-        config = g.config.short() if g.config else "-"
-        us = r.get("us")
-        hover.append(
-            f"{html.escape(n)} ({t}){times}<br>kernel {k}: {g.kind}, {len(g.ops)} ops<br>"
-            f"{config}" + (f"<br>{us:.2f} us" if isinstance(us, int | float) else "")
-        )
-    fig.add_scatter(
-        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers", name="op",
-        marker={"size": 7, "color": "#1f77b4"}, text=hover, hoverinfo="text",
-    )  # fmt: skip
-    at = {n: i for i, n in enumerate(names)}
-    drawn: set[tuple[int, ...]] = set()
-    for k, g in enumerate(plan.groups):
-        members = tuple(sorted({new[rep[at[n]]] for n in g.ops if n in at}))
-        if len(g.ops) < 2 or not members or members in drawn:
-            continue
-        drawn.add(members)
-        fig.add_shape(
-            type="rect",
-            x0=min(pos[i][0] for i in members) - 0.35,
-            x1=max(pos[i][0] for i in members) + 0.35,
-            y0=min(pos[i][1] for i in members) - 0.35,
-            y1=max(pos[i][1] for i in members) + 0.35,
-            line={"color": colour(str(rows[k].get("bound", "")) if k < len(rows) else "")},
-            fillcolor="rgba(255, 165, 0, 0.12)",
-            name=f"group {k}",
-        )
-    folded = len(names) - len(keep)
-    fig.update_layout(
-        title="Fused graph (a box per fused group"
-        + (f"; repeated layers drawn once, {folded} ops folded" if folded else "")
-        + "; drag to zoom)",
-        showlegend=False,
-        xaxis={"title": "layer", "showgrid": False},
-        yaxis={"visible": False},
-        height=600,
-    )
-    return fig
-
-
 VERDICT_COLOURS = {
     "fuse": "#2ca02c",
     "skip: below benefit_threshold": "#ff7f0e",
@@ -161,84 +41,196 @@ VERDICT_COLOURS = {
     "skip: illegal": "#8c564b",
     "no rule": "#c7c7c7",
 }
+CUBE_TYPES = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger"})
+Rows = list[tuple[str, str]]  # what the panel shows of one element: (field, value)
 
 
-def candidates_graph(
-    ops: Sequence[tuple[str, str]],
-    edges: Sequence[Sequence[int]],
-    candidates: Sequence[dict[str, object]],
-) -> go.Figure:
-    """The graph before tuning: every data edge coloured by the verdict of the candidate
-    group that holds both its ends (fused, low benefit, buffer overflow, policy, illegal), or
-    ``no rule`` when none does; hover on an edge's middle gives the candidate and the reason."""
-    names = [n for n, _ in ops]
-    pos = layered(len(names), edges)
-    held: dict[str, set[int]] = {}  # candidate groups may overlap (a rule's and max's)
-    for k, c in enumerate(candidates):
-        for n in c["ops"]:  # type: ignore[attr-defined]
-            held.setdefault(str(n), set()).add(k)
-    fig = go.Figure()
-    by_verdict: dict[str, tuple[list[float | None], list[float | None], list[str]]] = {}
-    for a, b in edges:
-        both = held.get(names[a], set()) & held.get(names[b], set())
-        if both:
-            c = candidates[min(both)]  # the first candidate that holds the edge
-            verdict, why = str(c["verdict"]), f"{c['rule']}: {c['reason']}"
-        else:
-            verdict, why = "no rule", "no candidate group holds both ends"
-        xs, ys, text = by_verdict.setdefault(verdict, ([], [], []))
-        xs += [pos[a][0], (pos[a][0] + pos[b][0]) / 2, pos[b][0], None]
-        ys += [pos[a][1], (pos[a][1] + pos[b][1]) / 2, pos[b][1], None]
-        label = f"{html.escape(names[a])} -> {html.escape(names[b])}<br>{verdict}: {why}"
-        text += [label] * 3 + [""]
-    for verdict, (xs, ys, text) in by_verdict.items():
-        fig.add_scatter(
-            x=xs, y=ys, mode="lines+markers", name=verdict, text=text, hoverinfo="text",
-            line={"color": VERDICT_COLOURS.get(verdict, "#bcbd22"), "width": 2},
-            marker={"size": 3},
-        )  # fmt: skip
-    fig.add_scatter(
-        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers", name="op",
-        marker={"size": 7, "color": "#1f77b4"},
-        text=[f"{html.escape(n)} ({t})" for n, t in ops], hoverinfo="text",
-    )  # fmt: skip
-    fig.update_layout(
-        title="Candidate fusions (edge colour: the verdict of the group holding it)",
-        xaxis={"title": "layer", "showgrid": False},
-        yaxis={"visible": False},
-        height=600,
-    )
-    return fig
+def colour(bound: str) -> str:
+    key = bound.lower()
+    return next((c for k, c in BOUND_COLOURS.items() if key.startswith(k)), "#bcbd22")
 
 
-def kernel_graph(ctx: FusionContext) -> dict[str, list[list[Any]]]:
+@dataclass(frozen=True)
+class View:
+    """A drawing and what the page's panel shows of each op, edge and cluster (in the
+    drawing's order), with a legend of (colour, meaning)."""
+
+    drawing: Drawing
+    ops: list[Rows]
+    edges: list[Rows]
+    clusters: list[Rows]
+    legend: list[tuple[str, str]]
+    caption: str
+
+
+_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+
+
+def _shape(graph: Graph, tensor: str) -> str:
+    t = graph.tensors.get(tensor)
+    if t is None:
+        return "?"
+    dtype = _DTYPES.get(t.dtype, t.dtype.replace("int", "i"))
+    dims = "?" if t.shape is None else ",".join(str(d) for d in t.shape)
+    return f"{dtype}[{dims}]"
+
+
+def kernel_graph(ctx: FusionContext) -> dict[str, list[Any]]:
     """The kernel graph the views draw (and a plan records): each op's name and type, in
-    topological order, and the data edges between ops (producer index, consumer index)."""
+    topological order, the data edges between ops (producer index, consumer index) and each
+    op's tensors as ``inputs -> outputs`` (dtype and shape each)."""
     names = list(ctx.nodes)
     at = {n: i for i, n in enumerate(names)}
+    g = ctx.graph
+    io = [
+        " ".join(_shape(g, t) for t in op.inputs if t)
+        + " -> "
+        + " ".join(_shape(g, t) for t in op.outputs if t)
+        for op in (g.op(n) for n in names)
+    ]
     return {
-        "ops": [[n, ctx.graph.op(n).op_type] for n in names],
+        "ops": [[n, g.op(n).op_type] for n in names],
         "edges": sorted([at[a], at[b]] for a in names for b in ctx.succ[a]),
+        "shapes": io,
     }
 
 
-def candidates_page(
-    graph: Graph, candidates: Sequence[dict[str, object]], title: str, plotly: str = "inline"
-) -> str:
-    """``candidates --html``: the model's kernel graph before tuning, each data edge coloured
-    by its candidate's verdict, as one page (plotly.js as ``plotly`` says:
-    :mod:`autotune.plotly_js`)."""
+def _op_rows(graph: Mapping[str, Any]) -> list[Rows]:
+    shapes = graph.get("shapes") or []
+    rows = []
+    for i, (name, op_type) in enumerate(graph["ops"]):
+        row = [("op", str(name)), ("type", str(op_type))]
+        if i < len(shapes):
+            ins, _, outs = str(shapes[i]).partition(" -> ")
+            row += [("inputs", ins or "-"), ("outputs", outs or "-")]
+        rows.append(row)
+    return rows
+
+
+def _us(value: object) -> str:
+    return f"{value:.2f} us" if isinstance(value, int | float) else "-"
+
+
+def _kernel_rows(k: int, plan: FusionPlan, row: Mapping[str, Any]) -> Rows:
+    g = plan.groups[k]
+    return [
+        ("kernel", f"{k} ({g.kind}, {len(g.ops)} ops)"),
+        ("tiles", g.config.short() if g.config else "-"),
+        ("bound", str(row.get("bound", "-"))),
+        (f"predicted ({plan.cost_model or 'model'})", _us(row.get("us_predicted"))),
+        ("simulated", _us(row.get("us"))),
+        ("its ops unfused (simulated)", _us(row.get("us_unfused"))),
+    ]
+
+
+def _fill(op_type: str) -> str:
+    return "#dde8f5" if op_type in CUBE_TYPES else "#ffffff"
+
+
+def fused_view(plan: FusionPlan) -> View | None:
+    """The plan's graph: a cluster around each fused group, its border coloured by what
+    bounds the kernel; edges inside a kernel stay on chip, the others go through memory.
+    None for a plan written before graphs were recorded."""
+    graph = plan.meta.get("graph")
+    if not graph:
+        return None
+    names = [str(n) for n, _ in graph["ops"]]
+    at = {n: i for i, n in enumerate(names)}
+    kernel = {n: k for k, g in enumerate(plan.groups) for n in g.ops}
+    rows = plan.meta.get("kernels") or []
+    clusters, cluster_rows = [], []
+    for k, g in enumerate(plan.groups):
+        members = tuple(at[n] for n in g.ops if n in at)
+        if len(members) < 2:
+            continue
+        row = rows[k] if k < len(rows) else {}
+        line = colour(str(row.get("bound", "")))
+        label = f"kernel {k}: {g.kind}, {_us(row.get('us_predicted') or row.get('us'))}"
+        clusters.append(Cluster(members, label, fill="#fff6e8", line=line))
+        cluster_rows.append(_kernel_rows(k, plan, row))
+    edges = [(int(a), int(b)) for a, b in graph["edges"]]
+    inside = [kernel.get(names[a], -1) == kernel.get(names[b], -2) for a, b in edges]
+    edge_rows = [
+        [
+            ("from", names[a]),
+            ("to", names[b]),
+            ("data", f"inside kernel {kernel[names[a]]}: on chip" if on else "through memory"),
+        ]
+        for (a, b), on in zip(edges, inside, strict=True)
+    ]
+    ops = [(n, str(t)) for n, t in graph["ops"]]
+    op_rows = _op_rows(graph)
+    for i, n in enumerate(names):
+        if n in kernel:
+            op_rows[i] += _kernel_rows(
+                kernel[n], plan, rows[kernel[n]] if kernel[n] < len(rows) else {}
+            )
+    legend = [(c, f"{name}-bound kernel") for name, c in BOUND_COLOURS.items()]
+    legend += [("#333333", "edge inside a kernel (on chip)"), (_fill("MatMul"), "cube op")]
+    fused = len(clusters)
+    return View(
+        Drawing(
+            ops,
+            edges,
+            ["#333333" if on else "#b0b0b0" for on in inside],
+            [_fill(t) for _, t in ops],
+            clusters,
+        ),
+        op_rows,
+        edge_rows,
+        cluster_rows,
+        legend,
+        f"{len(names)} ops in {len(plan.groups)} kernels, {fused} of them fused (a box each)",
+    )
+
+
+def _verdicts(
+    names: Sequence[str], edges: Sequence[tuple[int, int]], candidates: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, str]]:
+    """Each edge's verdict and why: the first candidate group holding both its ends, or
+    ``no rule`` (candidate groups may overlap: a rule's and the largest)."""
+    held: dict[str, set[int]] = {}
+    for k, c in enumerate(candidates):
+        for n in c["ops"]:
+            held.setdefault(str(n), set()).add(k)
+    out = []
+    for a, b in edges:
+        both = held.get(names[a], set()) & held.get(names[b], set())
+        if both:
+            c = candidates[min(both)]
+            out.append((str(c["verdict"]), f"{c['rule']}: {c['reason']}"))
+        else:
+            out.append(("no rule", "no candidate group holds both ends"))
+    return out
+
+
+def candidates_view(graph: Graph, candidates: Sequence[Mapping[str, Any]]) -> View:
+    """The graph before tuning: each data edge coloured by the verdict of the candidate group
+    that holds both its ends; an op's panel lists the candidate groups it is in."""
     kg = kernel_graph(FusionContext(graph))
-    names = [n for n, _ in kg["ops"]]
-    fig = candidates_graph([(n, t) for n, t in kg["ops"]], kg["edges"], candidates)
+    names = [str(n) for n, _ in kg["ops"]]
+    edges = [(int(a), int(b)) for a, b in kg["edges"]]
+    verdicts = _verdicts(names, edges, candidates)
+    op_rows = _op_rows(kg)
+    at = {n: i for i, n in enumerate(names)}
+    for c in candidates:
+        for n in c["ops"]:
+            if str(n) in at:
+                op_rows[at[str(n)]].append((f"candidate ({c['rule']})", str(c["verdict"])))
+    edge_rows = [
+        [("from", names[a]), ("to", names[b]), ("verdict", v), ("why", why)]
+        for (a, b), (v, why) in zip(edges, verdicts, strict=True)
+    ]
+    colours = [VERDICT_COLOURS.get(v, "#bcbd22") for v, _ in verdicts]
     fused = sum(1 for c in candidates if str(c["verdict"]) == "fuse")
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}: candidate fusions</title></head><body>"
-        f"<h1>{html.escape(title)}</h1><p>{len(names)} kernels unfused, {len(candidates)} "
-        f"candidate groups, {fused} worth fusing.</p>"
-        + fig.to_html(
-            full_html=False, include_plotlyjs=include(plotly, True), div_id="fig-candidates"
-        )
-        + "</body></html>"
+    return View(
+        Drawing(
+            [(n, str(t)) for n, t in kg["ops"]], edges, colours, [_fill(t) for _, t in kg["ops"]]
+        ),
+        op_rows,
+        edge_rows,
+        [],
+        [(c, v) for v, c in VERDICT_COLOURS.items()],
+        f"{len(names)} kernels unfused, {len(candidates)} candidate groups, {fused} worth "
+        "fusing; an edge's colour is the verdict of the group holding it",
     )

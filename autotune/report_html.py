@@ -1,8 +1,8 @@
 """``autotune report PLAN --html``: one self-contained HTML page (plotly inlined, no network)
 of a plan: the study's history against the baselines, the parameters' importances, each
 kernel's latency before and after by what bounds it, the kernels on the roofline, each fused
-kernel's buffers against their capacity, and the fused graph (ops in layers, a box around each
-fused group)."""
+kernel's buffers against their capacity, and the fused graph (laid out by Graphviz's dot, a
+box around each fused group: :mod:`autotune.graph_page`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import optuna
 import plotly.graph_objects as go
 
-from autotune.graph_view import BOUND_COLOURS, colour, fused_graph
+from autotune.graph_view import BOUND_COLOURS, colour, fused_view
 from autotune.plotly_js import check_mode, include, write_bundle
 from costmodel.spec import HardwareSpec
 from search_space.space import FusionPlan
@@ -25,7 +25,7 @@ BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
 
 
 def _label(ops: Sequence[str]) -> str:
-    return ops[0] + (f" +{len(ops) - 1}" if len(ops) > 1 else "")
+    return ops[0].lstrip("/") + (f" +{len(ops) - 1}" if len(ops) > 1 else "")
 
 
 def history(study: optuna.Study, plan: FusionPlan) -> go.Figure:
@@ -67,29 +67,45 @@ def importances(study: optuna.Study) -> go.Figure | None:
     return fig
 
 
+def _rows(n: int) -> int:
+    """The height of a plot with a row per kernel, each row readable."""
+    return max(360, 140 + 22 * n)
+
+
+def _names(plan: FusionPlan, groups: Sequence[int]) -> list[str]:
+    """Each kernel's label on a plot's axis: its number and first op (+ how many more)."""
+    return [f"k{k} {_label(plan.groups[k].ops)}" for k in groups]
+
+
 def kernel_bars(plan: FusionPlan) -> go.Figure:
-    """Per kernel: what its ops cost unfused and what the kernel costs, coloured by bound."""
+    """Per kernel, a row: what its ops cost unfused and what the kernel costs, coloured by
+    what bounds it."""
     rows = plan.meta.get("kernels") or []
-    names = [_label(g.ops) for g in plan.groups]
+    names = _names(plan, range(len(plan.groups)))
     fig = go.Figure()
     fig.add_bar(
-        x=names,
-        y=[r.get("us_unfused") for r in rows],
+        y=names,
+        x=[r.get("us_unfused") for r in rows],
+        orientation="h",
         name="ops unfused",
         marker_color="#c7c7c7",
     )
     fig.add_bar(
-        x=names,
-        y=[r.get("us") for r in rows],
+        y=names,
+        x=[r.get("us") for r in rows],
+        orientation="h",
         name="kernel",
         marker_color=[colour(str(r.get("bound", ""))) for r in rows],
         customdata=[str(r.get("bound", "")) for r in rows],
-        hovertemplate="%{x}<br>%{y:.2f} us, %{customdata}-bound<extra></extra>",
+        hovertemplate="%{y}<br>%{x:.2f} us, %{customdata}-bound<extra></extra>",
     )
     fig.update_layout(
         title="Kernels before and after (colour: what bounds the kernel)",
         barmode="group",
-        yaxis_title="us (simulated)",
+        xaxis={"title": "us (simulated)", "side": "top"},
+        yaxis={"autorange": "reversed", "automargin": True, "tickfont": {"size": 10}},
+        height=_rows(len(names)),
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"},
     )
     return fig
 
@@ -158,8 +174,9 @@ def parity(plan: FusionPlan) -> go.Figure | None:
 
 
 def roofline(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
-    """The kernels by arithmetic intensity (FLOPs per HBM byte) and achieved FLOP rate,
-    under the cube peak and the HBM roof."""
+    """The kernels by arithmetic intensity (FLOPs per HBM byte) and achieved FLOP rate, each
+    coloured by what bounds it, under the cube peak and two roofs: HBM, and L2 (every cube
+    core's L2 read path: a kernel whose data stay in L2 may pass the HBM roof)."""
     rows = plan.meta.get("kernels") or []
     pts = [
         (r["flops"] / r["hbm_bytes"], r["flops"] / (r["us"] * 1e-6), _label(g.ops), r)
@@ -170,25 +187,31 @@ def roofline(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
         return None
     lo = min(p[0] for p in pts) / 4
     hi = max(p[0] for p in pts) * 4
-    ridge = spec.cube_peak_flops / spec.hbm_peak_bytes_per_s
-    xs = [lo, min(max(ridge, lo), hi), hi]
     fig = go.Figure()
-    fig.add_scatter(
-        x=xs,
-        y=[min(spec.cube_peak_flops, x * spec.hbm_peak_bytes_per_s) for x in xs],
-        mode="lines",
-        name="roof (HBM, cube peak)",
-        line={"color": "black"},
+    roofs = (
+        ("HBM", spec.hbm_peak_bytes_per_s, "black", "solid"),
+        ("L2", spec.l2_read_bytes_per_cycle * spec.clock_hz * spec.cube_cores, "#9467bd", "dash"),
     )
-    fig.add_scatter(
-        x=[p[0] for p in pts],
-        y=[p[1] for p in pts],
-        mode="markers",
-        name="kernel",
-        text=[p[2] for p in pts],
-        marker={"color": [colour(str(p[3].get("bound", ""))) for p in pts], "size": 9},
-        hovertemplate="%{text}<br>%{x:.2f} FLOP/B, %{y:.3g} FLOP/s<extra></extra>",
-    )
+    for name, bw, hue, dash in roofs:
+        ridge = min(max(spec.cube_peak_flops / bw, lo), hi)
+        fig.add_scatter(
+            x=[lo, ridge, hi],
+            y=[min(spec.cube_peak_flops, x * bw) for x in (lo, ridge, hi)],
+            mode="lines",
+            name=f"roof: {name} {bw / 1e12:.1f} TB/s, cube peak",
+            line={"color": hue, "dash": dash},
+        )
+    for bound in sorted({str(p[3].get("bound", "")) for p in pts}):
+        mine = [p for p in pts if str(p[3].get("bound", "")) == bound]
+        fig.add_scatter(
+            x=[p[0] for p in mine],
+            y=[p[1] for p in mine],
+            mode="markers",
+            name=f"{bound or 'unknown'}-bound kernel",
+            text=[p[2] for p in mine],
+            marker={"color": colour(bound), "size": 9},
+            hovertemplate="%{text}<br>%{x:.2f} FLOP/B, %{y:.3g} FLOP/s<extra></extra>",
+        )
     fig.update_xaxes(type="log", title="FLOPs per HBM byte")
     fig.update_yaxes(type="log", title="FLOP/s")
     fig.update_layout(title=f"Roofline ({spec.name})")
@@ -196,30 +219,38 @@ def roofline(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
 
 
 def occupancy(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
-    """Each fused kernel's bytes per on-chip buffer as a share of that buffer's capacity."""
+    """Each fused kernel's bytes per on-chip buffer as a share of that buffer's capacity: a
+    row per kernel, a column per buffer."""
     rows = plan.meta.get("kernels") or []
-    fused = [(g, r) for g, r in zip(plan.groups, rows, strict=False) if len(g.ops) > 1]
+    fused = [k for k, g in enumerate(plan.groups) if len(g.ops) > 1 and k < len(rows)]
     if not fused:
         return None
-    fig = go.Figure()
-    for buf in BUFFERS:
-        cap = float(getattr(spec, f"{buf}_bytes"))
-        used = [float(r.get("footprint", {}).get(buf, 0)) for _, r in fused]
-        fig.add_bar(
-            x=[_label(g.ops) for g, _ in fused],
-            y=[100.0 * u / cap for u in used],
-            name=buf.upper(),
+    caps = [float(getattr(spec, f"{buf}_bytes")) for buf in BUFFERS]
+    used = [[float(rows[k].get("footprint", {}).get(b, 0)) for b in BUFFERS] for k in fused]
+    fig = go.Figure(
+        go.Heatmap(
+            z=[[100.0 * u / c for u, c in zip(row, caps, strict=True)] for row in used],
+            x=[b.upper() for b in BUFFERS],
+            y=_names(plan, fused),
             customdata=used,
-            hovertemplate=f"%{{x}}<br>{buf.upper()} %{{customdata:,.0f}} B of {cap:,.0f} B"
-            "<extra></extra>",
+            zmin=0,
+            zmax=100,
+            colorscale="YlOrRd",
+            colorbar={"title": "% of capacity"},
+            texttemplate="%{z:.0f}",
+            hovertemplate="%{y}<br>%{x}: %{customdata:,.0f} B, %{z:.1f}% of it<extra></extra>",
         )
-    fig.add_hline(y=100, line_dash="dot", annotation_text="capacity")
+    )
     fig.update_layout(
-        title="Buffers of each fused kernel", barmode="group", yaxis_title="% of capacity"
+        title="Buffers of each fused kernel (% of each buffer's capacity)",
+        xaxis={"side": "top"},
+        yaxis={"autorange": "reversed", "automargin": True, "tickfont": {"size": 10}},
+        height=_rows(len(fused)),
     )
     return fig
 
 
+Section = tuple[str, go.Figure | str | None, str]  # id, plot or HTML or None, why missing
 # the page's sections, in order (``report --html`` counts them as they are drawn)
 SECTIONS = ("history", "importances", "kernels", "parity", "roofline", "buffers", "graph")
 
@@ -229,10 +260,10 @@ def figures(
     spec: HardwareSpec,
     study: optuna.Study | None,
     step: Callable[[str], None] | None = None,
-) -> list[tuple[str, go.Figure | None, str]]:
-    """Every section of the page: (id, figure or None, why it is missing)."""
+) -> list[Section]:
+    """Every section of the page: (id, figure, HTML or None, why it is missing)."""
     tell = step or (lambda _: None)
-    out: list[tuple[str, go.Figure | None, str]] = []
+    out: list[Section] = []
     no_study = "give --storage (and --study) to plot the study"
     tell("history")
     out.append(("history", history(study, plan) if study else None, no_study))
@@ -247,36 +278,54 @@ def figures(
     tell("buffers")
     out.append(("buffers", occupancy(plan, spec), "no fused kernel"))
     tell("graph")
-    out.append(("graph", fused_graph(plan), "plan written before graphs were recorded"))
+    out.append(("graph", *graph_block(plan)))
     return out
 
 
-def page(
-    plan: FusionPlan, sections: list[tuple[str, go.Figure | None, str]], plotly: str = "inline"
-) -> str:
+def graph_block(plan: FusionPlan) -> tuple[str | None, str]:
+    """The fused graph as a Graphviz view (:mod:`autotune.graph_page`), or None and why."""
+    from autotune.graph_dot import INSTALL, have_dot
+    from autotune.graph_page import block
+
+    view = fused_view(plan)
+    if view is None:
+        return None, "plan written before graphs were recorded"
+    if not have_dot():
+        return None, f"Graphviz's dot draws the graph and is not installed: {INSTALL}"
+    return block(view, "graph"), ""
+
+
+def page(plan: FusionPlan, sections: list[Section], plotly: str = "inline") -> str:
     """The HTML page: plotly.js once (inline, or its script tag: :mod:`autotune.plotly_js`),
-    then every section in order."""
+    then every section in order, the graph viewer's style and script once each."""
+    from autotune.graph_page import script, style
+
     fused = sum(1 for g in plan.groups if len(g.ops) > 1)
     measured = f"{plan.measured_us:.1f} us simulated" if plan.measured_us else "not measured"
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(plan.name or 'plan')}: fusion plan report</title></head><body>",
+        f"<title>{html.escape(plan.name or 'plan')}: fusion plan report</title>{style()}",
+        "<style>html { overflow-y: scroll; }</style>",  # plotly sizes after the scroll bar
+        "</head><body>",
         f"<h1>{html.escape(plan.name or 'model')} on {html.escape(plan.target)}</h1>",
         f"<p>{len(plan.groups)} kernels, {fused} fused; {measured}.</p>",
     ]
-    first = True
+    first, drawn = True, False
     for key, fig, why in sections:
         parts.append(f"<section id='{key}'>")
         if fig is None:
             parts.append(f"<p class='missing'>{html.escape(key)}: {html.escape(why)}</p>")
+        elif isinstance(fig, str):
+            parts.append(f"<h2>Fused graph</h2>{fig}")
+            drawn = True
         else:
             js = include(plotly, first)
             parts.append(fig.to_html(full_html=False, include_plotlyjs=js, div_id=f"fig-{key}"))
             first = False
         parts.append("</section>")
-    if first:  # no figure at all: still a page that loads nothing from the network
+    if first and not drawn:  # no figure at all: still a page that loads nothing from the network
         parts.append("<p>nothing to plot</p>")
-    parts.append("</body></html>")
+    parts.append(f"{script()}</body></html>")
     return "\n".join(parts)
 
 

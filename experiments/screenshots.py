@@ -1,7 +1,8 @@
-"""The README's two pictures: the report page and the dashboard of a fresh bert-base study,
-taken in headless Chromium (Debian's, `make browser`).
+"""The README's three pictures: the report page, its fused graph with one op clicked, and
+the dashboard of a fresh bert-base study, taken in headless Chromium (Debian's, `make browser`;
+the graph needs Graphviz, `make graphviz`).
 
-    cd experiments && ../.venv/bin/python screenshots.py  # -> docs/images/{report,dashboard}.png
+    cd experiments && ../.venv/bin/python screenshots.py  # -> docs/images/*.png
 
 What it runs is what a user runs:
 
@@ -48,6 +49,19 @@ def _wait(browser: webdriver.Chrome, script: str) -> None:
     raise SystemExit(f"the page never got there: {script}")
 
 
+def _graph(browser: webdriver.Chrome) -> None:
+    """The fused graph, scrolled into view, the search box's hit (an FFN matmul) selected."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    _wait(browser, "return document.querySelector('#gv-graph[data-ready]')")
+    browser.execute_script("document.getElementById('graph').scrollIntoView()")
+    find = browser.find_element(By.CSS_SELECTOR, "#gv-graph .gv-find")
+    find.send_keys("layer.3/intermediate/dense/MatMul", Keys.ENTER)
+    _wait(browser, "return document.querySelector('#gv-graph').dataset.selected")
+    browser.save_screenshot(str(IMAGES / "graph.png"))
+
+
 def main() -> None:
     IMAGES.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,6 +83,7 @@ def main() -> None:
             browser.get((Path(tmp) / "report.html").as_uri())
             _wait(browser, "return document.querySelectorAll('.js-plotly-plot .main-svg').length")
             browser.save_screenshot(str(IMAGES / "report.png"))
+            _graph(browser)
             for _ in range(100):
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/api/meta", timeout=5)
@@ -82,7 +97,7 @@ def main() -> None:
             browser.quit()
             server.terminate()
             server.wait(30)
-    for name in ("report.png", "dashboard.png"):
+    for name in ("report.png", "graph.png", "dashboard.png"):
         print(f"wrote {IMAGES / name} ({(IMAGES / name).stat().st_size // 1024} KB)")
 
 

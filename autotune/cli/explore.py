@@ -16,7 +16,6 @@ from autotune.cli.common import (
     JsonOpt,
     ModelArg,
     ModelOptions,
-    PlotlyOpt,
     PolicyFlags,
     PrecisionOpt,
     SetOpt,
@@ -203,17 +202,24 @@ def candidates(
     json_out: JsonOpt = False,
     html: Annotated[
         Path | None,
-        typer.Option(help="Also write the graph, each edge coloured by its verdict (HTML)."),
+        typer.Option(
+            help="Also write the graph (laid out by Graphviz's dot), each edge coloured by "
+            "its verdict (HTML)."
+        ),
     ] = None,
-    plotly: PlotlyOpt = "inline",
 ) -> None:
     """What fusion would buy: every candidate group, its benefit and verdict."""
     from autotune.candidates import analyse_candidates
-    from autotune.plotly_js import check_mode, write_bundle
     from costmodel.spec import load_target
 
-    check_mode(plotly)
     if html is not None:
+        from autotune.graph_dot import GraphvizMissing, have_dot
+
+        if not have_dot():  # before any work: the page is what was asked for
+            raise GraphvizMissing(
+                "candidates --html draws the graph with Graphviz's 'dot', which is not "
+                "installed: install Graphviz (Debian: apt-get install graphviz) or drop --html"
+            )
         output_path(html, {"model": opts.file(model)})
     graph = opts.graph(model)
     result = {
@@ -221,10 +227,11 @@ def candidates(
         **analyse_candidates(graph, load_target(target, (), precision), policy.load()),
     }
     if html is not None:
-        from autotune.graph_view import candidates_page
+        from autotune.graph_page import block, page
+        from autotune.graph_view import candidates_view
 
-        write_bundle(plotly, html)
-        atomic_write_text(html, candidates_page(graph, result["candidates"], model, plotly))
+        view = block(candidates_view(graph, result["candidates"]), "candidates")
+        atomic_write_text(html, page(f"{model}: candidate fusions", model, view))
         err.print(f"wrote {html}", highlight=False)
     if json_out:
         emit_json(result)

@@ -73,8 +73,9 @@ def test_the_page_is_one_file_that_loads_nothing(tuned: Path) -> None:
     text = page.read_text()
     assert not re.search(r"<script[^>]+src=", text)  # plotly inlined, no network
     assert "Plotly.newPlot" in text
-    for key in ("history", "importances", "kernels", "roofline", "buffers", "graph"):
+    for key in ("history", "importances", "kernels", "roofline", "buffers"):
         assert f"id='{key}'" in text and f"fig-{key}" in text, key
+    assert "id='graph'" in text and "id='gv-graph'" in text
 
 
 def test_the_plots_hold_every_kernel_trial_and_group(tuned: Path) -> None:
@@ -83,19 +84,20 @@ def test_the_plots_hold_every_kernel_trial_and_group(tuned: Path) -> None:
     ops = FusionContext(graph).nodes
     s = _sections(tuned)
     before, after = s["kernels"][0].data
-    assert len(after.y) == len(before.y) == len(plan["groups"])
-    assert all(b >= 0 for b in after.y)
+    assert len(after.x) == len(before.x) == len(set(after.y)) == len(plan["groups"])
+    assert all(b >= 0 for b in after.x)
     history = s["history"][0].data[0]
     assert len(history.x) == 8  # one point per complete trial
-    graph_fig = s["graph"][0]
-    markers = [d for d in graph_fig.data if d.mode == "markers"]
-    assert len(markers[0].x) == len(ops)
+    graph_html = s["graph"][0]
+    assert graph_html.count('class="node"') == len(ops)
+    drawn = set(ops)  # views are not drawn: a box holds a group's ops of the kernel graph
+    boxes = sum(1 for g in plan["groups"] if len(drawn & set(g["ops"])) > 1)
+    assert graph_html.count('class="cluster"') == boxes > 0  # one box per fused group
     fused = sum(1 for g in plan["groups"] if len(g["ops"]) > 1)
-    assert len(graph_fig.layout.shapes) == fused > 0  # one box per fused group
-    buffers = s["buffers"][0]
-    assert {d.name for d in buffers.data} == {"L1", "L0A", "L0B", "L0C", "UB"}
-    assert all(len(d.y) == fused for d in buffers.data)
-    assert all(0 <= y <= 100 for d in buffers.data for y in d.y)  # every config fits
+    (buffers,) = s["buffers"][0].data
+    assert list(buffers.x) == ["L1", "L0A", "L0B", "L0C", "UB"]
+    assert len(buffers.z) == len(buffers.y) == fused
+    assert all(0 <= z <= 100 for row in buffers.z for z in row)  # every config fits
 
 
 def test_without_a_study_the_page_says_how_to_get_its_history(tuned: Path) -> None:
@@ -151,3 +153,21 @@ def test_the_parity_plot_holds_each_kernels_prediction_and_simulation(tuned: Pat
     )
     spec = load_target(plan.target).spec
     assert {k: f for k, f, _ in figures(older, spec, None)}["parity"] is None
+
+
+def test_the_roofline_says_what_each_colour_is_and_draws_the_l2_roof(tuned: Path) -> None:
+    """A legend entry per bound, in that bound's colour, holding exactly that bound's kernels;
+    two roofs: HBM and the faster L2, meeting at the cube peak."""
+    from autotune.graph_view import colour
+
+    plan = FusionPlan.load(tuned / "plan.json")
+    fig, _ = _sections(tuned, with_study=False)["roofline"]
+    roofs = [t for t in fig.data if t.mode == "lines"]
+    assert [t.name.split(":")[1].split()[0] for t in roofs] == ["HBM", "L2"]
+    spec = load_target(plan.target).spec
+    assert all(max(t.y) == pytest.approx(spec.cube_peak_flops) for t in roofs)
+    assert roofs[1].y[0] > roofs[0].y[0]  # below the ridge, L2 is the higher roof
+    bounds = [str(r.get("bound", "")) for r in plan.meta["kernels"] if r.get("flops")]
+    for t in (t for t in fig.data if t.mode == "markers"):
+        bound = t.name.removesuffix("-bound kernel")
+        assert t.marker.color == colour(bound) and len(t.x) == bounds.count(bound)

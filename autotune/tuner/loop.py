@@ -132,8 +132,17 @@ def _open_and_tune(
         s = Session.open(graph, config, name, safety)
     logging.getLogger(LOGGER).info(opening(s.study, s.storage_name, s.done))
     s.clock = clock
-    with s.dropped_on_failure():
+    with s.dropped_on_failure(), _verdicts(s, safety):
         return _tune(s, told.trial, safety)
+
+
+def _verdicts(s: Session, safety: Safety | None) -> contextlib.AbstractContextManager[object]:
+    """Safe mode's verdicts kept across studies of the model (beside the storage)."""
+    if safety is None or not s.config.policy.safe_mode:
+        return contextlib.nullcontext()
+    from autotune.tuner.verdict_store import kept, store_path
+
+    return kept(safety.known, safety.scope, store_path(s.storage_name))
 
 
 def _tune(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +52,17 @@ class Safety:
     Attributes:
         check: that verification (the call).
         model: the model with the values every check runs on (read once, on first use).
+        known: the verdicts reached so far, by (signature, numerics key): the checks add to
+            it, and a study may fill it from earlier studies
+            (:mod:`autotune.tuner.verdict_store`).
+        scope: the digest of what those verdicts depend on besides the kernel (reads the
+            model).
     """
 
     check: Callable[[SpacePlan], Checked]
     model: Callable[[], onnx.ModelProto]
+    known: MutableMapping[tuple[str, Any], KernelVerdict] = field(default_factory=dict)
+    scope: Callable[[], str] = lambda: ""
 
     def __call__(self, plan: SpacePlan) -> Checked:
         return self.check(plan)
@@ -90,7 +97,7 @@ def make_safety(
     a study checks many plans that share kernels. The same model feeds the code-generation
     check of the study's output plan (:mod:`autotune.tuner.safety_codegen`).
     """
-    known: dict[tuple[str, Any], KernelVerdict] = {}
+    known: dict[tuple[str, Any], KernelVerdict] = {}  # kept across studies by the loop
 
     @functools.cache
     def proto() -> onnx.ModelProto:
@@ -115,4 +122,9 @@ def make_safety(
             return Checked(plan, counts, by_ops, failed)
         return Checked(replanned(graph, target, plan, kept), counts, by_ops, failed)
 
-    return Safety(check, proto)
+    def scope() -> str:
+        from autotune.tuner.verdict_store import scope as digest
+
+        return digest(proto(), graph, target, policy)
+
+    return Safety(check, proto, known, scope)

@@ -10,7 +10,9 @@ from typing import Any
 
 import onnx
 
+from autotune.plan_file import read_plan, save_plan
 from autotune.tuner import TuneConfig, TuneResult, tune_graph
+from autotune.vocabulary import describe, plan_latency
 from autotune.zoo import ZooOptions, resolve_model
 from search_space.onnx import ModelSource, load_graph, read_model, read_model_with_data
 from search_space.space import FusionPlan
@@ -36,9 +38,15 @@ class Plan:
         fused = sum(1 for g in self.record.groups if len(g.ops) > 1)
         return (
             f"Plan({self.record.name or 'model'} on {self.record.target}: "
-            f"{len(self.record.groups)} kernels, {fused} fused, "
-            f"measured {self.record.measured_us or float('nan'):.1f} us)"
+            f"{len(self.record.groups)} kernels, {fused} fused, {describe(self.latency)})"
         )
+
+    @property
+    def latency(self) -> dict[str, Any]:
+        """The plan's one number with its kind: ``{"us", "kind", "model"}``, simulated where
+        the plan was simulated, else predicted (``docs/json.md``)."""
+        r = self.record
+        return plan_latency(r.predicted_us, r.measured_us, r.cost_model)
 
     def apply(
         self,
@@ -65,14 +73,15 @@ class Plan:
         return apply_plan(proto, graph, self.record.groups)
 
     def report(self) -> dict[str, Any]:
-        """The safe-fusion report and per-kernel table (what ``autotune report`` prints)."""
+        """The plan's report: its latency, safe mode's counts and per-kernel table (the
+        document ``autotune report --json`` prints, ``schema`` first)."""
         from autotune.report import plan_report
 
         return plan_report(self.record)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the plan file (atomically); where it went."""
-        return self.record.save(path)
+        """Write the plan file (atomically, in the JSON vocabulary); where it went."""
+        return save_plan(self.record, path)
 
 
 def load_plan(
@@ -80,13 +89,14 @@ def load_plan(
     model: ModelSource | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Plan:
-    """Load a plan file; with ``model``, check it belongs to that model.
+    """Load a plan file (written by any version of the tool: an older vocabulary is migrated
+    as it is read); with ``model``, check it belongs to that model.
 
     Raises:
         PlanError: unreadable file, newer schema, or a plan for another model.
     """
     graph = load_graph(model, input_shapes=input_shapes) if model is not None else None
-    return Plan(FusionPlan.load(path, graph), Path(path))
+    return Plan(read_plan(path, graph), Path(path))
 
 
 def tune(

@@ -71,7 +71,7 @@ def analyse_candidates(
         return {
             "edges": len(ctx.edges), "edge_classes": 0, "decision_vars": none,
             "kernels_unfused": len(ctx.nodes), "preset": policy.preset, "candidates": [],
-            "rules_not_fired": [],
+            "rules_not_fired": [], "buffer_bytes": _capacities(target),
         }  # fmt: skip
     oracle = CostOracle(graph, target, ctx=ctx)
     rules = policy_rules(policy)
@@ -81,7 +81,6 @@ def analyse_candidates(
     for part in ctx.repair(ctx.edges, oracle.feasible):
         if len(part) > 1:
             found.setdefault(part, "max")
-    spec = target.spec
     rows = []
     for ops, rule in sorted(found.items(), key=lambda kv: min(ctx.index[n] for n in kv[0])):
         singles = [make_group(graph, [n]) for n in ops]
@@ -104,11 +103,7 @@ def analyse_candidates(
                 time_after_us=after_us,
                 hbm_bytes_after=kernel.compulsory_bytes,
                 config=config.to_json(),
-                footprint={
-                    b: [kernel.footprint.get(b, 0), int(getattr(spec, f"{b}_bytes"))]
-                    for b in BUFFERS
-                    if b in kernel.footprint
-                },
+                footprint={b: kernel.footprint[b] for b in BUFFERS if b in kernel.footprint},
             )
             gain = (before_us - after_us) / before_us if before_us > 0 else 0.0
             row["benefit"] = gain
@@ -135,4 +130,10 @@ def analyse_candidates(
         "preset": policy.preset,
         "candidates": rows,
         "rules_not_fired": unmatched_report(ctx, rules),
+        "buffer_bytes": _capacities(target),
     }
+
+
+def _capacities(target: Target) -> dict[str, int]:
+    """Each on-chip buffer's capacity in bytes (what a candidate's ``footprint`` fills)."""
+    return {b: int(getattr(target.spec, f"{b}_bytes")) for b in BUFFERS}

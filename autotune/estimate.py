@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.plan_file import read_plan
+from autotune.vocabulary import kind_of, latency, schema
 from costmodel.base import KernelCost
 from costmodel.exceptions import InfeasibleConfig, SpecError
 from costmodel.kernel import Kernel
@@ -54,7 +56,7 @@ def plan_kernels(
         return list(chosen.groups), [
             lowering.kernel(g, c) for g, c in zip(chosen.groups, chosen.configs, strict=True)
         ]
-    record = plan if isinstance(plan, FusionPlan) else FusionPlan.load(Path(plan), graph)
+    record = plan if isinstance(plan, FusionPlan) else read_plan(Path(plan), graph)
     if isinstance(plan, FusionPlan):
         record.check_model(graph)
     if record.target != target.spec.name:
@@ -115,7 +117,7 @@ class KernelEstimate:
             "kind": self.kind,
             "unit": self.unit,
             "config": self.config.to_json(),
-            "latency_us": self.cost.latency_us,
+            "us": self.cost.latency_us,
             "device_us": self.cost.device_us,
             "bound": self.cost.bound,
             "pipes_us": dict(self.cost.pipes_us),
@@ -148,18 +150,25 @@ class Estimate:
             out[k.bound] = out.get(k.bound, 0.0) + k.latency_us
         return out
 
+    def latency(self) -> dict[str, Any]:
+        """The plan's latency with its kind: ``predicted`` by a cost model, or ``simulated``."""
+        return latency(self.latency_us, kind_of(self.cost_model), self.cost_model)
+
     def to_json(self) -> dict[str, Any]:
+        """The document ``autotune.estimate`` (``docs/json.md``): every time in it, the
+        kernels' ``us`` too, is of the kind its ``latency`` says."""
         return {
+            "schema": schema("estimate"),
+            "latency": self.latency(),
             "model": self.model,
             "target": self.target,
             "precision": self.precision,
             "plan": self.plan,
             "cost_model": self.cost_model,
             "resident": self.resident,
-            "latency_us": self.latency_us,
             "roofline_us": self.roofline_us,
-            "kernels": len(self.kernels),
-            "per_kernel": [k.to_json() for k in self.kernels],
+            "n_kernels": len(self.kernels),
+            "kernels": [k.to_json() for k in self.kernels],
         }
 
 

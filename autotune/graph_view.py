@@ -117,9 +117,9 @@ def _kernel_rows(k: int, plan: FusionPlan, row: Mapping[str, Any]) -> Rows:
         ("kernel", f"{k} ({g.kind}, {len(g.ops)} ops)"),
         ("tiles", g.config.short() if g.config else "-"),
         ("bound", str(row.get("bound", "-"))),
-        (f"predicted ({plan.cost_model or 'model'})", _us(row.get("us_predicted"))),
-        ("simulated", _us(row.get("us"))),
-        ("its ops unfused (simulated)", _us(row.get("us_unfused"))),
+        (f"predicted ({plan.cost_model or 'model'})", _us(row.get("predicted_us"))),
+        ("simulated", _us(row.get("simulated_us"))),
+        ("its ops unfused (predicted)", _us(row.get("unfused_predicted_us"))),
     ]
 
 
@@ -145,7 +145,7 @@ def fused_view(plan: FusionPlan) -> View | None:
             continue
         row = rows[k] if k < len(rows) else {}
         line = colour(str(row.get("bound", "")))
-        label = f"kernel {k}: {g.kind}, {_us(row.get('us_predicted') or row.get('us'))}"
+        label = f"kernel {k}: {g.kind}, {_us(row.get('predicted_us') or row.get('simulated_us'))}"
         clusters.append(Cluster(members, label, fill="#fff6e8", line=line))
         cluster_rows.append(_kernel_rows(k, plan, row))
     edges = [(int(a), int(b)) for a, b in graph["edges"]]

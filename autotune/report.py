@@ -1,55 +1,63 @@
-"""The plan report: safe-fusion counts, per-kernel before/after, estimated vs measured."""
+"""The plan report: its one latency, safe mode's counts, per-kernel before/after, predicted
+vs simulated."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from autotune.plan_file import migrate_meta
+from autotune.vocabulary import plan_latency, schema
 from search_space.space import FusionPlan
 
 __all__ = ["folded_kernels", "plan_report"]
 
 
 def plan_report(plan: FusionPlan) -> dict[str, Any]:
-    """What ``autotune report PLAN --json`` prints, from the plan file alone."""
-    meta = dict(plan.meta)
+    """What ``autotune report PLAN --json`` prints and ``Plan.report()`` returns, from the
+    plan file alone (``docs/json.md``: the document ``autotune.report``)."""
+    meta = migrate_meta(plan.meta)  # a record built from a version 1 file by hand reads the same
     rows = meta.get("kernels") or [{} for _ in plan.groups]
-    kernels = []
-    for g, row in zip(plan.groups, rows, strict=False):
-        kernels.append(
-            {
-                "ops": list(g.ops),
-                "kind": g.kind,
-                "config": g.config.to_json() if g.config else None,
-                "us_unfused": row.get("us_unfused"),
-                "us": row.get("us"),
-                "bound": row.get("bound", ""),
-                "footprint": row.get("footprint", {}),
-                "verdict": g.verdict or ("fused" if len(g.ops) > 1 else "single"),
-            }
-        )
-    base = meta.get("baseline_us", {})
-    counts = dict(meta.get("report", {}))
+    kernels = [
+        {
+            "ops": list(g.ops),
+            "kind": g.kind,
+            "config": g.config.to_json() if g.config else None,
+            "unfused_predicted_us": row.get("unfused_predicted_us"),
+            "predicted_us": row.get("predicted_us"),
+            "simulated_us": row.get("simulated_us"),
+            "bound": row.get("bound", ""),
+            "footprint": row.get("footprint", {}),
+            "verdict": g.verdict or ("fused" if len(g.ops) > 1 else "single"),
+        }
+        for g, row in zip(plan.groups, rows, strict=False)
+    ]
+    simulated = meta.get("baseline_simulated_us", {})
+    counts = dict(meta.get("safe_mode", {}))
     counts.setdefault("fused", sum(1 for g in plan.groups if len(g.ops) > 1))
     out: dict[str, Any] = {
+        "schema": schema("report"),
+        "latency": plan_latency(plan.predicted_us, plan.measured_us, plan.cost_model),
         "model": plan.name,
         "target": plan.target,
         "precision": plan.precision,
-        "kernels": len(plan.groups),
+        "cost_model": plan.cost_model,
+        "n_kernels": len(plan.groups),
         "predicted_us": plan.predicted_us,
-        "measured_us": plan.measured_us,
-        "baseline_us": base,
-        "safe_fusion": counts,
-        "per_kernel": kernels,
+        "simulated_us": plan.measured_us,
+        "baseline_simulated_us": simulated,
+        "safe_mode": counts,
+        "kernels": kernels,
         "study": meta.get("study"),
         "trials": meta.get("trials"),
     }
-    if plan.measured_us and base.get("none"):
-        out["speedup_vs_none_measured"] = base["none"] / plan.measured_us
-    if plan.measured_us and base.get("greedy"):
-        out["speedup_vs_greedy_measured"] = base["greedy"] / plan.measured_us
     predicted = meta.get("baseline_predicted_us", {})
-    if plan.predicted_us and predicted.get("none"):
-        out["speedup_vs_none_estimated"] = predicted["none"] / plan.predicted_us
+    for base, mine, kind in (
+        (simulated, plan.measured_us, "simulated"),
+        (predicted, plan.predicted_us, "predicted"),
+    ):
+        for name in ("none", "greedy"):
+            if mine and base.get(name):
+                out[f"speedup_vs_{name}_{kind}"] = base[name] / mine
     return out
 
 
@@ -61,7 +69,8 @@ def folded_kernels(plan: FusionPlan, per_kernel: list[dict[str, Any]]) -> list[d
     are one row with their ``count``, in the order each first appears; a plan without the
     hashes folds nothing. Each row: ``name`` (the first
     kernel's first op, ``+N`` for its other ops), ``count``, ``kind``, ``tiles`` (the config
-    in short), ``us_unfused``, ``us``, ``bound`` and ``verdict`` of :func:`plan_report`."""
+    in short), ``unfused_predicted_us``, ``simulated_us``, ``bound`` and ``verdict`` of
+    :func:`plan_report`."""
     graph = plan.meta.get("graph") or {}
     same = dict(zip((n for n, _ in graph.get("ops", [])), graph.get("same", []), strict=False))
     rows: dict[Any, dict[str, Any]] = {}
@@ -69,7 +78,8 @@ def folded_kernels(plan: FusionPlan, per_kernel: list[dict[str, Any]]) -> list[d
     for i, (g, k) in enumerate(zip(plan.groups, per_kernel, strict=False)):
         tiles = g.config.short() if g.config else "-"
         shape = tuple(same[n] for n in g.ops if n in same)  # views and constants have none
-        us = tuple(round(k[f], 3) if k[f] is not None else None for f in ("us", "us_unfused"))
+        fields = ("simulated_us", "unfused_predicted_us")
+        us = tuple(round(k[f], 3) if k[f] is not None else None for f in fields)
         key: tuple[Any, ...] = (g.kind, tiles, shape, us, k["bound"], k["verdict"])
         if not shape:
             key = (i,)  # nothing to know it by: not folded

@@ -37,7 +37,7 @@ def history(study: optuna.Study, plan: FusionPlan) -> go.Figure:
     fig = go.Figure()
     fig.add_scatter(x=xs, y=ys, mode="markers", name="trial (predicted)")
     fig.add_scatter(x=xs, y=best, mode="lines", name="best so far", line={"shape": "hv"})
-    lines = dict(plan.meta.get("baseline_us", {}))
+    lines = dict(plan.meta.get("baseline_simulated_us", {}))
     if plan.measured_us:
         lines["saved plan"] = plan.measured_us
     for name, us in lines.items():
@@ -85,16 +85,16 @@ def kernel_bars(plan: FusionPlan) -> go.Figure:
     fig = go.Figure()
     fig.add_bar(
         y=names,
-        x=[r.get("us_unfused") for r in rows],
+        x=[r.get("unfused_predicted_us") for r in rows],
         orientation="h",
-        name="ops unfused",
+        name="ops unfused (predicted)",
         marker_color="#c7c7c7",
     )
     fig.add_bar(
         y=names,
-        x=[r.get("us") for r in rows],
+        x=[r.get("simulated_us") for r in rows],
         orientation="h",
-        name="kernel",
+        name="kernel (simulated)",
         marker_color=[colour(str(r.get("bound", ""))) for r in rows],
         customdata=[str(r.get("bound", "")) for r in rows],
         hovertemplate="%{y}<br>%{x:.2f} us, %{customdata}-bound<extra></extra>",
@@ -119,9 +119,9 @@ def parity(plan: FusionPlan) -> go.Figure | None:
 
     rows = plan.meta.get("kernels") or []
     pairs = [
-        (g, r["us_predicted"], r["us"])
+        (g, r["predicted_us"], r["simulated_us"])
         for g, r in zip(plan.groups, rows, strict=False)
-        if r.get("us_predicted") and r.get("us")
+        if r.get("predicted_us") and r.get("simulated_us")
     ]
     if not pairs:
         return None
@@ -179,9 +179,9 @@ def roofline(plan: FusionPlan, spec: HardwareSpec) -> go.Figure | None:
     core's L2 read path: a kernel whose data stay in L2 may pass the HBM roof)."""
     rows = plan.meta.get("kernels") or []
     pts = [
-        (r["flops"] / r["hbm_bytes"], r["flops"] / (r["us"] * 1e-6), _label(g.ops), r)
+        (r["flops"] / r["hbm_bytes"], r["flops"] / (r["simulated_us"] * 1e-6), _label(g.ops), r)
         for g, r in zip(plan.groups, rows, strict=False)
-        if r.get("flops") and r.get("hbm_bytes") and r.get("us")
+        if r.get("flops") and r.get("hbm_bytes") and r.get("simulated_us")
     ]
     if not pts:
         return None

@@ -61,10 +61,11 @@ def run(out: Path) -> None:
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         report = json.loads(res.stdout.strip().splitlines()[-1])
         types = _op_types(name, layers)
-        chains = ["+".join(types.get(n, "?") for n in k["ops"]) for k in report["per_kernel"]]
-        groups = [[k["ops"], k["kind"]] for k in report["per_kernel"]]
-        plans[name] = {"latency_us": report["latency_us"], "chains": chains, "groups": groups}
-        print(f"{name}: {len(chains)} kernels, {report['latency_us']:.1f} us", flush=True)
+        chains = ["+".join(types.get(n, "?") for n in k["ops"]) for k in report["kernels"]]
+        groups = [[k["ops"], k["kind"]] for k in report["kernels"]]
+        us = report["latency"]["us"]
+        plans[name] = {"latency_us": us, "chains": chains, "groups": groups}
+        print(f"{name}: {len(chains)} kernels, {us:.1f} us", flush=True)
     out.write_text(json.dumps(plans, indent=1))
 
 

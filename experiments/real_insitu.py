@@ -111,9 +111,9 @@ def main() -> None:
         ranks.append(
             {
                 "model": name,
-                "kernels": got["kernels"],
+                "kernels": got["n_kernels"],
                 "mean_tau": round(got["mean_tau"] or 0.0, 3),
-                "taus": " ".join(f"{t['tau']:+.0f}" for t in got["per_kernel"]),
+                "taus": " ".join(f"{t['tau']:+.0f}" for t in got["kernels"]),
             }
         )
     emit(ranks, Path(args.out).with_name("real_insitu_ranking.csv"), width=11)

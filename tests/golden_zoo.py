@@ -60,13 +60,13 @@ def estimate(model: str, plan: str, cost: str) -> dict[str, Any]:
     out = _cli(
         ["estimate", f"zoo:{model}", "--scale", SCALE, "--plan", plan, "--cost", cost, "--json"]
     )
-    kernels = out["per_kernel"]
+    kernels = out["kernels"]
     return {
-        "latency_us": out["latency_us"],
-        "kernels": out["kernels"],
+        "latency_us": out["latency"]["us"],
+        "kernels": out["n_kernels"],
         "fused": sum(1 for k in kernels if len(k["ops"]) > 1),
         "grouping": _digest([[k["ops"], k["kind"], k["config"]] for k in kernels]),
-        "per_kernel_us": [k["latency_us"] for k in kernels],
+        "per_kernel_us": [k["us"] for k in kernels],
     }
 
 
@@ -87,9 +87,9 @@ def study() -> dict[str, Any]:
         )
         plan = json.loads(plan_path.read_text())
     return {
-        "best_latency_us": summary["measured_us"],
+        "best_latency_us": summary["simulated_us"],
         "predicted_us": summary["predicted_us"],
-        "baseline_us": summary["baseline_us"],
+        "baseline_us": summary["baseline_simulated_us"],
         "source": plan["meta"]["source"],
         "kernels": len(plan["groups"]),
         "groups": [[g["ops"], g["kind"], g["config"]] for g in plan["groups"]],

@@ -158,7 +158,7 @@ def package_summary(gen: Generated, record: FusionPlan, path: Path) -> dict[str,
             "ops": list(s.kernel.ops),
             "grid": s.kernel.launch.grid,
             # a group run as its ops is not the kernel the plan priced
-            "predicted_us": None if s.group in split else gen.predicted.get(s.group),
+            "device_predicted_us": None if s.group in split else gen.predicted.get(s.group),
         }
         for s in gen.program.steps
         if s.kernel is not None
@@ -176,10 +176,10 @@ def _print_package(s: dict[str, Any], model: str) -> None:
         title=f"{escape(model)} under plan {escape(str(meta['plan']))} on {meta['target']}: "
         f"{len(s['kernels'])} kernels"
     )
-    for col in ("kernel", "template", "ops", "grid", "predicted us"):
+    for col in ("kernel", "template", "ops", "grid", "device us predicted"):
         table.add_column(col, justify="left" if col in ("kernel", "template") else "right")
     for k in s["kernels"]:
-        us = k["predicted_us"]
+        us = k["device_predicted_us"]
         table.add_row(
             escape(k["kernel"]),
             escape(k["template"]),

@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from autotune.cli.flags import FLAGS, FUSION_FLAGS, POLICY_FLAGS
 from autotune.exceptions import AutotuneError
+from autotune.vocabulary import VERSION
 from search_space import AutofusionError, Graph
 from search_space.rules import Policy, load_policy
 
@@ -62,9 +63,9 @@ __all__ = [
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
-# the version of every command's --json object (docs/tuning.md, "JSON output"): one vocabulary
-# across commands; a key's meaning changes only with this number
-JSON_SCHEMA = 1
+# the version of every command's --json object (docs/json.md): one vocabulary across commands
+# and the plan file; a key's name or meaning changes only with this number
+JSON_SCHEMA = VERSION
 
 
 class _ErrLines(logging.Handler):
@@ -89,11 +90,19 @@ def say_log_lines() -> None:
 
 
 def emit_json(doc: Mapping[str, Any]) -> None:
-    """Print one command's ``--json`` object on stdout, ``schema_version`` first."""
+    """Print one command's ``--json`` object on stdout, ``schema`` first: the document's name
+    (``autotune.<command>``, ``autotune.costmodel.eval`` for a subcommand) and version, unless
+    the document names itself (``report`` prints ``autotune.report``, as ``Plan.report()``)."""
     import json
     import sys
 
-    sys.stdout.write(json.dumps({"schema_version": JSON_SCHEMA, **doc}) + "\n")
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    words = ctx.command_path.split()[1:] if ctx is not None else []
+    name = f"autotune.{'.'.join(words) or 'cli'}"
+    head = {"schema": {"name": name, "version": JSON_SCHEMA}}
+    sys.stdout.write(json.dumps({**head, **doc}) + "\n")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -314,10 +323,10 @@ def model_and_plan(
         InfeasibleConfig: a config that does not run on the plan's target.
     """
     from autotune.estimate import plan_kernels, plan_target
-    from search_space.space import FusionPlan
+    from autotune.plan_file import read_plan
 
     proto, graph = _load_model(model, opts)
-    record = FusionPlan.load(plan, graph)
+    record = read_plan(plan, graph)
     plan_kernels(graph, record, plan_target(record))  # every config runs on its target
     return proto, graph, record
 

@@ -44,13 +44,14 @@ def report(
     ] = None,
     plotly: PlotlyOpt = "inline",
 ) -> None:
-    """Report on a saved plan: safe-fusion counts, per-kernel table, speedups."""
+    """Report on a saved plan: its latency, safe mode's counts, per-kernel table, speedups."""
+    from autotune.plan_file import read_plan
     from autotune.plotly_js import check_mode
     from autotune.report import folded_kernels, plan_report
-    from search_space.space import FusionPlan
+    from autotune.vocabulary import describe
 
     check_mode(plotly)
-    record = FusionPlan.load(plan)
+    record = read_plan(plan)
     if html is not None:
         _write_html(record, plan, html, storage, study, plotly)
     rep = plan_report(record)
@@ -58,20 +59,17 @@ def report(
         emit_json(rep)
         return
     head = Table(title=f"plan {plan} ({rep['model']} on {rep['target']})", show_header=False)
-    head.add_row("kernels", str(rep["kernels"]))
-    head.add_row("safe fusion", ", ".join(f"{k} {v}" for k, v in rep["safe_fusion"].items()))
-    for key in ("predicted_us", "measured_us"):
-        if rep.get(key):
-            head.add_row(key.removesuffix("_us"), f"{rep[key]:.1f} us")
-    for key in (
-        "speedup_vs_none_estimated",
-        "speedup_vs_none_measured",
-        "speedup_vs_greedy_measured",
-    ):
-        if key in rep:
-            head.add_row(key.replace("_", " "), f"{rep[key]:.2f}x")
+    head.add_row("latency", describe(rep["latency"]))
+    if rep["latency"]["kind"] != "predicted" and rep["predicted_us"]:
+        head.add_row("predicted", f"{rep['predicted_us']:.1f} us ({rep['cost_model']})")
+    head.add_row("kernels", str(rep["n_kernels"]))
+    head.add_row("safe mode", ", ".join(f"{k} {v}" for k, v in rep["safe_mode"].items()))
+    for kind in ("predicted", "simulated"):
+        for base in ("none", "greedy"):
+            if (key := f"speedup_vs_{base}_{kind}") in rep:
+                head.add_row(f"speedup vs {base} ({kind})", f"{rep[key]:.2f}x")
     out.print(head)
-    rows = folded_kernels(record, rep["per_kernel"])
+    rows = folded_kernels(record, rep["kernels"])
     table = Table(title=f"kernels ({len(record.groups)}; repeated ones folded: x N)")
     table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=24)
     table.add_column("x")
@@ -87,12 +85,16 @@ def report(
             str(k["count"]),
             k["kind"],
             escape(k["tiles"]),
-            f"{k['us_unfused']:.1f}" if k["us_unfused"] is not None else "-",
-            f"{k['us']:.1f}" if k["us"] is not None else "-",
+            _us(k["unfused_predicted_us"]),
+            _us(k["simulated_us"]),
             k["bound"],
             k["verdict"],
         )
     out.print(table)
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _write_html(

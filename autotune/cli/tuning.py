@@ -120,6 +120,7 @@ def tune(
 ) -> None:
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
     # Long for its flags: typer reads the command line from this signature.
+    from autotune.plan_file import save_plan
     from autotune.tuner import TuneConfig, make_safety
     from autotune.tuner.annotate import upload_artifact_file
     from autotune.tuner.config import trials_arg
@@ -166,7 +167,7 @@ def tune(
     tgt = load_target(target, cfg.sets, precision)
     safety = make_safety(graph, opts.reference(model), opts.zoo, cfg.policy, tgt)
     result = _run_with_progress(graph, cfg, name, safety)
-    path = result.plan.save(output)
+    path = save_plan(result.plan, output)
     if result.study:  # for `autotune dashboard` (a model with no work opens no study)
         upload_artifact_file(result.storage, result.study, path)
     if result.interrupted:  # the best plan so far is written; say so and exit as Ctrl-C does
@@ -225,6 +226,8 @@ def _run_with_progress(
 
 
 def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> None:
+    from autotune.vocabulary import describe
+
     summary = {**result.to_json(), "plan": str(path)}
     if json_out:
         emit_json(summary)
@@ -242,11 +245,12 @@ def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> N
         return "-" if x is None else f"{x:.2f}x"
 
     base = result.baseline_us
-    table.add_row("best (simulated)", f"{result.best_latency_us:.1f} us")
-    table.add_row("none / greedy (simulated)", f"{us(base['none'])} / {us(base['greedy'])} us")
+    table.add_row("latency", describe(result.latency()))
+    table.add_row("none / greedy", f"{us(base['none'])} / {us(base['greedy'])} us simulated")
     table.add_row(
         "speedup",
-        f"{times(result.speedup('none'))} vs none, {times(result.speedup('greedy'))} vs greedy",
+        f"{times(result.speedup('none'))} vs none, {times(result.speedup('greedy'))} vs greedy"
+        " (simulated)",
     )
     gap = result.gap_to_optimal()
     if gap is not None:
@@ -264,7 +268,7 @@ def _print_tune(model: str, result: TuneResult, path: Path, json_out: bool) -> N
             else "the last trial improved the best: more trials may gain",
         )
     if result.report:
-        table.add_row("safe fusion", ", ".join(f"{k} {v}" for k, v in result.report.items()))
+        table.add_row("safe mode", ", ".join(f"{k} {v}" for k, v in result.report.items()))
     table.add_row("plan", f"{path} ({len(result.plan.groups)} kernels)")
     if result.interrupted:
         table.add_row("note", "interrupted: this is the best plan found so far")

@@ -96,7 +96,7 @@ def generate(
         "target": target.spec.name,
         "precision": target.precision,
         "fingerprint": graph.fingerprint(),
-        "kernels": len(program.kernels),
+        "n_kernels": len(program.kernels),
         "unfused_groups": len(program.unfused),
         "framework_ops": len(program.externs),
     }

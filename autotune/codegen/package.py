@@ -17,6 +17,7 @@ from autotune.codegen.errors import CodegenError
 from autotune.codegen.program import Program
 from autotune.codegen.runner_source import runner_source
 from autotune.verify.sources import ModelSource
+from autotune.vocabulary import schema
 
 __all__ = ["MANIFEST", "kernels_source", "manifest", "write_package"]
 
@@ -46,7 +47,8 @@ def manifest(
     program: Program, meta: Mapping[str, Any], predicted: Mapping[int, float] | None = None
 ) -> dict[str, Any]:
     """Group -> kernel(s), template, config and predicted device time; the groups that run
-    as their ops, with the reason."""
+    as their ops, with the reason (the document ``autotune.codegen.manifest``,
+    ``docs/json.md``; ``format`` is the package's layout, which ``autotune run`` checks)."""
     groups: dict[int, dict[str, Any]] = {}
     for step in program.steps:
         if step.group < 0:
@@ -70,8 +72,9 @@ def manifest(
         groups[i]["unfused"] = reason
     for i, us in (predicted or {}).items():
         if i in groups:
-            groups[i]["predicted_us"] = round(us, 3)
-    return {"format": FORMAT, **dict(meta), "groups": [groups[i] for i in sorted(groups)]}
+            groups[i]["device_predicted_us"] = round(us, 3)
+    head = {"schema": schema("codegen.manifest"), "format": FORMAT}
+    return {**head, **dict(meta), "groups": [groups[i] for i in sorted(groups)]}
 
 
 def _params(

@@ -3,8 +3,8 @@ generated kernels per (graph, target, policy), on disk.
 
 An entry's key is a hash of the exported graph's fingerprint (its ops, shapes and types: a
 new shape is a new graph), the hardware spec's every field with the precision mode, and the
-policy. The plan is written atomically (``FusionPlan.save``) and read back with every check
-a plan file gets, against the graph it is for; a damaged entry is reported, ignored and
+policy. The plan is written atomically (``autotune.plan_file.save_plan``) and read back with
+every check a plan file gets, against the graph it is for; a damaged entry is reported, ignored and
 replaced, never trusted. The kernels are regenerated from the plan when their package is
 missing or unreadable (generation takes a fraction of a second; the study is what the cache
 saves).
@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.plan_file import read_plan, save_plan
 from costmodel.spec import Target
 from search_space import Graph
 from search_space.rules import Policy
@@ -72,7 +73,7 @@ class PlanCache:
         if not path.exists():
             return None
         try:
-            return FusionPlan.load(path, graph)
+            return read_plan(path, graph)
         except PlanError as err:
             log.warning("ignoring the damaged plan cache entry %s: %s", path, err)
             return None
@@ -82,4 +83,4 @@ class PlanCache:
         or none)."""
         path = self.plan_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return plan.save(path)
+        return save_plan(plan, path)

@@ -88,9 +88,9 @@ class RealPrediction:
             "timing": r.timing,
             "impl": r.impl,
             "context": r.context,
-            "real_us": r.time_us,
+            "measured_us": r.time_us,
             "predicted_us": dict(self.predicted),
-            "kernels": self.kernels,
+            "n_kernels": self.kernels,
             **({"error": self.error} if self.error else {}),
         }
 

@@ -115,4 +115,4 @@ def config_ranking(predictions: Sequence[RealPrediction], model: str) -> dict[st
             }
         )
     mean = float(np.mean([t["tau"] for t in taus])) if taus else None
-    return {"kernels": len(taus), "mean_tau": mean, "per_kernel": taus}
+    return {"n_kernels": len(taus), "mean_tau": mean, "kernels": taus}

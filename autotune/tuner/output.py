@@ -31,9 +31,9 @@ def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
         before = sum(s.oracle.default_cost(s.ctx.group([n])) for n in ops)
         rows.append(
             {
-                "us": c.latency_us,
-                "us_predicted": p,
-                "us_unfused": before,
+                "simulated_us": c.latency_us,
+                "predicted_us": p,
+                "unfused_predicted_us": before,
                 "bound": c.bound,
                 "unit": k.unit,
                 "footprint": dict(k.footprint),
@@ -90,11 +90,11 @@ def plan_record(
         "seed": cfg.seed,
         "source": winner.source,
         "candidates": [c.to_json() for c in candidates],
-        "baseline_us": dict(baseline_us),
+        "baseline_simulated_us": dict(baseline_us),
         "compared_with": dict(compared_with),
         "baseline_predicted_us": {k: s.ev.score(s.baselines[k]) for k in ("none", "greedy")},
         "objective": cfg.objective,
-        "report": dict(report),
+        "safe_mode": dict(report),
         "kernels": kernel_rows(s, plan),
         "graph": graph_record(s),
         "cost_model": {"kind": cfg.cost, "version": s.ev.model.version, "refits": s.ev.refits},
@@ -133,7 +133,7 @@ def no_work(graph: Graph, config: TuneConfig, name: str) -> TuneResult:
         measured_us=0.0,
         cost_model=config.cost,
         meta={"source": "no work", "note": why, "target_source": config.target,
-              "sets": list(config.sets), "report": {}, "trials": 0},
+              "sets": list(config.sets), "safe_mode": {}, "trials": 0},
     )  # fmt: skip
     return TuneResult(
         plan=plan, study="", storage="", trials=0, best_latency_us=0.0,

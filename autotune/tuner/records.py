@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.plan_file import plan_to_json
+from autotune.vocabulary import plan_latency, schema
 from search_space.space import FusionPlan, SpacePlan
 
 __all__ = ["Candidate", "MeasureResult", "TuneResult"]
@@ -32,7 +34,7 @@ class MeasureResult:
         return self.latency_us is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {"measured_us": self.latency_us, **({"error": self.error} if self.error else {})}
+        return {"simulated_us": self.latency_us, **({"error": self.error} if self.error else {})}
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,11 @@ class Candidate:
         return self.measured.latency_us if self.measured.latency_us is not None else math.inf
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, **self.measured.to_json(), "kernels": len(self.plan.groups)}
+        return {
+            "source": self.source,
+            **self.measured.to_json(),
+            "n_kernels": len(self.plan.groups),
+        }
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,9 @@ class TuneResult:
         baseline_us: the simulated latency of the ``none`` and ``greedy`` plans (None where
             the simulation failed).
         predicted_us: the plan's latency under the study's cost model.
-        pareto: the front of a two-objective study (trial, latency_us, memory_mb).
+        pareto: the front of a two-objective study (trial, predicted_us, memory_mb).
         interrupted: Ctrl-C ended the trials; the plan is the best found so far.
-        report: safe-fusion counts.
+        report: safe mode's counts (``safe_mode`` in JSON).
         optimal_predicted_us: the exact additive optimum under the study's cost model, where
             it was found within its work bounds (None otherwise): how far the search is from
             the best the model can say.
@@ -101,21 +107,27 @@ class TuneResult:
         base = self.baseline_us.get(baseline)
         return None if base is None or self.best_latency_us <= 0 else base / self.best_latency_us
 
+    def latency(self) -> dict[str, Any]:
+        """The plan's one number (:func:`autotune.vocabulary.plan_latency`): simulated."""
+        return plan_latency(self.predicted_us, self.best_latency_us, self.plan.cost_model)
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "measured_us": self.best_latency_us,
+            "schema": schema("tune"),
+            "latency": self.latency(),
+            "simulated_us": self.best_latency_us,
             "predicted_us": self.predicted_us,
-            "baseline_us": dict(self.baseline_us),
-            "speedup_vs_none": self.speedup("none"),
-            "speedup_vs_greedy": self.speedup("greedy"),
+            "baseline_simulated_us": dict(self.baseline_us),
+            "speedup_vs_none_simulated": self.speedup("none"),
+            "speedup_vs_greedy_simulated": self.speedup("greedy"),
             "trials": self.trials,
             "study": self.study,
             "storage": self.storage,
             "pareto": [dict(p) for p in self.pareto],
             "interrupted": self.interrupted,
-            "report": dict(self.report),
+            "safe_mode": dict(self.report),
             "optimal_predicted_us": self.optimal_predicted_us,
             "gap_to_optimal": self.gap_to_optimal(),
             "trials_since_best": self.trials_since_best,
-            "plan": self.plan.to_json(),
+            "plan": plan_to_json(self.plan),
         }

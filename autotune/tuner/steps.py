@@ -318,7 +318,8 @@ def pick(
     if s.config.multi:
         front = sorted(s.study.best_trials, key=lambda t: t.values[0])
         pareto = [
-            {"trial": t.number, "latency_us": t.values[0], "memory_mb": t.values[1]} for t in front
+            {"trial": t.number, "predicted_us": t.values[0], "memory_mb": t.values[1]}
+            for t in front
         ]
         if front:
             chosen = knee(front) if s.config.pick is None else picked(front, s.config.pick)

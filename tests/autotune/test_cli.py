@@ -152,18 +152,22 @@ def test_estimate_json_for_every_baseline_and_a_what_if() -> None:
             "target",
             "plan",
             "cost_model",
-            "latency_us",
+            "latency",
             "roofline_us",
+            "n_kernels",
             "kernels",
-            "per_kernel",
         ):
             assert key in r, key
-        assert r["plan"] == plan and r["latency_us"] >= r["roofline_us"] > 0
-        assert {"ops", "kind", "config", "latency_us", "bound"} <= set(r["per_kernel"][0])
-        assert r["latency_us"] == pytest.approx(sum(k["latency_us"] for k in r["per_kernel"]))
-    assert results["none"]["kernels"] > results["greedy"]["kernels"] >= results["max"]["kernels"]
+        us = r["latency"]["us"]
+        assert r["latency"]["kind"] == "predicted" and r["latency"]["model"] == "analytic"
+        assert r["plan"] == plan and us >= r["roofline_us"] > 0
+        assert {"ops", "kind", "config", "us", "bound"} <= set(r["kernels"][0])
+        assert us == pytest.approx(sum(k["us"] for k in r["kernels"]))
+        assert r["n_kernels"] == len(r["kernels"])
+    n = {p: r["n_kernels"] for p, r in results.items()}
+    assert n["none"] > n["greedy"] >= n["max"]
     slow = _json(*base, "--set", "hbm_bytes_per_s=6.5e11")
-    assert slow["latency_us"] > results["none"]["latency_us"]
+    assert slow["latency"]["us"] > results["none"]["latency"]["us"]
 
 
 def test_estimate_replays_a_plan_file_and_refuses_another_models_plan(tmp_path: Path) -> None:
@@ -175,11 +179,11 @@ def test_estimate_replays_a_plan_file_and_refuses_another_models_plan(tmp_path: 
     fp = _json("inspect", *args, "--json")["fingerprint"]
     groups = tuple(
         PlanGroup(tuple(k["ops"]), k["kind"], KernelConfig.from_json(k["config"]))
-        for k in greedy["per_kernel"]
+        for k in greedy["kernels"]
     )
     path = FusionPlan(fp, "ascend910b", groups).save(tmp_path / "plan.json")
     again = _json("estimate", *args, "--plan", str(path), "--json")
-    assert again["latency_us"] == pytest.approx(greedy["latency_us"])
+    assert again["latency"]["us"] == pytest.approx(greedy["latency"]["us"])
     res = _run(
         "estimate", "zoo:bert-base", "--layers", "2", "--scale", "0.25", "--plan", str(path)
     )

@@ -76,11 +76,11 @@ def test_codegen_json_and_a_second_codegen_replaces_the_package(tmp_path: Path) 
     res = _run("codegen", *BERT, "none", "-o", str(pkg), "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert set(doc) == {"schema_version", "meta", "kernels", "unfused", "path"}
+    assert set(doc) == {"schema", "meta", "kernels", "unfused", "path"}
     assert doc["path"] == str(pkg) and doc["meta"]["plan"] == "none"
-    assert doc["meta"]["kernels"] == len(doc["kernels"]) > 0
+    assert doc["meta"]["n_kernels"] == len(doc["kernels"]) > 0
     for k in doc["kernels"]:
-        assert set(k) == {"kernel", "group", "template", "ops", "grid", "predicted_us"}
+        assert set(k) == {"kernel", "group", "template", "ops", "grid", "device_predicted_us"}
         assert k["grid"] >= 1 and k["ops"]
     for u in doc["unfused"]:
         assert set(u) == {"group", "ops", "reason"} and u["reason"]

@@ -102,14 +102,14 @@ def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str
     assert set(predicted) == {"none", "greedy", "max", "optimal"}
     assert predicted["optimal"] > 0  # found within its time at set-up (a small model)
     assert about["saved_plan"]["source"] == plan["meta"]["source"]
-    assert about["saved_plan"]["simulated_us"] == pytest.approx(plan["measured_us"], abs=1e-3)
+    assert about["saved_plan"]["simulated_us"] == pytest.approx(plan["simulated_us"], abs=1e-3)
     rows = [
         r for r in study["note"]["body"].splitlines() if r.startswith("| ") and "us |" not in r
     ]
     simulated = [float(r.split("|")[2]) for r in rows]
     assert len(rows) == min(30, int(about["measured_candidates"])) >= 3  # none, greedy, max
     assert simulated == sorted(simulated)
-    assert simulated[0] <= plan["measured_us"] + 0.01  # (safe mode may save a slower one)
+    assert simulated[0] <= plan["simulated_us"] + 0.01  # (safe mode may save a slower one)
     # the measured plans, a study of their own valued by the simulator: its best is the saved
     (other,) = [s for s in summaries if s["study_name"] == summary["study_name"] + ":measured"]
     measured = json.loads(_get(f"{served}/api/studies/{other['study_id']}?after=0"))
@@ -122,7 +122,7 @@ def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str
     (best,) = measured["best_trials"]
     saved = _attrs(measured["user_attrs"])["saved_plan_key"]
     assert _attrs(best["user_attrs"])["plan_key"] == saved
-    assert best["values"][0] == pytest.approx(plan["measured_us"])
+    assert best["values"][0] == pytest.approx(plan["simulated_us"])
     (artifact,) = study["artifacts"]
     assert artifact["filename"] == "plan.json"
     got = _get(f"{served}/artifacts/{summary['study_id']}/{artifact['artifact_id']}")

@@ -299,7 +299,7 @@ def test_estimate_reports_each_kernels_device_time_without_the_gap() -> None:
     res = CliRunner().invoke(
         app, ["estimate", "zoo:bert-base", "--scale", "0.1", "--cost", "simulator", "--json"]
     )
-    kernels = json.loads(res.stdout.strip().splitlines()[-1])["per_kernel"]
+    kernels = json.loads(res.stdout.strip().splitlines()[-1])["kernels"]
     for k in kernels:
-        assert 0 < k["device_us"] < k["latency_us"]
-        assert k["latency_us"] - k["device_us"] == pytest.approx(gap)
+        assert 0 < k["device_us"] < k["us"]
+        assert k["us"] - k["device_us"] == pytest.approx(gap)

@@ -142,9 +142,9 @@ def test_estimate_resident_inputs_costs_the_model_with_its_inputs_in_l2() -> Non
     res = runner.invoke(app, [*base, "--resident", "inputs"])
     warm = json.loads(res.stdout.strip().splitlines()[-1])
     assert (cold["resident"], warm["resident"]) == ("none", "inputs")
-    first_cold, first_warm = cold["per_kernel"][0], warm["per_kernel"][0]
+    first_cold, first_warm = cold["kernels"][0], warm["kernels"][0]
     assert first_warm["l2_hit_rate"] > first_cold["l2_hit_rate"]
-    assert warm["latency_us"] < cold["latency_us"]
+    assert warm["latency"]["us"] < cold["latency"]["us"]
     bad = runner.invoke(app, [*base, "--resident", "weights"])
     assert bad.exit_code == 1 and "--resident 'weights' is not one of: none, inputs" in bad.output
 
@@ -249,8 +249,8 @@ def test_config_ranking_scores_each_kernel_timed_under_several_tilings() -> None
     ]
     for model, tau in (("right", 1.0), ("wrong", -1.0), ("flat", 0.0)):
         got = config_ranking(preds, model)
-        assert got["kernels"] == 1 and got["mean_tau"] == tau, model
-        assert len(got["per_kernel"][0]["rows"]) == 2  # the two catlass configs alone
+        assert got["n_kernels"] == 1 and got["mean_tau"] == tau, model
+        assert len(got["kernels"][0]["rows"]) == 2  # the two catlass configs alone
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -266,5 +266,5 @@ def test_every_model_ranks_catlasss_tilings_as_measured(model: str) -> None:
     tiled = [r for r in rows if r.tiling and "catlass" in r.op]
     preds = [predict_row(r, model_makers((model,)), best=False) for r in tiled]
     got = config_ranking([p for p in preds if not p.error], f"{model}/default")
-    assert got["kernels"] == 3
-    assert [t["tau"] for t in got["per_kernel"]] == [1.0, 1.0, 1.0]
+    assert got["n_kernels"] == 3
+    assert [t["tau"] for t in got["kernels"]] == [1.0, 1.0, 1.0]

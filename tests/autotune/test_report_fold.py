@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from quick_study import run, tune_args
 
+from autotune.plan_file import read_plan
 from autotune.report import folded_kernels, plan_report
-from search_space.space import FusionPlan
 
 
 @pytest.fixture(scope="module")
@@ -22,24 +22,26 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_folding_keeps_every_kernel_and_joins_only_equal_ones(plan: Path) -> None:
-    record = FusionPlan.load(plan)
-    rows = folded_kernels(record, plan_report(record)["per_kernel"])
+    record = read_plan(plan)
+    rows = folded_kernels(record, plan_report(record)["kernels"])
     assert sum(r["count"] for r in rows) == len(record.groups)
     assert any(r["count"] == 3 for r in rows)  # three identical layers fold
-    per_kernel = plan_report(record)["per_kernel"]
+    per_kernel = plan_report(record)["kernels"]
     for row in rows:  # a folded row stands for kernels of its kind, tiles and latency
         alike = [
             (g, k)
             for g, k in zip(record.groups, per_kernel, strict=True)
-            if g.kind == row["kind"] and g.config.short() == row["tiles"] and k["us"] == row["us"]
+            if g.kind == row["kind"]
+            and g.config.short() == row["tiles"]
+            and k["simulated_us"] == row["simulated_us"]
         ]
         assert len(alike) >= row["count"]
 
 
 def test_a_plan_without_its_kernel_graph_folds_nothing(plan: Path) -> None:
-    record = FusionPlan.load(plan)
+    record = read_plan(plan)
     bare = dataclasses.replace(record, meta={k: v for k, v in record.meta.items() if k != "graph"})
-    rows = folded_kernels(bare, plan_report(bare)["per_kernel"])
+    rows = folded_kernels(bare, plan_report(bare)["kernels"])
     assert [r["count"] for r in rows] == [1] * len(record.groups)
 
 
@@ -47,9 +49,10 @@ def test_the_table_names_its_units_and_tiles(plan: Path) -> None:
     """At any terminal width (a header or a config may wrap, word by word)."""
     res = run("report", str(plan))
     assert res.exit_code == 0, res.stderr
-    # words only the kernel table's headers hold ("predicted" and "us" are in the summary too)
-    for word in ("tiles", "unfused", "simulated"):
+    # words only the kernel table's headers hold ("predicted", "simulated" and "us" are in the
+    # summary too)
+    for word in ("tiles", "unfused", "bound"):
         assert word in res.stdout.split(), word
     words = res.stdout.split()
-    for group in FusionPlan.load(plan).groups:
+    for group in read_plan(plan).groups:
         assert all(part in words for part in group.config.short().split()), group.ops

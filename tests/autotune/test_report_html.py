@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.plan_file import read_plan
 from autotune.report_html import figures
 from autotune.tuner.study import open_storage
 from autotune.zoo import build
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
-from search_space.space import FusionPlan
 
 ZOO = ["--layers", "1", "--scale", "0.25"]
 
@@ -47,7 +47,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sections(tuned: Path, with_study: bool = True) -> dict:
-    plan = FusionPlan.load(tuned / "plan.json")
+    plan = read_plan(tuned / "plan.json")
     study = None
     if with_study:
         storage, _ = open_storage(str(tuned / "s.journal"))
@@ -135,20 +135,22 @@ def test_the_parity_plot_holds_each_kernels_prediction_and_simulation(tuned: Pat
     import dataclasses
     import math
 
-    plan = FusionPlan.load(tuned / "plan.json")
+    plan = read_plan(tuned / "plan.json")
     rows = plan.meta["kernels"]
-    assert sum(r["us_predicted"] for r in rows) == pytest.approx(plan.predicted_us, rel=1e-6)
+    assert sum(r["predicted_us"] for r in rows) == pytest.approx(plan.predicted_us, rel=1e-6)
     fig, _ = _sections(tuned, with_study=False)["parity"]
     points = [t for t in fig.data if t.type == "scatter" and t.mode == "markers"]
     assert sum(len(t.x) for t in points) == len(plan.groups)
     boxes = [t for t in fig.data if t.type == "box"]
     logs = sorted(v for t in boxes for v in t.y)
-    assert logs == pytest.approx(sorted(math.log(r["us_predicted"] / r["us"]) for r in rows))
+    assert logs == pytest.approx(
+        sorted(math.log(r["predicted_us"] / r["simulated_us"]) for r in rows)
+    )
     older = dataclasses.replace(
         plan,
         meta={
             **plan.meta,
-            "kernels": [{k: v for k, v in r.items() if k != "us_predicted"} for r in rows],
+            "kernels": [{k: v for k, v in r.items() if k != "predicted_us"} for r in rows],
         },
     )
     spec = load_target(plan.target).spec
@@ -160,7 +162,7 @@ def test_the_roofline_says_what_each_colour_is_and_draws_the_l2_roof(tuned: Path
     two roofs: HBM and the faster L2, meeting at the cube peak."""
     from autotune.graph_view import colour
 
-    plan = FusionPlan.load(tuned / "plan.json")
+    plan = read_plan(tuned / "plan.json")
     fig, _ = _sections(tuned, with_study=False)["roofline"]
     roofs = [t for t in fig.data if t.mode == "lines"]
     assert [t.name.split(":")[1].split()[0] for t in roofs] == ["HBM", "L2"]

@@ -68,7 +68,7 @@ def test_cli_verify_reports_every_kernel(tmp_path, monkeypatch) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
-    report = json.loads(res.stdout)["report"]  # safe mode ran by default
+    report = json.loads(res.stdout)["safe_mode"]  # safe mode ran by default
     assert {"fused", "skipped_low_benefit", "skipped_buffer_overflow", "skipped_precision"} <= set(
         report
     )

@@ -89,7 +89,7 @@ def test_the_answer_is_the_best_measured_candidate(unsafe_study) -> None:
     result = unsafe_study
     cands = result.plan.meta["candidates"]
     assert {"greedy", "max"} <= {c["source"] for c in cands}
-    assert result.best_latency_us == min(c["measured_us"] for c in cands)
+    assert result.best_latency_us == min(c["simulated_us"] for c in cands)
     assert result.plan.meta["source"] in {c["source"] for c in cands}
 
 
@@ -107,20 +107,20 @@ def test_a_learned_study_measures_where_its_prior_descends(graph, tmp_path, monk
     cfg = _cfg(tmp_path, study="prior", trials=8, cost=cost, policy=Policy(safe_mode=False))
     result = tune_graph(graph, cfg, name="bert")
     cands = result.plan.meta["candidates"]
-    kernels = {c["source"]: c["kernels"] for c in cands}
+    kernels = {c["source"]: c["n_kernels"] for c in cands}
     hedged = [c for c in cands if c["source"].endswith("descended by the prior")]
     assert bool(hedged) == (cost == "learned")
     starts = [c["source"].split(",")[0] for c in hedged]  # "trial N"
     checked = [(c, s) for c, s in zip(hedged, starts, strict=True) if s in kernels]
     assert checked or cost == "analytic"  # the incumbent is measured first, so some start is
     for c, start in checked:
-        assert c["kernels"] < kernels[start]
+        assert c["n_kernels"] < kernels[start]
     if cost == "learned":
         journal = optuna.storages.journal.JournalFileBackend(cfg.storage)
         storage = optuna.storages.JournalStorage(journal)
         trials = optuna.load_study(study_name=result.study, storage=storage).trials
         fewest = min(t.user_attrs["kernels"] for t in trials if "kernels" in t.user_attrs)
-        by_prior = [c["kernels"] for c in cands if c["source"].endswith("by the prior")]
+        by_prior = [c["n_kernels"] for c in cands if c["source"].endswith("by the prior")]
         assert min(by_prior) <= fewest
 
 
@@ -141,7 +141,7 @@ def test_a_learned_study_measures_its_priors_favourite_trial(graph, tmp_path, mo
     )
     trials = optuna.load_study(study_name=result.study, storage=journal).trials
     most = max(t.user_attrs["kernels"] for t in trials if "kernels" in t.user_attrs)
-    assert max(c["kernels"] for c in result.plan.meta["candidates"]) == most
+    assert max(c["n_kernels"] for c in result.plan.meta["candidates"]) == most
 
 
 @pytest.mark.parametrize("cost", ["learned", "analytic"])
@@ -161,12 +161,12 @@ def test_the_measured_winner_is_settled_by_a_descent_from_its_grouping(
     policy = Policy(safe_mode=False)
     cfg = _cfg(tmp_path, study=f"settle-{cost}", trials=6, cost=cost, policy=policy)
     cands = tune_graph(graph, cfg, name="bert").plan.meta["candidates"]
-    kernels = {c["source"]: c["kernels"] for c in cands}
+    kernels = {c["source"]: c["n_kernels"] for c in cands}
     settled = [c for c in cands if f", settled {how}, " in c["source"]]
     assert settled
     for c in settled:
         winner = c["source"].split(", settled ")[0]
-        assert winner in kernels and c["kernels"] > kernels[winner]
+        assert winner in kernels and c["n_kernels"] > kernels[winner]
     assert cost == "learned" or not any("settled by the prior" in c for c in kernels)
 
 

@@ -55,7 +55,7 @@ def test_a_second_study_checks_nothing_again(tmp_path: Path, counted: list[int])
     second = _study(tmp_path, Policy(), "two")
     assert len(counted) == checked  # every verdict came from the first study
     assert second.plan.groups == first.plan.groups
-    assert second.plan.meta["report"] == first.plan.meta["report"]
+    assert second.plan.meta["safe_mode"] == first.plan.meta["safe_mode"]
 
 
 def test_another_threshold_shares_nothing(tmp_path: Path, counted: list[int]) -> None:

@@ -1,10 +1,10 @@
 """Readable names for what a study shows: its parameters and a plan's kernels.
 
 A fusion parameter says which role the class plays, between which op types, where its first
-edge sits in the model (the node-name scope, e.g. ``encoder/layer.0/intermediate/dense``) and
-how many identical edges it stands for::
+edge sits in the model (its source's node-name scope, e.g.
+``encoder/layer.0/intermediate/dense``) and how many identical edges it stands for::
 
-    fuse/07 epilogue MatMul>Add: encoder/layer.0/intermediate/dense (+11 alike)
+    fuse/30 epilogue MatMul>Add: encoder/layer.0/intermediate/dense (+11 alike)
 
 The number is the class key's rank among the classes of every fusible edge of the graph: the
 names sort as the keys do (Optuna's samplers visit parameters in name order, so a seed draws
@@ -62,8 +62,10 @@ def _tail(text: str, limit: int) -> str:
 
 
 def _where(edge: Edge) -> str:
-    """Where an edge sits: its ops' shared scope, else its source's, else its source op."""
-    return scope_of([edge.src, edge.dst]) or scope_of([edge.src]) or edge.src
+    """Where an edge sits: its source's scope (the two readers' shared scope for a horizontal
+    edge), else its source op's name."""
+    shared = scope_of([edge.src, edge.dst]) if edge.kind == "horizontal" else ""
+    return shared or scope_of([edge.src]) or edge.src
 
 
 def fuse_names(graph: Graph, classes: Mapping[str, Sequence[Edge]]) -> dict[str, str]:

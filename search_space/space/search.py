@@ -3,7 +3,7 @@
 Decision variables are one boolean per fusible-edge *class* (:mod:`.classes`): edges whose
 endpoint ops have identical types, attributes and shapes in identical neighbourhoods share a
 class, so twelve identical BERT layers cost one layer of variables; each is named for what it
-fuses and where (``fuse/07 epilogue MatMul>Add: encoder/layer.0/intermediate/dense (+11
+fuses and where (``fuse/30 epilogue MatMul>Add: encoder/layer.0/intermediate/dense (+11
 alike)``, :mod:`.names`). Chosen edges are repaired deterministically into a legal partition
 (:meth:`FusionContext.repair`). Each group signature then gets one categorical
 ``config/<sig> <kind> <op types>`` indexing its pruned feasible-config list (``joint``),

@@ -1,10 +1,10 @@
 """``autotune candidates``: what fusion would buy, without tuning (the benefit analysis).
 
 For every candidate group (each rule match, and each group of the ``max`` plan no rule
-covers): HBM bytes and estimated time before -> after, launches saved, buffer footprint vs
-capacity, and a verdict: ``fuse``, ``skip: buffer overflow``, ``skip: below
-benefit_threshold``, ``skip: policy`` or ``skip: illegal``. Plus why rules did not fire where a
-user might expect them to.
+covers), named as a kernel is (``search_space.space.kernel_names``): HBM bytes and estimated
+time before -> after, launches saved, buffer footprint vs capacity, and a verdict: ``fuse``,
+``skip: buffer overflow``, ``skip: below benefit_threshold``, ``skip: policy`` or ``skip:
+illegal``. Plus why rules did not fire where a user might expect them to.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from costmodel.spec import Target
 from search_space.fusion import FusionContext
 from search_space.ir import Graph, empty_tensors, make_group
 from search_space.rules import Policy, match, policy_rules, unmatched_report
-from search_space.space import SearchSpace
+from search_space.space import SearchSpace, kernel_names
 
 __all__ = ["CandidateVerdict", "analyse_candidates"]
 
@@ -82,12 +82,15 @@ def analyse_candidates(
         if len(part) > 1:
             found.setdefault(part, "max")
     rows = []
-    for ops, rule in sorted(found.items(), key=lambda kv: min(ctx.index[n] for n in kv[0])):
+    ordered = sorted(found.items(), key=lambda kv: min(ctx.index[n] for n in kv[0]))
+    names = kernel_names(graph, (sorted(ops, key=ctx.index.__getitem__) for ops, _ in ordered))
+    for (ops, rule), name in zip(ordered, names, strict=True):
         singles = [make_group(graph, [n]) for n in ops]
         before_us = sum(oracle.best(s)[1] for s in singles)
         low = oracle.lowering
         before_bytes = sum(low.kernel(s, oracle.default(s)).compulsory_bytes for s in singles)
         row: dict[str, Any] = {
+            "name": name,
             "ops": sorted(ops, key=ctx.index.__getitem__),
             "rule": rule,
             "launches_saved": len(ops) - 1,

@@ -16,7 +16,8 @@ import optuna
 from autotune.tuner.ledger import publish
 from autotune.tuner.records import Candidate
 from autotune.tuner.session import Session
-from search_space.space import SpacePlan
+from autotune.tuner.study import check_params
+from search_space.space import SpacePlan, kernel_names
 
 __all__ = [
     "ORIGIN",
@@ -51,7 +52,13 @@ def _set_all(study: optuna.Study, attrs: Mapping[str, Any]) -> None:
 
 def describe_study(s: Session) -> None:
     """Metric names, and what the study tunes: model, fingerprint, target, precision, cost
-    model, strategy, and the predicted latency of the none / greedy / max baselines."""
+    model, strategy, and the predicted latency of the none / greedy / max baselines.
+
+    Raises:
+        AutotuneError: a resumed study whose trials name fusion parameters this space does
+            not have (made by an older autotune, or under another fusion policy).
+    """
+    check_params(s.study, set(s.space.param_of.values()))
     names = ["latency_us", "peak_mem_mb"] if s.config.multi else ["latency_us"]
     if s.study.metric_names != names:
         with warnings.catch_warnings():
@@ -97,18 +104,20 @@ def _optimal_us(s: Session) -> float | None:
 
 
 def _label_configs(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> None:
-    """A label for each ``config/<signature>`` parameter the trial asked (joint strategy),
-    the first time one is seen: which kernels it tiles and what its first indices mean."""
+    """A label for each ``config/<signature> ...`` parameter the trial asked (joint
+    strategy), the first time one is seen: which kernels it tiles and what its first indices
+    mean."""
     known = s.study.user_attrs
     labels = {}
-    for g in plan.groups:
-        key = f"config/{g.signature(s.graph)}"
+    names = kernel_names(s.graph, (g.ops for g in plan.groups))
+    for g, name in zip(plan.groups, names, strict=True):
+        key = s.space.config_param(g)
         if key not in trial.params or f"param {key}" in known:
             continue
         grid = s.oracle.grid(g)
         first = ", ".join(f"{i}: {c.short()}" for i, c in enumerate(grid[:3]))
         label = (
-            f"tiles of {g.kind} kernels like {g.ops[0]}: an index into their {len(grid)} "
+            f"tiles of {g.kind} kernels like {name}: an index into their {len(grid)} "
             f"feasible configs, ranked by the analytic model ({first}, ...)"
         )
         labels[f"param {key}"] = label[:LABEL_CHARS]
@@ -116,15 +125,15 @@ def _label_configs(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> No
 
 
 def param_labels(s: Session) -> dict[str, str]:
-    """A readable label for each ``fuse/...`` parameter: the kind of fusion, the op types, how
-    many edges the class shares (repeated layers), and its first edge's ops."""
+    """What each fusion parameter's name leaves out: its class key (what orders the
+    parameters), the kind of fusion and its first edge's ops, and how many edges the class
+    shares (repeated layers)."""
     out = {}
-    for name, edges in s.space.classes.items():
+    for key, edges in s.space.classes.items():
         first = edges[0]
         more = f" (+{len(edges) - 1} like it)" if len(edges) > 1 else ""
-        out[f"fuse/{name}"] = f"{first.kind} fusion of {first.src} -> {first.dst}{more}"[
-            :LABEL_CHARS
-        ]
+        label = f"class {key}: {first.kind} fusion of {first.src} -> {first.dst}{more}"
+        out[s.space.param_of[key]] = label[:LABEL_CHARS]
     return out
 
 
@@ -145,13 +154,14 @@ def describe_trial(s: Session, trial: optuna.trial.Trial, plan: SpacePlan) -> No
         f"### Trial {trial.number}: {len(plan.groups)} kernels, {plan.fused_groups} fused, "
         f"{sum(costs):.1f} us predicted ({s.ev.model.version})",
         "",
-        "| kernel ops | kind | config | predicted us |",
-        "|---|---|---|---|",
+        "| kernel | ops | kind | config | predicted us |",
+        "|---|---|---|---|---|",
     ]
+    names = kernel_names(s.graph, (g.ops for g in plan.groups))
     for i in order:
         g, c = plan.groups[i], plan.configs[i]
         ops = ", ".join(g.ops[:4]) + (f" (+{len(g.ops) - 4})" if len(g.ops) > 4 else "")
-        lines.append(f"| {ops} | {g.kind} | {c.short()} | {costs[i]:.2f} |")
+        lines.append(f"| {names[i]} | {ops} | {g.kind} | {c.short()} | {costs[i]:.2f} |")
     save_note(trial, "\n".join(lines) + "\n")
 
 

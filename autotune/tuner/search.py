@@ -25,10 +25,11 @@ def _mutations(
     swaps: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, Any]]:
     """One move from ``params``: each block it leaves partly unfused switched on whole, then
-    each fusion decision flipped, in ``order`` (a permutation of the sorted ``fuse/`` names),
-    then each pair of ``swaps`` (classes that share an operator) that is half on exchanged: the
-    operator leaves one neighbour's group for the other's, which two single flips reach only
-    through a plan that fuses both or neither."""
+    each fusion decision flipped, in ``order`` (a permutation of the sorted ``fuse/`` names,
+    which sort as their class keys do), then each pair of ``swaps`` (the parameters of classes
+    that share an operator) that is half on exchanged: the operator leaves one neighbour's
+    group for the other's, which two single flips reach only through a plan that fuses both or
+    neither."""
     names = sorted(n for n in params if n.startswith("fuse/"))
 
     def on(name: str) -> Any:  # the parameter's "fused" value, bool or 0/1 (numeric samplers)
@@ -36,7 +37,7 @@ def _mutations(
 
     moves = []
     for block in blocks:
-        keys = [f"fuse/{c}" for c in block if f"fuse/{c}" in params]
+        keys = [k for k in block if k in params]
         if keys and not all(params[k] for k in keys):
             moves.append({**params, **{k: on(k) for k in keys}})
     for name in (names[i] for i in order):
@@ -48,8 +49,7 @@ def _mutations(
 def _swapped(params: dict[str, Any], swaps: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """Each pair of ``swaps`` that is half on in ``params``, exchanged."""
     moves = []
-    for a, b in swaps:
-        ka, kb = f"fuse/{a}", f"fuse/{b}"
+    for ka, kb in swaps:
         if ka in params and kb in params and bool(params[ka]) != bool(params[kb]):
             moves.append({**params, ka: params[kb], kb: params[ka]})
     return moves
@@ -111,11 +111,11 @@ def enqueue_neighbours(
 ) -> int:
     """Local search around the incumbent: once the best trial is ``stall`` trials old, enqueue
     up to ``limit`` mutations of it not tried yet (TVM-style mutation of the best). Block moves
-    come first: each switches on every fusion class of one block (``blocks``, class names in
+    come first: each switches on every fusion class of one block (``blocks``, parameters in
     the order to try, e.g. :meth:`SearchSpace.block_moves`) the incumbent leaves partly
     unfused: a pattern such as attention pays off only whole, which one flip at a time never
     shows. Then single flips of one fusion decision, in a shuffle seeded by ``seed`` and the
-    trial count, then ``swaps`` (pairs of classes sharing an operator, e.g.
+    trial count, then ``swaps`` (parameters of pairs of classes sharing an operator, e.g.
     :meth:`SearchSpace.swap_moves`) exchanged where one is on and the other off. ``incumbent``
     overrides the best trial by stored value (a refitted model may rank the trials otherwise).
     With ``score`` (a cost of a trial's parameters, e.g. the study's model on the repaired

@@ -22,6 +22,7 @@ from search_space.ir import Graph
 __all__ = [
     "DEFAULT_STORAGE",
     "SAMPLERS",
+    "check_params",
     "drop_if_empty",
     "fresh_name",
     "journal_path",
@@ -227,6 +228,24 @@ def open_study(
     done = len(probe.trials)
     sampler = make_sampler(config.sampler, config.seed, done, config.multi)
     return optuna.load_study(storage=storage, study_name=name, sampler=sampler), done
+
+
+def check_params(study: optuna.Study, known: frozenset[str] | set[str]) -> None:
+    """Check that the study's trials name only fusion parameters of ``known`` (the space's:
+    ``SearchSpace.known_params``); a trial of another space would replay as another plan.
+
+    Raises:
+        AutotuneError: a study made by an autotune before readable parameter names
+            (``fuse/Add>Transpose:fc4e81d4``), or over another graph partition (another
+            ``no_fusion_ops``, ``max_fused_ops`` or ``share_repeated``).
+    """
+    for t in study.get_trials(deepcopy=False):
+        stale = next((n for n in t.params if n.startswith("fuse/") and n not in known), None)
+        if stale is not None:
+            raise AutotuneError(
+                f"study '{study.study_name}' was tuned over other fusion parameters ('{stale}': "
+                "an older autotune, or another fusion policy); start a fresh study with --new"
+            )
 
 
 def measured_name(name: str) -> str:

@@ -4,7 +4,9 @@ baselines beside it (none, greedy, max, the exact optimal) and the persisted pla
 from __future__ import annotations
 
 from search_space.space.baselines import BASELINES, baseline_partition, baseline_plan, plan_cost
+from search_space.space.classes import op_hashes
 from search_space.space.memory import peak_live_bytes
+from search_space.space.names import kernel_names
 from search_space.space.optimal import (
     OptimalResult,
     OptimalUnavailable,
@@ -21,7 +23,6 @@ from search_space.space.search import (
     SpacePlan,
     TrialLike,
     build_space,
-    op_hashes,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "candidate_groups",
     "connected_subsets",
     "fusion_adjacency",
+    "kernel_names",
     "op_hashes",
     "optimal_partition",
     "peak_live_bytes",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from search_space.atomic import atomic_write_text
 from search_space.exceptions import AutofusionError, check
 from search_space.fusion import FusionContext
 from search_space.ir import GROUP_KINDS, Graph, KernelConfig
+from search_space.space.names import kernel_names
 
 __all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanError", "PlanGroup"]
 
@@ -30,15 +31,18 @@ class PlanError(AutofusionError):
 
 @dataclass(frozen=True)
 class PlanGroup:
-    """One kernel of a plan: its ops (user names), template kind, config and verdict."""
+    """One kernel of a plan: its ops (user names), template kind, config and verdict, and
+    its readable name (:func:`search_space.space.kernel_names`; "" in a plan made without)."""
 
     ops: tuple[str, ...]
     kind: str
     config: KernelConfig | None = None
     verdict: str = ""
+    name: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ops": list(self.ops), "kind": self.kind}
+        out: dict[str, Any] = {"name": self.name} if self.name else {}
+        out.update(ops=list(self.ops), kind=self.kind)
         if self.config is not None:
             out["config"] = self.config.to_json()
         if self.verdict:
@@ -67,7 +71,8 @@ class PlanGroup:
             parsed = KernelConfig.from_json(config) if config else None
         except ValueError as err:
             raise ValueError(f"group starting at '{ops[0]}': {err}") from None
-        return cls(ops=ops, kind=kind, config=parsed, verdict=str(data.get("verdict", "")))
+        verdict, name = str(data.get("verdict", "")), str(data.get("name", ""))
+        return cls(ops=ops, kind=kind, config=parsed, verdict=verdict, name=name)
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,12 @@ class FusionPlan:
         if graph is not None:
             plan.check_model(graph)
         return plan
+
+    def named(self, graph: Graph) -> FusionPlan:
+        """This plan with each kernel named (:func:`search_space.space.kernel_names`)."""
+        names = kernel_names(graph, (g.ops for g in self.groups))
+        groups = tuple(replace(g, name=n) for g, n in zip(self.groups, names, strict=True))
+        return replace(self, groups=groups)
 
     def check_model(self, graph: Graph) -> None:
         """Raise :class:`PlanError` unless the plan was made for this graph."""

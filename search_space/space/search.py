@@ -1,10 +1,12 @@
 """The Optuna search space over fusion decisions and tile configs (docs/fusion.md).
 
-Decision variables are one boolean per fusible-edge *class* (``fuse/<class>``): edges whose
+Decision variables are one boolean per fusible-edge *class* (:mod:`.classes`): edges whose
 endpoint ops have identical types, attributes and shapes in identical neighbourhoods share a
-class, so twelve identical BERT layers cost one layer of variables. Chosen edges are repaired
-deterministically into a legal partition (:meth:`FusionContext.repair`). Each group signature
-then gets one categorical ``config/<sig>`` indexing its pruned feasible-config list (``joint``),
+class, so twelve identical BERT layers cost one layer of variables; each is named for what it
+fuses and where (``fuse/30 epilogue MatMul>Add: encoder/layer.0/intermediate/dense (+11
+alike)``, :mod:`.names`). Chosen edges are repaired deterministically into a legal partition
+(:meth:`FusionContext.repair`). Each group signature then gets one categorical
+``config/<sig> <kind> <op types>`` indexing its pruned feasible-config list (``joint``),
 or its best config under the vectorised analytic model (``bilevel``). A plan replays through
 the same code (:meth:`SearchSpace.replay`).
 """
@@ -17,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from search_space.fusion import Edge, FusionContext
-from search_space.ir import FusionGroup, Graph, KernelConfig, alias_root
+from search_space.ir import FusionGroup, KernelConfig
 from search_space.rules import Policy, edges_of, greedy, match, policy_rules
+from search_space.space.classes import edge_classes
+from search_space.space.names import config_name, fuse_names
 
-__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space", "op_hashes"]
+__all__ = ["GroupOracle", "SearchSpace", "SpacePlan", "build_space"]
 
 STRATEGIES = ("joint", "bilevel")
 REPAIRED = 4096  # repaired plans a space remembers
@@ -65,26 +69,6 @@ class SpacePlan:
         return sum(1 for g in self.groups if len(g.ops) > 1)
 
 
-def op_hashes(ctx: FusionContext) -> dict[str, str]:
-    """Each kernel op's structural hash: its type, attributes and shapes with its neighbours'
-    (the same op in every repeated layer shares one; what sharing classes and the graph view's
-    collapsed layers go by)."""
-    return {n: _op_hash(ctx.graph, ctx, n) for n in ctx.nodes}
-
-
-def _op_hash(graph: Graph, ctx: FusionContext, name: str) -> str:
-    def own(n: str) -> str:
-        o = graph.op(n)
-        shapes = [graph.tensors[alias_root(graph, t)].shape if t else None for t in o.inputs]
-        outs = [graph.tensors[t].shape for t in o.outputs if t]
-        return f"{o.op_type}{o.attributes}{shapes}{outs}"
-
-    parts = [own(name)]
-    parts += sorted(own(p) for p in ctx.pred[name])
-    parts += ["->" + own(s) for s in sorted(ctx.succ[name], key=own)]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
-
-
 class SearchSpace:
     """Fusion booleans per edge class, repair, and per-signature config categoricals.
 
@@ -125,32 +109,22 @@ class SearchSpace:
         self.fixed = frozenset(fixed_edges)
         opened = ctx.edges if open_edges is None else tuple(open_edges)
         self.open = tuple(e for e in opened if e not in self.fixed)
+        every = edge_classes(ctx, dict.fromkeys((*ctx.edges, *self.open)), share)
+        key_of = {e: key for key, edges in every.items() for e in edges}
         self.classes: dict[str, list[Edge]] = {}
-        self.class_of: dict[Edge, str] = {}
-        hashes: dict[str, str] = {}
         for e in self.open:
-            if share:
-                for n in (e.src, e.dst):
-                    if n not in hashes:
-                        hashes[n] = _op_hash(ctx.graph, ctx, n)
-                slot = (
-                    ctx.graph.op(e.dst).inputs.index(e.tensor)
-                    if e.tensor in ctx.graph.op(e.dst).inputs
-                    else -1
-                )
-                raw = f"{hashes[e.src]}>{hashes[e.dst]}:{e.kind}:{slot}"
-            else:
-                raw = f"{e.src}>{e.dst}:{e.kind}"
-            digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
-            src_t, dst_t = ctx.graph.op(e.src).op_type, ctx.graph.op(e.dst).op_type
-            name = f"{src_t}>{dst_t}:{digest}"
-            self.classes.setdefault(name, []).append(e)
-            self.class_of[e] = name
+            self.classes.setdefault(key_of[e], []).append(e)
+        self.class_of = {e: key_of[e] for e in self.open}
+        # class key -> its Optuna parameter (search_space.space.names), named after the class's
+        # edges in the whole graph: a class keeps its name whichever edges a policy opens
+        named = fuse_names(ctx.graph, every)
+        self.param_of = {key: named[key] for key in self.classes}
+        self.known_params = frozenset(named.values())  # every class's, open or not
         self._feasible = oracle.feasible
         self.forbidden: dict[str, str] = {}  # group signature -> why (see :meth:`forbid`)
         self._repaired: dict[tuple[frozenset[Edge], frozenset[str]], tuple[FusionGroup, ...]] = {}
         self._by_names: dict[tuple[frozenset[str], frozenset[str]], tuple[FusionGroup, ...]] = {}
-        self._fuse_keys = [(f"fuse/{name}", name) for name in self.classes]
+        self._fuse_keys = [(self.param_of[name], name) for name in self.classes]
         # block (its open classes) -> (one occurrence's ops, occurrences); a block with one
         # class is a single flip already
         self._blocks: dict[tuple[str, ...], tuple[frozenset[str], int]] = {}
@@ -168,9 +142,10 @@ class SearchSpace:
         return len(self.classes)
 
     def block_moves(self) -> list[tuple[str, ...]]:
-        """The blocks' class names, largest expected saving first: occurrences x (the block's
-        ops as separate kernels - the block as one kernel), each at its best config under the
-        oracle's model. Blocks that cannot be one kernel are left out."""
+        """The blocks' fusion parameters, largest expected saving first: occurrences x (the
+        block's ops as separate kernels - the block as one kernel), each at its best config
+        under the oracle's model (ties by class key). Blocks that cannot be one kernel are left
+        out."""
         ranked = []
         for names, (ops, count) in self._blocks.items():
             if not self.ctx.check(ops).ok or not self._feasible(ops):
@@ -179,10 +154,11 @@ class SearchSpace:
             fused = self.oracle.best(self.ctx.group(ops))[1]
             ranked.append((count * (alone - fused), names))
         ranked.sort(key=lambda r: (-r[0], r[1]))
-        return [names for _, names in ranked]
+        return [tuple(self.param_of[n] for n in names) for _, names in ranked]
 
     def swap_moves(self) -> list[tuple[str, str]]:
-        """Pairs of fusion classes whose edges share an operator, sorted: exchanging such a
+        """Pairs of fusion parameters whose classes' edges share an operator, sorted by class
+        key (which the names sort as): exchanging such a
         pair (one on, the other off) moves the operator from one neighbour's group to the
         other's, e.g. an activation from a convolution's epilogue into the prologue of the
         convolution that reads it."""
@@ -191,7 +167,7 @@ class SearchSpace:
             for op in (e.src, e.dst):
                 touching.setdefault(op, set()).add(name)
         pairs = {(a, b) for names in touching.values() for a in names for b in names if a < b}
-        return sorted(pairs)
+        return [(self.param_of[a], self.param_of[b]) for a, b in sorted(pairs)]
 
     # -- one trial ---------------------------------------------------------------------------
     def forbid(self, signatures: Mapping[str, str]) -> None:
@@ -267,18 +243,22 @@ class SearchSpace:
             self.oracle.prefetch(groups)
 
     def chosen(self, params: Mapping[str, Any]) -> list[Edge]:
-        """The open edges a trial's fusion parameters (``fuse/<class>``) switch on."""
-        return [e for name, edges in self.classes.items() if params[f"fuse/{name}"] for e in edges]
+        """The open edges a trial's fusion parameters switch on."""
+        return [e for key, name in self._fuse_keys if params[key] for e in self.classes[name]]
 
     def _fuse(self, trial: TrialLike, name: str) -> bool:
         if self.numeric:
-            return bool(trial.suggest_int(f"fuse/{name}", 0, 1))
-        return bool(trial.suggest_categorical(f"fuse/{name}", [False, True]))
+            return bool(trial.suggest_int(self.param_of[name], 0, 1))
+        return bool(trial.suggest_categorical(self.param_of[name], [False, True]))
 
-    def _index(self, trial: TrialLike, sig: str, n: int) -> int:
+    def config_param(self, group: FusionGroup) -> str:
+        """The config parameter of the group's signature (:func:`names.config_name`)."""
+        return config_name(self.ctx.graph, group, group.signature(self.ctx.graph))
+
+    def _index(self, trial: TrialLike, group: FusionGroup, n: int) -> int:
         if self.numeric:
-            return int(trial.suggest_int(f"config/{sig}", 0, n - 1))
-        return int(trial.suggest_categorical(f"config/{sig}", list(range(n))))
+            return int(trial.suggest_int(self.config_param(group), 0, n - 1))
+        return int(trial.suggest_categorical(self.config_param(group), list(range(n))))
 
     def suggest(self, trial: TrialLike) -> SpacePlan:
         """Define-by-run: ask the trial for every fusion boolean, repair, then the configs."""
@@ -292,7 +272,7 @@ class SearchSpace:
         configs = []
         for g in groups:
             grid = self.oracle.grid(g)
-            configs.append(grid[self._index(trial, g.signature(self.ctx.graph), len(grid))])
+            configs.append(grid[self._index(trial, g, len(grid))])
         return SpacePlan(groups, tuple(configs))
 
     def replay(self, params: Mapping[str, Any]) -> SpacePlan:
@@ -311,13 +291,13 @@ class SearchSpace:
         params: dict[str, Any] = {}
         for name, edges in self.classes.items():
             fused = all(where.get(e.src) is where.get(e.dst) for e in edges)
-            params[f"fuse/{name}"] = int(fused) if self.numeric else fused
+            params[self.param_of[name]] = int(fused) if self.numeric else fused
         if self.strategy == "joint":
             plan = self.plan(self.chosen(params))
             for g in plan.groups:
                 grid = self.oracle.grid(g)
                 cfg = self.oracle.best(g)[0] if configs == "best" else self.oracle.default(g)
-                params[f"config/{g.signature(self.ctx.graph)}"] = grid.index(cfg)
+                params[self.config_param(g)] = grid.index(cfg)
         return params
 
 

@@ -33,7 +33,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
 @st.composite
 def plans(draw: st.DrawFn, s: Session) -> SpacePlan:
     """A plan of random fusion decisions, each group at a random config of its grid."""
-    params = {f"fuse/{name}": draw(st.booleans()) for name in sorted(s.space.classes)}
+    params = {s.space.param_of[n]: draw(st.booleans()) for n in sorted(s.space.classes)}
     groups = s.space.plan(s.space.chosen(params)).groups
     configs = []
     for g in groups:
@@ -60,11 +60,11 @@ def test_score_is_the_models_prediction_of_the_whole_plan(session: Session, data
 
 def test_a_refit_is_not_scored_from_the_older_model(session: Session) -> None:
     s = session
-    probe = s.space.plan(s.space.chosen({f"fuse/{n}": True for n in s.space.classes}))
+    probe = s.space.plan(s.space.chosen(dict.fromkeys(s.space.param_of.values(), True)))
     before = s.ev.score(probe)
     version = s.ev.model.version
     for fused in (False, True):
-        s.ev.measure(s.space.plan(s.space.chosen({f"fuse/{n}": fused for n in s.space.classes})))
+        s.ev.measure(s.space.plan(s.space.chosen(dict.fromkeys(s.space.param_of.values(), fused))))
     assert s.ev.retrain(force=True)
     assert s.ev.model.version != version
     after = s.ev.score(probe)

@@ -55,7 +55,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
 def test_a_stored_plan_reads_back_as_itself(session: Session, data: st.DataObject) -> None:
     """Any plan of the space (fusion decisions and tiles drawn at random) goes to the storage
     (as JSON) and back unchanged: same groups, same configs, same key."""
-    fuse = {f"fuse/{n}": data.draw(st.booleans(), label=n) for n in session.space.classes}
+    fuse = {p: data.draw(st.booleans(), label=p) for p in session.space.param_of.values()}
     groups = session.space.plan(session.space.chosen(fuse)).groups
     configs = []
     for g in groups:

@@ -57,7 +57,8 @@ def plain_score(s: Session, plan: SpacePlan, prior: bool = False) -> float:
 
 def _params(s: Session, seed: int, density: float) -> dict:
     draws = np.random.default_rng(seed).random(len(s.space.classes))
-    return {f"fuse/{n}": bool(u < density) for n, u in zip(s.space.classes, draws, strict=True)}
+    names = s.space.param_of.values()
+    return {n: bool(u < density) for n, u in zip(names, draws, strict=True)}
 
 
 def _tiled(s: Session, plan: SpacePlan, draw: st.DrawFn) -> SpacePlan:

@@ -49,7 +49,7 @@ def test_local_search_switches_a_whole_block_on_before_single_flips(numeric: boo
     best = {f"fuse/{n}": off for n in names} | {"fuse/c0": on}
     others = [{**best, f"fuse/{n}": on} for n in names[1:6]] + [{**best, "fuse/c0": off}]
     study = _stalled_study([best, *others], [1.0] + [2.0] * len(others))
-    blocks = [("c0",), ("c0", "c1", "c2"), ("c3", "c4")]  # the first is already on
+    blocks = [("fuse/c0",), ("fuse/c0", "fuse/c1", "fuse/c2"), ("fuse/c3", "fuse/c4")]  # 1st on
     assert enqueue_neighbours(study, limit=4, stall=5, blocks=blocks) == 4
     queued = _queued(study)
     tried = [t.params for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -101,7 +101,7 @@ def test_local_search_with_a_score_enqueues_the_cheapest_mutations() -> None:
     names = [f"c{i}" for i in range(8)]
     best = {f"fuse/{n}": False for n in names}
     study = _stalled_study([best, *([{**best, "fuse/c0": True}] * 5)], [1.0] + [2.0] * 5)
-    blocks = [("c1", "c2"), ("c3", "c4")]
+    blocks = [("fuse/c1", "fuse/c2"), ("fuse/c3", "fuse/c4")]
     scored: list[dict] = []
 
     def cost(p: dict) -> float:
@@ -188,7 +188,7 @@ def test_a_swap_crosses_the_ridge_that_single_flips_cannot(n: int, data: st.Data
         return others + {(True, False): 2.0, (False, True): 1.0}.get((p[a], p[b]), 3.0)
 
     assert descend(start, cost, depth=4) == (start, 2.0)
-    end, value = descend(start, cost, depth=4, swaps=[(a[5:], b[5:])])
+    end, value = descend(start, cost, depth=4, swaps=[(a, b)])
     assert end == {**start, a: False, b: True} and value == 1.0
 
 
@@ -211,7 +211,7 @@ def test_swaps_are_scored_only_at_a_local_optimum_of_flips(flip_helps: bool) -> 
             return 1.5
         return 2.0 + sum(1.0 for k in names if p[k] != best[k])  # every other move is dearer
 
-    enqueue_neighbours(study, limit=2, stall=3, score=cost, swaps=[("c0", "c1")])
+    enqueue_neighbours(study, limit=2, stall=3, score=cost, swaps=[("fuse/c0", "fuse/c1")])
     queued = _queued(study)
     if flip_helps:
         assert swapped not in scored and queued[0] == {**best, "fuse/c3": True}

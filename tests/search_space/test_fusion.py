@@ -227,7 +227,8 @@ def test_swap_moves_pair_classes_that_share_an_operator() -> None:
     graph = load_graph(build("mobilenetv3", weights="inputs", scale=0.25))
     ctx = FusionContext(graph)
     space = build_space(ctx, CostOracle(graph, load_target(), ctx=ctx), Policy())
-    swaps = space.swap_moves()
+    key = {p: k for k, p in space.param_of.items()}  # parameter -> class key
+    swaps = [(key[a], key[b]) for a, b in space.swap_moves()]
     assert swaps == sorted(set(swaps))
 
     def ops(name: str) -> set[str]:
@@ -267,7 +268,8 @@ def test_block_moves_fuse_whole_patterns_and_the_first_saves_time() -> None:
     ctx = FusionContext(graph)
     oracle = CostOracle(graph, load_target(), ctx=ctx)
     space = build_space(ctx, oracle, Policy())
-    moves = space.block_moves()
+    key = {p: k for k, p in space.param_of.items()}  # parameter -> class key
+    moves = [tuple(key[p] for p in b) for b in space.block_moves()]
     assert moves and all(len(b) > 1 and set(b) <= set(space.classes) for b in moves)
     assert len(set(moves)) == len(moves)
     matches = match(ctx, policy_rules(Policy()))

@@ -49,6 +49,19 @@ def test_plan_round_trips_through_a_file(tmp_path: Path) -> None:
     assert FusionPlan.load(path, graph) == plan
 
 
+def test_a_named_plan_keeps_its_kernel_names_and_an_unnamed_one_still_loads(
+    tmp_path: Path,
+) -> None:
+    graph, plan = _plan()
+    named = plan.named(graph)
+    assert [g.name for g in named.groups] == ["Conv+BatchNormalization+Relu", "GlobalAveragePool"]
+    assert FusionPlan.load(named.save(tmp_path / "named.json"), graph) == named
+    written = json.loads((tmp_path / "named.json").read_text())
+    assert [g["name"] for g in written["groups"]] == [g.name for g in named.groups]
+    assert all("name" not in g for g in plan.to_json()["groups"])  # as older plans are
+    assert FusionPlan.from_json(plan.to_json(), graph).groups[0].name == ""
+
+
 def test_plan_for_another_model_is_refused(tmp_path: Path) -> None:
     _, plan = _plan()
     other = load_graph(conv_bn_relu(), input_shapes={"img": (4, 3, 16, 16)})

@@ -94,7 +94,7 @@ def analyse_candidates(
             "ops": sorted(ops, key=ctx.index.__getitem__),
             "rule": rule,
             "launches_saved": len(ops) - 1,
-            "time_before_us": before_us,
+            "unfused_predicted_us": before_us,
             "hbm_bytes_before": before_bytes,
         }
         verdict, reason = _verdict(ctx, oracle, policy, ops, rule)
@@ -103,7 +103,7 @@ def analyse_candidates(
             config, after_us = oracle.best(group)
             kernel = low.kernel(group, config)
             row.update(
-                time_after_us=after_us,
+                fused_predicted_us=after_us,
                 hbm_bytes_after=kernel.compulsory_bytes,
                 config=config.to_json(),
                 footprint={b: kernel.footprint[b] for b in BUFFERS if b in kernel.footprint},

@@ -115,6 +115,7 @@ def _kernel_rows(k: int, plan: FusionPlan, row: Mapping[str, Any]) -> Rows:
     g = plan.groups[k]
     return [
         ("kernel", f"{k} ({g.kind}, {len(g.ops)} ops)"),
+        ("name", g.name or "-"),
         ("tiles", g.config.short() if g.config else "-"),
         ("bound", str(row.get("bound", "-"))),
         (f"predicted ({plan.cost_model or 'model'})", _us(row.get("predicted_us"))),

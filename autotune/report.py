@@ -19,6 +19,7 @@ def plan_report(plan: FusionPlan) -> dict[str, Any]:
     rows = meta.get("kernels") or [{} for _ in plan.groups]
     kernels = [
         {
+            "name": g.name,
             "ops": list(g.ops),
             "kind": g.kind,
             "config": g.config.to_json() if g.config else None,
@@ -62,14 +63,14 @@ def plan_report(plan: FusionPlan) -> dict[str, Any]:
 
 
 def folded_kernels(plan: FusionPlan, per_kernel: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The report's kernels with repeated layers folded: the kernels of
-    ``per_kernel`` (:func:`plan_report`'s) of one structure (the same kind, tiles,
-    latencies, bound and verdict over ops of equal structural hashes, as the
-    plan's kernel graph records them; views and constants, which it does not hold, aside)
-    are one row with their ``count``, in the order each first appears; a plan without the
-    hashes folds nothing. Each row: ``name`` (the first
-    kernel's first op, ``+N`` for its other ops), ``count``, ``kind``, ``tiles`` (the config
-    in short), ``unfused_predicted_us``, ``simulated_us``, ``bound`` and ``verdict`` of
+    """The report's kernels with repeated layers folded: the kernels of ``per_kernel``
+    (:func:`plan_report`'s) of one structure (the same kind, tiles, latencies, bound and
+    verdict over ops of equal structural hashes, as the plan's kernel graph records them;
+    views and constants, which it does not hold, aside) are one row with their ``count``, in
+    the order each first appears; a plan without the hashes folds nothing. Each row:
+    ``name`` (the first kernel's name, or in a plan without names its first op, ``+N`` for
+    its other ops), ``count``, ``kind``, ``tiles`` (the config in short),
+    ``unfused_predicted_us``, ``simulated_us``, ``bound`` and ``verdict`` of
     :func:`plan_report`."""
     graph = plan.meta.get("graph") or {}
     same = dict(zip((n for n, _ in graph.get("ops", [])), graph.get("same", []), strict=False))
@@ -87,5 +88,5 @@ def folded_kernels(plan: FusionPlan, per_kernel: list[dict[str, Any]]) -> list[d
             rows[key]["count"] += 1
             continue
         extra = f" +{len(g.ops) - 1}" if len(g.ops) > 1 else ""
-        rows[key] = {**k, "name": g.ops[0] + extra, "count": 1, "tiles": tiles}
+        rows[key] = {**k, "name": g.name or g.ops[0] + extra, "count": 1, "tiles": tiles}
     return list(rows.values())

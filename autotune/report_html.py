@@ -15,6 +15,8 @@ import optuna
 import plotly.graph_objects as go
 
 from autotune.graph_view import BOUND_COLOURS, colour, fused_view
+from autotune.parity import label as _label
+from autotune.parity import parity
 from autotune.plotly_js import check_mode, include, write_bundle
 from costmodel.spec import HardwareSpec
 from search_space.space import FusionPlan
@@ -22,10 +24,6 @@ from search_space.space import FusionPlan
 __all__ = ["BOUND_COLOURS", "figures", "page", "write_page"]
 
 BUFFERS = ("l1", "l0a", "l0b", "l0c", "ub")
-
-
-def _label(ops: Sequence[str]) -> str:
-    return ops[0].lstrip("/") + (f" +{len(ops) - 1}" if len(ops) > 1 else "")
 
 
 def history(study: optuna.Study, plan: FusionPlan) -> go.Figure:
@@ -74,7 +72,7 @@ def _rows(n: int) -> int:
 
 def _names(plan: FusionPlan, groups: Sequence[int]) -> list[str]:
     """Each kernel's label on a plot's axis: its number and first op (+ how many more)."""
-    return [f"k{k} {_label(plan.groups[k].ops)}" for k in groups]
+    return [f"k{k} {plan.groups[k].name or _label(plan.groups[k].ops)}" for k in groups]
 
 
 def kernel_bars(plan: FusionPlan) -> go.Figure:
@@ -107,69 +105,6 @@ def kernel_bars(plan: FusionPlan) -> go.Figure:
         height=_rows(len(names)),
         legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"},
     )
-    return fig
-
-
-def parity(plan: FusionPlan) -> go.Figure | None:
-    """Each kernel's predicted latency (the study's cost model) against its simulated one,
-    coloured by kind, with the line where they agree; beside it, each kind's log residuals
-    ln(predicted / simulated): where the model a plan was chosen by errs, and which way."""
-    from plotly.colors import qualitative
-    from plotly.subplots import make_subplots
-
-    rows = plan.meta.get("kernels") or []
-    pairs = [
-        (g, r["predicted_us"], r["simulated_us"])
-        for g, r in zip(plan.groups, rows, strict=False)
-        if r.get("predicted_us") and r.get("simulated_us")
-    ]
-    if not pairs:
-        return None
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.6, 0.4],
-        subplot_titles=("predicted against simulated (us)", "ln(predicted / simulated) by kind"),
-    )
-    palette = qualitative.Plotly
-    for n, kind in enumerate(sorted({g.kind for g, _, _ in pairs})):
-        mine = [(g, p, m) for g, p, m in pairs if g.kind == kind]
-        hue = palette[n % len(palette)]  # one colour per kind in both panels
-        fig.add_scatter(
-            x=[m for _, _, m in mine],
-            y=[p for _, p, _ in mine],
-            mode="markers",
-            name=kind,
-            legendgroup=kind,
-            marker_color=hue,
-            text=[_label(g.ops) for g, _, _ in mine],
-            row=1,
-            col=1,
-            hovertemplate="%{text}<br>simulated %{x:.2f} us, predicted %{y:.2f} us<extra></extra>",
-        )
-        fig.add_box(
-            y=[math.log(p / m) for _, p, m in mine],
-            name=kind,
-            legendgroup=kind,
-            showlegend=False,
-            marker_color=hue,
-            boxpoints="all",
-            row=1,
-            col=2,
-        )
-    top = max(max(p, m) for _, p, m in pairs)
-    fig.add_scatter(
-        x=[0, top],
-        y=[0, top],
-        mode="lines",
-        name="predicted = simulated",
-        line={"dash": "dot", "color": "#888"},
-        row=1,
-        col=1,
-    )
-    fig.update_xaxes(title_text="simulated us", row=1, col=1)
-    fig.update_yaxes(title_text="predicted us", row=1, col=1)
-    fig.update_layout(title=f"Trust: the {plan.cost_model or 'cost'} model against the simulator")
     return fig
 
 

@@ -370,7 +370,7 @@ def model_and_plan_or_baseline(
         precision=tgt.precision,
         name=plan,
         meta={"baseline": plan, "target_source": source, "sets": []},
-    )
+    ).named(graph)
     return proto, graph, record, tgt
 
 

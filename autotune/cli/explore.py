@@ -151,6 +151,7 @@ def estimate(
     """Estimate a model's latency on an Ascend target under a plan."""
     from autotune.estimate import estimate_graph
     from costmodel.residency import CONTEXTS
+    from search_space.space import kernel_names
 
     if resident not in CONTEXTS:
         raise AutotuneError(f"--resident {resident!r} is not one of: {', '.join(CONTEXTS)}")
@@ -184,8 +185,9 @@ def estimate(
     table = Table(title=f"slowest {top} kernels")
     for col in ("kernel", "kind", "config", "us", "bound"):
         table.add_column(col, justify="right" if col == "us" else "left")
-    for k in sorted(result.kernels, key=lambda k: -k.latency_us)[:top]:
-        name = k.ops[0] + (f" +{len(k.ops) - 1}" if len(k.ops) > 1 else "")
+    names = kernel_names(graph, (k.ops for k in result.kernels))
+    slowest = sorted(zip(names, result.kernels, strict=True), key=lambda nk: -nk[1].latency_us)
+    for name, k in slowest[:top]:
         table.add_row(escape(name), k.kind, k.config.short(), f"{k.latency_us:.1f}", k.bound)
     out.print(table)
 
@@ -244,11 +246,11 @@ def candidates(
     )
     table = Table(title="candidate groups")
     for col in (
-        "first op",
+        "name",
         "ops",
         "rule",
-        "us before",
-        "us after",
+        "us unfused (predicted)",
+        "us fused (predicted)",
         "MB before",
         "MB after",
         "verdict",
@@ -257,11 +259,11 @@ def candidates(
         table.add_column(col)
     for c in result["candidates"]:
         table.add_row(
-            escape(c["ops"][0]),
+            escape(c["name"]),
             str(len(c["ops"])),
             c["rule"],
-            f"{c['time_before_us']:.1f}",
-            f"{c['time_after_us']:.1f}" if "time_after_us" in c else "-",
+            f"{c['unfused_predicted_us']:.1f}",
+            f"{c['fused_predicted_us']:.1f}" if "fused_predicted_us" in c else "-",
             f"{c['hbm_bytes_before'] / 1e6:.1f}",
             f"{c['hbm_bytes_after'] / 1e6:.1f}" if "hbm_bytes_after" in c else "-",
             c["verdict"],

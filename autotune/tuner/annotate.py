@@ -16,16 +16,17 @@ import optuna
 from autotune.tuner.ledger import publish
 from autotune.tuner.records import Candidate
 from autotune.tuner.session import Session
-from autotune.tuner.study import check_params
-from search_space.space import SpacePlan, kernel_names
+from search_space.space import FusionPlan, SpacePlan, kernel_names
 
 __all__ = [
     "ORIGIN",
+    "PARITY",
     "artifact_dir",
     "describe_outcome",
     "describe_study",
     "describe_trial",
     "param_labels",
+    "plot_parity",
     "upload_artifact_file",
 ]
 
@@ -52,13 +53,7 @@ def _set_all(study: optuna.Study, attrs: Mapping[str, Any]) -> None:
 
 def describe_study(s: Session) -> None:
     """Metric names, and what the study tunes: model, fingerprint, target, precision, cost
-    model, strategy, and the predicted latency of the none / greedy / max baselines.
-
-    Raises:
-        AutotuneError: a resumed study whose trials name fusion parameters this space does
-            not have (made by an older autotune, or under another fusion policy).
-    """
-    check_params(s.study, set(s.space.param_of.values()))
+    model, strategy, and the predicted latency of the none / greedy / max baselines."""
     names = ["latency_us", "peak_mem_mb"] if s.config.multi else ["latency_us"]
     if s.study.metric_names != names:
         with warnings.catch_warnings():
@@ -209,6 +204,22 @@ def describe_outcome(
         )
     save_note(s.study, "\n".join(lines) + "\n")
     publish(s, candidates, saved=winner)
+
+
+PARITY = "parity"  # the id of the parity plot on the study's dashboard page
+
+
+def plot_parity(s: Session, plan: FusionPlan) -> None:
+    """Trust at a glance on the study's dashboard page: the saved plan's parity plot (each
+    kernel's prediction against the simulator, the residuals per kernel kind: the report's,
+    :func:`autotune.parity.parity`), replaced by each run of the study."""
+    from optuna_dashboard import save_plotly_graph_object
+
+    from autotune.parity import parity
+
+    fig = parity(plan)
+    if fig is not None:
+        save_plotly_graph_object(s.study, fig, graph_object_id=PARITY)
 
 
 def artifact_dir(storage_name: str) -> Path:

@@ -26,7 +26,7 @@ import optuna
 
 from autotune.progress import LOGGER, Teller
 from autotune.tuner import steps
-from autotune.tuner.annotate import describe_outcome, describe_study
+from autotune.tuner.annotate import describe_outcome, describe_study, plot_parity
 from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.ledger import publish, stored
@@ -35,7 +35,7 @@ from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.safety import Safety
 from autotune.tuner.safety_codegen import codegen_safe, require_codegen_extra
 from autotune.tuner.session import Session
-from autotune.tuner.study import opening
+from autotune.tuner.study import check_params, opening
 from search_space.ir import Graph, empty_tensors
 
 __all__ = ["since_best", "tune_graph"]
@@ -130,6 +130,8 @@ def _open_and_tune(
     clock = Clock(told.phase)
     with clock.phase("setup"):
         s = Session.open(graph, config, name, safety)
+    with s.dropped_on_failure():  # before "resuming": a study of another space is the one line
+        check_params(s.study, set(s.space.param_of.values()))
     logging.getLogger(LOGGER).info(opening(s.study, s.storage_name, s.done))
     s.clock = clock
     with s.dropped_on_failure(), _verdicts(s, safety):
@@ -177,6 +179,7 @@ def _tune(
         report.setdefault("fused", sum(1 for g in winner.plan.groups if len(g.ops) > 1))
         record = plan_record(s, winner, candidates, baseline_us, report, verdicts, compared_with)
         describe_outcome(s, winner, candidates, baseline_us)  # and the measured study
+        plot_parity(s, record)
         s.ev.save_rows(s.dataset)
     meta = {**record.meta, "codegen_check": codegen, "timing_s": clock.seconds()}
     record = dataclasses.replace(record, meta=meta)

@@ -114,7 +114,7 @@ def plan_record(
         measured_us=winner.latency_us,
         cost_model=cfg.cost,
         meta=meta,
-    )
+    ).named(s.graph)
 
 
 def no_work(graph: Graph, config: TuneConfig, name: str) -> TuneResult:
@@ -134,7 +134,7 @@ def no_work(graph: Graph, config: TuneConfig, name: str) -> TuneResult:
         cost_model=config.cost,
         meta={"source": "no work", "note": why, "target_source": config.target,
               "sets": list(config.sets), "safe_mode": {}, "trials": 0},
-    )  # fmt: skip
+    ).named(graph)  # fmt: skip
     return TuneResult(
         plan=plan, study="", storage="", trials=0, best_latency_us=0.0,
         baseline_us={"none": 0.0, "greedy": 0.0}, predicted_us=0.0,

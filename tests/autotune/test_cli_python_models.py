@@ -35,7 +35,8 @@ def test_inspect_tune_codegen_and_run_take_a_python_model(tmp_path: Path) -> Non
     assert "LayerNormalization" in res.stdout
     plan = tmp_path / "plan.json"
     res = _run("tune", VIT, "--trials", "3", "--cost", "analytic", "--precision", "fp32",
-               "--codegen-check", "off", "-o", str(plan))  # fmt: skip
+               "--codegen-check", "off", "-o", str(plan),
+               "--storage", str(tmp_path / "s.journal"))  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(plan.read_text())["groups"]
     pkg = tmp_path / "pkg"

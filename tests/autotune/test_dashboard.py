@@ -129,6 +129,25 @@ def test_the_study_says_what_it_tunes_and_what_it_saved(tuned: Path, served: str
     assert got == (tuned / "plan.json").read_bytes()
 
 
+def test_the_study_page_plots_predicted_against_simulated(tuned: Path, served: str) -> None:
+    """Trust at a glance (issue 46, item 4): the tuner's study carries the saved plan's parity
+    plot, a point per kernel at (simulated, predicted) as the plan file records them, and a
+    box per kernel kind of ln(predicted / simulated)."""
+    import math
+
+    study = json.loads(_get(f"{served}/api/studies/0?after=0"))  # the tuner's, made first
+    (obj,) = [o for o in study["plotly_graph_objects"] if o["id"] == "parity"]
+    fig = json.loads(obj["graph_object"])
+    rows = json.loads((tuned / "plan.json").read_text())["meta"]["kernels"]
+    points = [t for t in fig["data"] if t["type"] == "scatter" and t["mode"] == "markers"]
+    got = sorted((x, y) for t in points for x, y in zip(t["x"], t["y"], strict=True))
+    want = sorted((r["simulated_us"], r["predicted_us"]) for r in rows)
+    assert [x for x, _ in got] == pytest.approx([x for x, _ in want])
+    assert [y for _, y in got] == pytest.approx([y for _, y in want])
+    logs = sorted(v for t in fig["data"] if t["type"] == "box" for v in t["y"])
+    assert logs == pytest.approx(sorted(math.log(p / m) for m, p in want))
+
+
 def test_every_trial_has_its_origin_prediction_and_slowest_kernels(served: str) -> None:
     study = json.loads(_get(f"{served}/api/studies/0?after=0"))  # the tuner's, made first
     complete = [t for t in study["trials"] if t["state"] == "Complete"]

@@ -69,10 +69,15 @@ def analyse_candidates(
     if empty_tensors(graph):
         none = {"with_sharing": 0, "without_sharing": 0}
         return {
-            "edges": len(ctx.edges), "edge_classes": 0, "decision_vars": none,
-            "kernels_unfused": len(ctx.nodes), "preset": policy.preset, "candidates": [],
-            "rules_not_fired": [], "buffer_bytes": _capacities(target),
-        }  # fmt: skip
+            "edges": len(ctx.edges),
+            "edge_classes": 0,
+            "decision_vars": none,
+            "kernels_unfused": len(ctx.nodes),
+            "preset": policy.preset,
+            "candidates": [],
+            "rules_not_fired": [],
+            "buffer_bytes": _capacities(target),
+        }
     oracle = CostOracle(graph, target, ctx=ctx)
     rules = policy_rules(policy)
     found: dict[frozenset[str], str] = {}
@@ -81,45 +86,12 @@ def analyse_candidates(
     for part in ctx.repair(ctx.edges, oracle.feasible):
         if len(part) > 1:
             found.setdefault(part, "max")
-    rows = []
     ordered = sorted(found.items(), key=lambda kv: min(ctx.index[n] for n in kv[0]))
     names = kernel_names(graph, (sorted(ops, key=ctx.index.__getitem__) for ops, _ in ordered))
-    for (ops, rule), name in zip(ordered, names, strict=True):
-        singles = [make_group(graph, [n]) for n in ops]
-        before_us = sum(oracle.best(s)[1] for s in singles)
-        low = oracle.lowering
-        before_bytes = sum(low.kernel(s, oracle.default(s)).compulsory_bytes for s in singles)
-        row: dict[str, Any] = {
-            "name": name,
-            "ops": sorted(ops, key=ctx.index.__getitem__),
-            "rule": rule,
-            "launches_saved": len(ops) - 1,
-            "unfused_predicted_us": before_us,
-            "hbm_bytes_before": before_bytes,
-        }
-        verdict, reason = _verdict(ctx, oracle, policy, ops, rule)
-        if verdict is None:
-            group = ctx.group(ops)
-            config, after_us = oracle.best(group)
-            kernel = low.kernel(group, config)
-            row.update(
-                fused_predicted_us=after_us,
-                hbm_bytes_after=kernel.compulsory_bytes,
-                config=config.to_json(),
-                footprint={b: kernel.footprint[b] for b in BUFFERS if b in kernel.footprint},
-            )
-            gain = (before_us - after_us) / before_us if before_us > 0 else 0.0
-            row["benefit"] = gain
-            if gain < max(policy.benefit_threshold, 1e-9):
-                verdict = CandidateVerdict.LOW_BENEFIT
-                reason = f"saves {gain:.1%} (threshold {policy.benefit_threshold:.1%})"
-            else:
-                verdict, reason = (
-                    CandidateVerdict.FUSE,
-                    f"saves {before_us - after_us:.1f} us ({gain:.1%})",
-                )
-        row["verdict"], row["reason"] = verdict, reason
-        rows.append(row)
+    rows = [
+        _candidate(ctx, oracle, policy, ops, rule, name)
+        for (ops, rule), name in zip(ordered, names, strict=True)
+    ]
     shared = SearchSpace(ctx, oracle)
     unshared = SearchSpace(ctx, oracle, share=False)
     return {
@@ -135,6 +107,51 @@ def analyse_candidates(
         "rules_not_fired": unmatched_report(ctx, rules),
         "buffer_bytes": _capacities(target),
     }
+
+
+def _candidate(
+    ctx: FusionContext,
+    oracle: CostOracle,
+    policy: Policy,
+    ops: frozenset[str],
+    rule: str,
+    name: str,
+) -> dict[str, Any]:
+    """One candidate group's row: its ops unfused, then (where it is legal) fused at its best
+    config, its benefit and verdict."""
+    graph, low = ctx.graph, oracle.lowering
+    singles = [make_group(graph, [n]) for n in ops]
+    before_us = sum(oracle.best(s)[1] for s in singles)
+    before_bytes = sum(low.kernel(s, oracle.default(s)).compulsory_bytes for s in singles)
+    row: dict[str, Any] = {
+        "name": name,
+        "ops": sorted(ops, key=ctx.index.__getitem__),
+        "rule": rule,
+        "launches_saved": len(ops) - 1,
+        "unfused_predicted_us": before_us,
+        "hbm_bytes_before": before_bytes,
+    }
+    verdict, reason = _verdict(ctx, oracle, policy, ops, rule)
+    if verdict is None:
+        group = ctx.group(ops)
+        config, after_us = oracle.best(group)
+        kernel = low.kernel(group, config)
+        row.update(
+            fused_predicted_us=after_us,
+            hbm_bytes_after=kernel.compulsory_bytes,
+            config=config.to_json(),
+            footprint={b: kernel.footprint[b] for b in BUFFERS if b in kernel.footprint},
+        )
+        gain = (before_us - after_us) / before_us if before_us > 0 else 0.0
+        row["benefit"] = gain
+        if gain < max(policy.benefit_threshold, 1e-9):
+            verdict = CandidateVerdict.LOW_BENEFIT
+            reason = f"saves {gain:.1%} (threshold {policy.benefit_threshold:.1%})"
+        else:
+            verdict = CandidateVerdict.FUSE
+            reason = f"saves {before_us - after_us:.1f} us ({gain:.1%})"
+    row["verdict"], row["reason"] = verdict, reason
+    return row
 
 
 def _capacities(target: Target) -> dict[str, int]:

@@ -325,9 +325,17 @@ class KernelBatch:
 
 
 BATCH_ROWS = (
-    "grid", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads", "cube_cycles",
-    "vector_cycles_step", "vector_cycles_tile", "vector_instrs", "cross_core_syncs",
-)  # fmt: skip
+    "grid",
+    "steps",
+    "mte1_l0a_bytes",
+    "mte1_l0b_bytes",
+    "mmads",
+    "cube_cycles",
+    "vector_cycles_step",
+    "vector_cycles_tile",
+    "vector_instrs",
+    "cross_core_syncs",
+)
 """The :class:`KernelBatch` fields that hold one array entry per config (besides its streams'
 arrays and the footprint): what joining or reordering the rows of batches must carry."""
 

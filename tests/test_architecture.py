@@ -102,18 +102,16 @@ def private_imports(graph: nx.DiGraph) -> list[str]:
     return bad
 
 
-MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 80
 LONG_REASON = "# Long "  # a function past the limit says why at its top: "# Long by design: ..."
 
 
 def oversized(root: Path = ROOT) -> list[str]:
-    """Modules over the line budget, and functions over it that do not say why at their top."""
+    """Functions over the line budget that do not say why at their top (modules have no
+    budget: they are split by concept, not by size)."""
     bad = []
     for module, path in _modules(root).items():
         lines = path.read_text().splitlines()
-        if len(lines) > MAX_FILE_LINES:
-            bad.append(f"{module} ({len(lines)} lines)")
         for node in ast.walk(ast.parse("\n".join(lines))):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
@@ -145,7 +143,7 @@ def test_no_module_imports_another_modules_private_names() -> None:
     assert private_imports(import_graph()) == []
 
 
-def test_modules_and_functions_stay_small_or_say_why() -> None:
+def test_functions_stay_short_or_say_why() -> None:
     assert oversized() == []
 
 
@@ -201,7 +199,6 @@ def test_every_check_fires_on_a_planted_tree(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES + 1))
     (tmp_path / "costmodel" / "long.py").write_text(
         f"def long():\n{body}\n\n\ndef explained():\n    # Long by design: planted\n{body}\n"
-        + "\n" * MAX_FILE_LINES
     )
     graph = import_graph(tmp_path)
     assert sorted(_cycles(graph)) == [
@@ -218,7 +215,6 @@ def test_every_check_fires_on_a_planted_tree(tmp_path: Path) -> None:
         "autotune.y:1 imports autotune.sub._hidden from autotune.sub._hidden",
     ]
     found = oversized(tmp_path)
-    assert any(f.startswith("costmodel.long (") for f in found)
     assert any(f.startswith("costmodel.long.long (") for f in found)
     assert not any(f.startswith("costmodel.long.explained") for f in found)
     (tmp_path / "docs").mkdir()

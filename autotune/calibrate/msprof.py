@@ -62,12 +62,23 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CANN_TYPES = {
-    "MatMulV2": "MatMul", "MatMulV3": "MatMul", "BatchMatMul": "MatMul",
-    "BatchMatMulV2": "MatMul", "Conv2D": "Conv", "Conv2DV2": "Conv", "SoftmaxV2": "Softmax",
-    "LayerNormV3": "LayerNormalization", "LayerNorm": "LayerNormalization",
-    "TransposeD": "Transpose", "GatherV2": "Gather", "FastGelu": "Gelu",
-    "ReduceMeanD": "ReduceMean", "ReduceSumD": "ReduceSum", "RealDiv": "Div", "Pooling": "MaxPool",
-}  # fmt: skip
+    "MatMulV2": "MatMul",
+    "MatMulV3": "MatMul",
+    "BatchMatMul": "MatMul",
+    "BatchMatMulV2": "MatMul",
+    "Conv2D": "Conv",
+    "Conv2DV2": "Conv",
+    "SoftmaxV2": "Softmax",
+    "LayerNormV3": "LayerNormalization",
+    "LayerNorm": "LayerNormalization",
+    "TransposeD": "Transpose",
+    "GatherV2": "Gather",
+    "FastGelu": "Gelu",
+    "ReduceMeanD": "ReduceMean",
+    "ReduceSumD": "ReduceSum",
+    "RealDiv": "Div",
+    "Pooling": "MaxPool",
+}
 CONTEXTS = ("in-situ", "isolated")  # where a profile's kernels ran (msprof_table)
 _CORE_TASKS = {"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV"}
 _PIPES = {

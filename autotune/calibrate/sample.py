@@ -40,9 +40,15 @@ __all__ = ["DEFAULT_MODELS", "Sample", "calibrate_tables", "run_on_simulator", "
 log = logging.getLogger(__name__)
 
 DEFAULT_MODELS = (
-    "zoo:bert-base", "zoo:gpt2", "zoo:llama3-8b", "zoo:transformer-base", "zoo:vit-b16",
-    "zoo:resnet50", "zoo:mobilenetv3", "synthetic",
-)  # fmt: skip
+    "zoo:bert-base",
+    "zoo:gpt2",
+    "zoo:llama3-8b",
+    "zoo:transformer-base",
+    "zoo:vit-b16",
+    "zoo:resnet50",
+    "zoo:mobilenetv3",
+    "synthetic",
+)
 MAX_WORK = 40_000  # tiles x steps: random configs beyond this take seconds each to simulate
 CONTEXT = 2  # kernels run before a warm sample (its plan's previous ones, most inputs' producers)
 WARM = 0.2  # the default share of rows run in plan context

@@ -367,8 +367,10 @@ def _eval_real(csv: list[Path], json_out: bool) -> None:
         summary["per_row"] = [p.to_json() for p in preds]
         emit_json(summary)
         return
-    for title, block in (("device-time rows", summary.get("overall_device")),
-                         ("host-time rows", summary.get("overall_host"))):  # fmt: skip
+    for title, block in (
+        ("device-time rows", summary.get("overall_device")),
+        ("host-time rows", summary.get("overall_host")),
+    ):
         if not block:
             continue
         t = Table(title=f"{title}: predicted vs real")
@@ -377,15 +379,26 @@ def _eval_real(csv: list[Path], json_out: bool) -> None:
         for name, m in block.items():
             if m["n"]:
                 rho = "-" if m["spearman"] is None else f"{m['spearman']:.3f}"
-                t.add_row(name, str(m["n"]), f"{m['geomean']:.3f}",
-                          f"{m['median_abs_log']:.3f}", f"{m['within_25']:.0%}", rho)  # fmt: skip
+                t.add_row(
+                    name,
+                    str(m["n"]),
+                    f"{m['geomean']:.3f}",
+                    f"{m['median_abs_log']:.3f}",
+                    f"{m['within_25']:.0%}",
+                    rho,
+                )
         out.print(t)
     t = Table(title="geomean predicted / real by family (default configs)")
     for col in ("family", "rows", "simulator", "analytic", "learned", "naive"):
         t.add_column(col)
     for fam, fb in summary["by_family"].items():
-        cells = [fb.get(m, {}) for m in ("simulator/default", "analytic/default",
-                                         "learned/default", "naive")]  # fmt: skip
-        t.add_row(fam, str(fb["naive"]["n"]),
-                  *(f"{c['geomean']:.2f}" if c.get("n") else "-" for c in cells))  # fmt: skip
+        cells = [
+            fb.get(m, {})
+            for m in ("simulator/default", "analytic/default", "learned/default", "naive")
+        ]
+        t.add_row(
+            fam,
+            str(fb["naive"]["n"]),
+            *(f"{c['geomean']:.2f}" if c.get("n") else "-" for c in cells),
+        )
     out.print(t)

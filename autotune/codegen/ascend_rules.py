@@ -35,9 +35,12 @@ _LOAD_STORE = {"int8", "int16", "int32", "int64", "float16", "float32", "bfloat1
 _DOT_OPERANDS = {"int8", "float16", "bfloat16", "float32"}
 _ZEROS = {"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "bfloat16"}
 _DTYPE_ARGS = {  # function -> (position of its dtype argument, the dtypes its table allows)
-    "zeros": (1, _ZEROS), "zeros_like": (1, _ZEROS), "full": (2, _ZEROS | {"int1"}),
-    "cast": (1, _ZEROS | {"int1"}), "to": (0, _ZEROS | {"int1"}),
-}  # fmt: skip
+    "zeros": (1, _ZEROS),
+    "zeros_like": (1, _ZEROS),
+    "full": (2, _ZEROS | {"int1"}),
+    "cast": (1, _ZEROS | {"int1"}),
+    "to": (0, _ZEROS | {"int1"}),
+}
 # the API list of docs/zh/triton_api/index.md (programming model, creation, shape, linear
 # algebra, memory, indexing, iterators, math, random, reduction, scan, atomic, hints, debug,
 # Ascend extensions) and the dtypes of its tables, less what the overview (outline.md) marks
@@ -145,10 +148,16 @@ def _call_args(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
         axis, idx = arg(call, 1, "axis"), arg(call, 2, "return_indices")
         if text_of(axis) in ("", "None") and text_of(idx) == "True":
             yield f"tl.{tl_call(call)} with return_indices and no axis (line {call.lineno})"
-    shifts = [n for n in ast.walk(kc.fn) if isinstance(n, ast.BinOp)
-              and isinstance(n.op, ast.LShift | ast.RShift)]  # fmt: skip
-    yield from (f"a shift by a tensor (line {n.lineno})" for n in shifts
-                if kc.extent(text_of(n.right)) is None)  # fmt: skip
+    shifts = [
+        n
+        for n in ast.walk(kc.fn)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.LShift | ast.RShift)
+    ]
+    yield from (
+        f"a shift by a tensor (line {n.lineno})"
+        for n in shifts
+        if kc.extent(text_of(n.right)) is None
+    )
 
 
 def _rank(kc: KernelText, spec: HardwareSpec) -> Iterator[str]:
@@ -199,41 +208,90 @@ class Rule:
 
 _MIGRATE, _GUIDE = "docs/en/migration_guide", "docs/en/programming_guide.md"
 RULES: tuple[Rule, ...] = (
-    Rule("grid-1d", "The kernel reads grid axis 0 only.", f"{_MIGRATE}/migrate_from_gpu.md, "
-         "Multi-Core Task Parallelism > Core Migration Principles", _grid_1d),
-    Rule("grid-cores", "The grid is at most the cores of the kernel's unit: AI (cube) cores "
-         "with tl.dot, vector cores otherwise.", f"{_GUIDE}, Multi-Core Task Parallelism > "
-         f"Setting the Maximum Number of Hardware Cores; {_MIGRATE}/architecture_difference.md",
-         _grid_cores),
-    Rule("ub-footprint", "One program's tiles fit the unified buffer, those feeding tl.dot L1; "
-         "a double-buffered load counts twice.", f"{_OUTLINE}, 约束说明 (ALL: 96KB/192KB); "
-         f"{_GUIDE}, Tiling Optimization and How Do I Avoid UB Overflow", _ub_footprint),
-    Rule("tl-api", "Only documented tl functions, dtypes and tensor methods, none marked "
-         "unsupported in every type.", f"{_API}/index.md and the op pages, 2.2.1 DataType; "
-         f"{_OUTLINE}, triton op 支持度总览", _tl_api),
-    Rule("io-dtype", "Every tensor loaded or stored is of a type tl.load/tl.store support.",
-         f"{_API}/Memory_Pointer_Ops/tl.load.md, tl.store.md, 2.2.1 DataType", _io_dtype),
-    Rule("dot-operands", "tl.dot takes int8/float16/bfloat16/float32 operands into a float32 "
-         "or int32 accumulator, without max_num_imprecise_acc.",
-         f"{_API}/Linear_Algebra_Ops/dot.md, 2.1 参数说明 and 2.3 特殊限制说明", _dot_operands),
-    Rule("dtype-args", "A dtype given to tl.zeros(_like), tl.full, tl.cast or .to() is in its "
-         "table.", f"{_API}/Creation_Ops/zeros.md, zeros_like.md, full.md, cast.md, 2.2",
-         _dtype_args),
-    Rule("call-args", "No cache_modifier/eviction_policy/volatile on tl.load/store, no "
-         "return_indices without axis on tl.max/min, no shift by a tensor.",
-         f"{_API}/Memory_Pointer_Ops/tl.load.md 2.1; Reduction_Ops/max.md, min.md; "
-         "Logical_Ops/lshift.md, rshift.md 2.3", _call_args),
-    Rule("rank", "Every tile has at most 5 dimensions.", f"{_API}/Math_Ops/exp.md and the "
-         "other op pages, 2.2.2 Shape 支持", _rank),
-    Rule("arange", "Every tl.arange extent is a power of two from 1 to below 1048576.",
-         f"{_API}/Creation_Ops/arange.md, 2.3; {_OUTLINE}, 约束说明", _arange),
-    Rule("int64-scalar", "No int64 tensor is loaded (int64 adds and compares run scalar).",
-         f"{_MIGRATE}/performance_guidelines.md, Optimizing Data Types", _int64_scalar,
-         advisory=True),
-    Rule("structured-divmod", "An index // or % a literal in an address or mask has a block "
-         "that divides it or is a multiple of it.", "docs/en/architecture_design_and_core_"
-         "features.md, 3.2.2.1 TritonToStructured", _structured_divmod, advisory=True),
-)  # fmt: skip
+    Rule(
+        "grid-1d",
+        "The kernel reads grid axis 0 only.",
+        f"{_MIGRATE}/migrate_from_gpu.md, Multi-Core Task Parallelism > Core Migration Principles",
+        _grid_1d,
+    ),
+    Rule(
+        "grid-cores",
+        "The grid is at most the cores of the kernel's unit: AI (cube) cores "
+        "with tl.dot, vector cores otherwise.",
+        f"{_GUIDE}, Multi-Core Task Parallelism > "
+        f"Setting the Maximum Number of Hardware Cores; {_MIGRATE}/architecture_difference.md",
+        _grid_cores,
+    ),
+    Rule(
+        "ub-footprint",
+        "One program's tiles fit the unified buffer, those feeding tl.dot L1; "
+        "a double-buffered load counts twice.",
+        f"{_OUTLINE}, 约束说明 (ALL: 96KB/192KB); "
+        f"{_GUIDE}, Tiling Optimization and How Do I Avoid UB Overflow",
+        _ub_footprint,
+    ),
+    Rule(
+        "tl-api",
+        "Only documented tl functions, dtypes and tensor methods, none marked "
+        "unsupported in every type.",
+        f"{_API}/index.md and the op pages, 2.2.1 DataType; {_OUTLINE}, triton op 支持度总览",
+        _tl_api,
+    ),
+    Rule(
+        "io-dtype",
+        "Every tensor loaded or stored is of a type tl.load/tl.store support.",
+        f"{_API}/Memory_Pointer_Ops/tl.load.md, tl.store.md, 2.2.1 DataType",
+        _io_dtype,
+    ),
+    Rule(
+        "dot-operands",
+        "tl.dot takes int8/float16/bfloat16/float32 operands into a float32 "
+        "or int32 accumulator, without max_num_imprecise_acc.",
+        f"{_API}/Linear_Algebra_Ops/dot.md, 2.1 参数说明 and 2.3 特殊限制说明",
+        _dot_operands,
+    ),
+    Rule(
+        "dtype-args",
+        "A dtype given to tl.zeros(_like), tl.full, tl.cast or .to() is in its table.",
+        f"{_API}/Creation_Ops/zeros.md, zeros_like.md, full.md, cast.md, 2.2",
+        _dtype_args,
+    ),
+    Rule(
+        "call-args",
+        "No cache_modifier/eviction_policy/volatile on tl.load/store, no "
+        "return_indices without axis on tl.max/min, no shift by a tensor.",
+        f"{_API}/Memory_Pointer_Ops/tl.load.md 2.1; Reduction_Ops/max.md, min.md; "
+        "Logical_Ops/lshift.md, rshift.md 2.3",
+        _call_args,
+    ),
+    Rule(
+        "rank",
+        "Every tile has at most 5 dimensions.",
+        f"{_API}/Math_Ops/exp.md and the other op pages, 2.2.2 Shape 支持",
+        _rank,
+    ),
+    Rule(
+        "arange",
+        "Every tl.arange extent is a power of two from 1 to below 1048576.",
+        f"{_API}/Creation_Ops/arange.md, 2.3; {_OUTLINE}, 约束说明",
+        _arange,
+    ),
+    Rule(
+        "int64-scalar",
+        "No int64 tensor is loaded (int64 adds and compares run scalar).",
+        f"{_MIGRATE}/performance_guidelines.md, Optimizing Data Types",
+        _int64_scalar,
+        advisory=True,
+    ),
+    Rule(
+        "structured-divmod",
+        "An index // or % a literal in an address or mask has a block "
+        "that divides it or is a multiple of it.",
+        "docs/en/architecture_design_and_core_features.md, 3.2.2.1 TritonToStructured",
+        _structured_divmod,
+        advisory=True,
+    ),
+)
 
 
 def check_kernel(

@@ -50,8 +50,12 @@ class TensorCheck:
     ok: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"tensor": self.name, "max_abs_err": self.max_abs_err,
-                "max_rel_err": self.max_rel_err, "ok": self.ok}  # fmt: skip
+        return {
+            "tensor": self.name,
+            "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err,
+            "ok": self.ok,
+        }
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,12 @@ class KernelCheck:
         return all(t.ok for t in self.outputs)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "group": self.group, "ok": self.ok,
-                "outputs": [t.to_json() for t in self.outputs]}  # fmt: skip
+        return {
+            "kernel": self.kernel,
+            "group": self.group,
+            "ok": self.ok,
+            "outputs": [t.to_json() for t in self.outputs],
+        }
 
 
 @dataclass(frozen=True)
@@ -87,8 +95,11 @@ class CodegenCheck:
         return sorted({k.group for k in self.kernels if not k.ok})
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "outputs": [t.to_json() for t in self.outputs],
-                "kernels": [k.to_json() for k in self.kernels]}  # fmt: skip
+        return {
+            "ok": self.ok,
+            "outputs": [t.to_json() for t in self.outputs],
+            "kernels": [k.to_json() for k in self.kernels],
+        }
 
 
 def compare(
@@ -155,14 +166,20 @@ def _kernel_check(
     for t, o in zip(k.outputs, outs, strict=True):
         if t in scratch:  # no reference: the next kernel of the group is checked on it
             values[t] = o.cpu().numpy()
-    rounding = _rounding([k.dot_dtype, *(k.tensor_type(graph, t)[1] for t in k.inputs
-                                          if t in graph.tensors)])  # fmt: skip
+    rounding = _rounding(
+        [k.dot_dtype, *(k.tensor_type(graph, t)[1] for t in k.inputs if t in graph.tensors)]
+    )
     checks = tuple(
-        compare(t, o.cpu().numpy(), _saturated(values[t], k.tensor_type(graph, t)[1]),
-                graph.tensors[t].dtype, rounding)
+        compare(
+            t,
+            o.cpu().numpy(),
+            _saturated(values[t], k.tensor_type(graph, t)[1]),
+            graph.tensors[t].dtype,
+            rounding,
+        )
         for t, o in zip(k.outputs, outs, strict=True)
         if t not in scratch
-    )  # fmt: skip
+    )
     return KernelCheck(k.name, group, checks)
 
 
@@ -242,15 +259,22 @@ def check_package(
     except Exception as err:  # a failing run is a failed check, never a lost one
         log.warning("the generated package failed to run: %s", err)
         failed = float("inf")
-        return CodegenCheck(tuple(TensorCheck(t, failed, failed, False) for t in graph.outputs),
-                            kernels)  # fmt: skip
-    rounding = _rounding([*(k.dot_dtype for k in program.kernels),
-                          *(program.storage(t) for t in graph.tensors)])  # fmt: skip
+        return CodegenCheck(
+            tuple(TensorCheck(t, failed, failed, False) for t in graph.outputs), kernels
+        )
+    rounding = _rounding(
+        [*(k.dot_dtype for k in program.kernels), *(program.storage(t) for t in graph.tensors)]
+    )
     outputs = tuple(
-        compare(t, got[t], _saturated(ref[t] if t in ref else values[t], program.storage(t)),
-                graph.tensors[t].dtype, rounding)
+        compare(
+            t,
+            got[t],
+            _saturated(ref[t] if t in ref else values[t], program.storage(t)),
+            graph.tensors[t].dtype,
+            rounding,
+        )
         for t in graph.outputs
-    )  # fmt: skip
+    )
     return CodegenCheck(outputs, kernels)
 
 
@@ -263,5 +287,6 @@ def _isolated(
     except Exception as err:
         log.warning("kernel %s failed to run: %s", k.name, err)
         failed = float("inf")
-        return KernelCheck(k.name, group, tuple(TensorCheck(t, failed, failed, False)
-                                                for t in k.outputs))  # fmt: skip
+        return KernelCheck(
+            k.name, group, tuple(TensorCheck(t, failed, failed, False) for t in k.outputs)
+        )

@@ -92,8 +92,14 @@ def compile_package(
             sig: dict[str, str] | str = signature(k, graph)
         except KeyError as err:
             sig = f"no Triton pointer type for {err}"
-        jobs.append({"name": k.name, "signature": sig, "constexprs": dict(k.launch.constexprs),
-                     "num_stages": k.launch.num_stages})  # fmt: skip
+        jobs.append(
+            {
+                "name": k.name,
+                "signature": sig,
+                "constexprs": dict(k.launch.constexprs),
+                "num_stages": k.launch.num_stages,
+            }
+        )
     return _in_subprocess(path, jobs, arch)
 
 
@@ -104,9 +110,13 @@ def _in_subprocess(path: Path, jobs: list[dict[str, Any]], arch: int) -> list[Co
     request = json.dumps({"path": str(path), "jobs": jobs, "arch": arch})
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-m", "autotune.codegen.compile_check"], input=request, text=True,
-        capture_output=True, env=env, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "autotune.codegen.compile_check"],
+        input=request,
+        text=True,
+        capture_output=True,
+        env=env,
+        check=False,
+    )
     try:
         rows = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -15,8 +15,16 @@ from dataclasses import dataclass
 from autotune.codegen.templates.common import KernelSource
 from search_space.ir import Graph
 
-__all__ = ["Footprint", "KernelText", "arg", "created_dtype", "footprint", "text_of", "tl_call",
-           "tl_dtype"]  # fmt: skip
+__all__ = [
+    "Footprint",
+    "KernelText",
+    "arg",
+    "created_dtype",
+    "footprint",
+    "text_of",
+    "tl_call",
+    "tl_dtype",
+]
 
 _REDUCTIONS = {"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum"}
 # element bytes in a footprint; int8, uint8 and bool count 2 (the overview: they take more)

@@ -81,8 +81,11 @@ def _params(
     model: onnx.ModelProto, program: Program, names: list[str], given: Collection[str]
 ) -> dict[str, np.ndarray]:
     source = ModelSource(model, program.graph)
-    return {f"t{i}": np.ascontiguousarray(source.value(t)) for i, t in enumerate(names)
-            if t not in given}  # fmt: skip
+    return {
+        f"t{i}": np.ascontiguousarray(source.value(t))
+        for i, t in enumerate(names)
+        if t not in given
+    }
 
 
 def write_package(

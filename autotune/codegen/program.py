@@ -198,8 +198,11 @@ def _reading_given(
         ops = set(group.ops) | set(extra)
         ordered = tuple(op.name for op in graph.ops if op.name in ops)
         made = {o for name in ordered for o in graph.op(name).outputs if o}
-        inputs = tuple(dict.fromkeys(t for name in ordered for t in graph.op(name).inputs
-                                     if t and t not in made))  # fmt: skip
+        inputs = tuple(
+            dict.fromkeys(
+                t for name in ordered for t in graph.op(name).inputs if t and t not in made
+            )
+        )
         out.append(FusionGroup(ordered, group.kind, inputs, group.outputs))
     return out
 

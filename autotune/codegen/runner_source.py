@@ -131,8 +131,11 @@ def _step_lines(step: Step, program: Program, names: RunnerNames, lines: list[st
         lines.append(
             f"{target}, = extern_op({op.op_type!r}, {attrs!r}, [{given}], {len(op.outputs)})"
         )
-        lines += [f"{names.of(t)} = {_as(program, names.of(t), t, False)}" for t in outs
-                  if _narrowed(program, t)]  # fmt: skip
+        lines += [
+            f"{names.of(t)} = {_as(program, names.of(t), t, False)}"
+            for t in outs
+            if _narrowed(program, t)
+        ]
         return
     k = step.kernel
     assert k is not None
@@ -167,8 +170,9 @@ def runner_source(
     scratch = {s.name: s for k in program.kernels for s in k.scratch}
     work = [_alloc(program, t, scratch) for t in names.workspace]
     args = ", ".join(f"{names.names[t]}: torch.Tensor" for t in fed)
-    take = [f"{names.names[t]} = {_as(program, names.names[t], t, False)}.contiguous()"
-            for t in fed]  # fmt: skip
+    take = [
+        f"{names.names[t]} = {_as(program, names.names[t], t, False)}.contiguous()" for t in fed
+    ]
     unpack = [f"{names.of(t)} = ws[{i}]" for i, t in enumerate(names.workspace)]
     inputs = {t: (tuple(g.tensors[t].static_shape), g.tensors[t].dtype) for t in fed}
     text = _TEMPLATE.format(

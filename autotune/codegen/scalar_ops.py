@@ -30,8 +30,18 @@ TRITON_DTYPES = {
     "uint8": "tl.uint8",
     "bool": "tl.int1",
 }
-_ONNX_TYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64", 7: "int64",
-               6: "int32", 5: "int16", 3: "int8", 2: "uint8", 9: "bool"}  # fmt: skip
+_ONNX_TYPES = {
+    1: "float32",
+    10: "float16",
+    16: "bfloat16",
+    11: "float64",
+    7: "int64",
+    6: "int32",
+    5: "int16",
+    3: "int8",
+    2: "uint8",
+    9: "bool",
+}
 
 Attrs = Mapping[str, Any]
 Formula = Callable[[Sequence[str], Attrs, str], str]

@@ -31,8 +31,10 @@ def window_pads(
     dil = list(op.attr("dilations") or [1] * nd)
     mode = op.attr("auto_pad", "NOTSET") or "NOTSET"
     if mode in ("SAME_UPPER", "SAME_LOWER"):
-        total = [max(0, (out_dims[i] - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - in_dims[i])
-                 for i in range(nd)]  # fmt: skip
+        total = [
+            max(0, (out_dims[i] - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - in_dims[i])
+            for i in range(nd)
+        ]
         small = [t // 2 for t in total]
         large = [t - t // 2 for t in total]
         return (small, large) if mode == "SAME_UPPER" else (large, small)
@@ -106,8 +108,10 @@ def _pool(p: Reader, op: Op, t: str, idx: Index, mask: str) -> str:
         acc = p.bind(f"{acc} + {term}" if acc else term, "pool")
         counted = tap.inside
         if op.attr("count_include_pad", 0):  # the padding counts, a ceil-mode overhang not
-            counted = " & ".join(f"({q} >= {-begin[a]}) & ({q} < {in_shape[2 + a] + end[a]})"
-                                 for a, q in enumerate(tap.position))  # fmt: skip
+            counted = " & ".join(
+                f"({q} >= {-begin[a]}) & ({q} < {in_shape[2 + a] + end[a]})"
+                for a, q in enumerate(tap.position)
+            )
         if counted:
             counts.append(f"tl.where({counted}, 1.0, 0.0)")
         else:

@@ -164,9 +164,14 @@ def _legacy(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], names: li
     with warnings.catch_warnings(record=True) as seen, _quiet():
         warnings.simplefilter("always", torch.jit.TracerWarning)
         torch.onnx.export(
-            module, inputs, buf,  # type: ignore[arg-type]  # a file object is documented
-            input_names=names, dynamo=False, opset_version=OPSET, do_constant_folding=False,
-        )  # fmt: skip
+            module,
+            inputs,
+            buf,  # type: ignore[arg-type]  # a file object is documented
+            input_names=names,
+            dynamo=False,
+            opset_version=OPSET,
+            do_constant_folding=False,
+        )
     traced = [w for w in seen if issubclass(w.category, torch.jit.TracerWarning)]
     if traced:
         w = traced[0]

@@ -127,8 +127,9 @@ def _kernels(
     """The plan's package, generated into the cache (the module's own weights not stored)."""
     from autotune.codegen.generate import generate
 
-    gen = generate(exported.model, graph, plan, target, model_name=graph.name,
-                   given=exported.weights)  # fmt: skip
+    gen = generate(
+        exported.model, graph, plan, target, model_name=graph.name, given=exported.weights
+    )
     folder = cache.kernels_path(key)
     folder.parent.mkdir(parents=True, exist_ok=True)
     return gen.write(folder, force=True, force_hint=False)

@@ -14,7 +14,7 @@ from autotune.exceptions import AutotuneError
 from autotune.real.rows import RealRow
 from search_space import WEIGHT_INPUTS_KEY
 
-__all__ = ["KernelGraph", "dims_of"]
+__all__ = ["OnnxWriter", "dims_of"]
 
 _ELEM = {
     "float16": TensorProto.FLOAT16,
@@ -31,7 +31,7 @@ _NP = {
 }
 
 
-class KernelGraph:
+class OnnxWriter:
     """A tiny graph writer: inputs, weights (as shape-only inputs), constants, nodes."""
 
     def __init__(self, dtype: str) -> None:

@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from autotune.exceptions import AutotuneError
-from autotune.real.graph import KernelGraph, dims_of
+from autotune.real.graph import OnnxWriter, dims_of
 from autotune.real.ops import (
     binary,
     cast,
@@ -38,7 +38,7 @@ EPS = 1e-6  # the norms' epsilon
 _B_FRACTAL = re.compile(r"\bB\s+(?:zN|nZ)\b")  # a GEMM's B stored in the cube's NZ fractals
 
 
-def _rmsnorm(g: KernelGraph, x: str, hidden: int, prefix: str = "rms") -> str:
+def _rmsnorm(g: OnnxWriter, x: str, hidden: int, prefix: str = "rms") -> str:
     """x * 1/sqrt(mean(x^2) + eps) * gamma, as exporters write Llama's RMSNorm."""
     gamma = g.weight("gamma", [hidden])
     sq = g.op("Pow", [x, g.const("two", 2.0)], f"{prefix}/Pow")
@@ -48,18 +48,18 @@ def _rmsnorm(g: KernelGraph, x: str, hidden: int, prefix: str = "rms") -> str:
     return g.op("Mul", [gamma, g.op("Mul", [x, r], f"{prefix}/Mul")], f"{prefix}/Mul_1")
 
 
-def rmsnorm(row: RealRow, g: KernelGraph) -> list[str]:
+def rmsnorm(row: RealRow, g: OnnxWriter) -> list[str]:
     (x,) = dims_of(row, "x", count=1)
     return [_rmsnorm(g, g.input("x", x), x[-1])]
 
 
-def add_rmsnorm(row: RealRow, g: KernelGraph) -> list[str]:
+def add_rmsnorm(row: RealRow, g: OnnxWriter) -> list[str]:
     x1, x2 = dims_of(row, "x1", "x2", count=2)
     s = g.op("Add", [g.input("x1", x1), g.input("x2", x2)], "add/Add")
     return [_rmsnorm(g, s, x1[-1]), s]
 
 
-def layernorm(row: RealRow, g: KernelGraph) -> list[str]:
+def layernorm(row: RealRow, g: OnnxWriter) -> list[str]:
     (x,) = dims_of(row, "x", count=1)
     h = x[-1]
     return [
@@ -73,7 +73,7 @@ def layernorm(row: RealRow, g: KernelGraph) -> list[str]:
     ]
 
 
-def add_layernorm(row: RealRow, g: KernelGraph) -> list[str]:
+def add_layernorm(row: RealRow, g: OnnxWriter) -> list[str]:
     x1, x2 = dims_of(row, "x1", "x2", count=2)
     s = g.op("Add", [g.input("x1", x1), g.input("x2", x2)], "add/Add")
     h = x1[-1]
@@ -87,7 +87,7 @@ def add_layernorm(row: RealRow, g: KernelGraph) -> list[str]:
     return [y, s]
 
 
-def swiglu(row: RealRow, g: KernelGraph) -> list[str]:
+def swiglu(row: RealRow, g: OnnxWriter) -> list[str]:
     """silu(gate) * up on the two halves of one fused input (npu_swiglu's form)."""
     lower = {k.lower() for k in row.tensors}
     if {"gate", "up"} <= lower:
@@ -105,7 +105,7 @@ def swiglu(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op("Mul", [silu, gate_up[1]], "mul/Mul")]
 
 
-def rope(row: RealRow, g: KernelGraph) -> list[str]:
+def rope(row: RealRow, g: OnnxWriter) -> list[str]:
     """x * cos + rotate_half(x) * sin (NeoX split-half), as exporters write rotary embeddings:
     Slice, Neg, Concat, Mul, Add; cos/sin broadcast over batch and heads. When the row's cos
     names half of the head dim (``(S, D/2)`` tables, as kernels that keep one angle per pair
@@ -121,8 +121,10 @@ def rope(row: RealRow, g: KernelGraph) -> list[str]:
     axis = g.const("axis", np.array([-1], dtype=np.int64))
 
     def part(lo: int, hi: int, name: str) -> str:
-        bounds = [g.const(f"{name}_lo", np.array([lo], dtype=np.int64)),
-                  g.const(f"{name}_hi", np.array([hi], dtype=np.int64))]  # fmt: skip
+        bounds = [
+            g.const(f"{name}_lo", np.array([lo], dtype=np.int64)),
+            g.const(f"{name}_hi", np.array([hi], dtype=np.int64)),
+        ]
         return g.op("Slice", [xn, *bounds, axis], name)
 
     x1, x2 = part(0, half, "rope/Slice"), part(half, d, "rope/Slice_1")
@@ -146,7 +148,7 @@ def rope(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op("Add", [a, b], "rope/Add")]
 
 
-def attention(row: RealRow, g: KernelGraph) -> list[str]:
+def attention(row: RealRow, g: OnnxWriter) -> list[str]:
     """softmax(Q K^T / sqrt(d) (+ causal mask)) V on [B,N,S,D] operands (BSND transposed)."""
     q, k, v = dims_of(row, "q", "k", "v", count=3)
     text = f"{row.shapes} {row.op} {row.notes}".lower()
@@ -188,7 +190,7 @@ def _heads(bsh: tuple[int, ...], row: RealRow) -> tuple[int, ...]:
     return (b, h // d, s, d)
 
 
-def matmul(row: RealRow, g: KernelGraph) -> list[str]:
+def matmul(row: RealRow, g: OnnxWriter) -> list[str]:
     """``linear`` (y = x W^T, W a weight) or ``mm``/``bmm`` (both operands activations)."""
     a, b = dims_of(row, count=2)
     text = row.op.lower()
@@ -208,7 +210,7 @@ def matmul(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op("MatMul", [g.input("a", a), b_in], "mm/MatMul")]
 
 
-def gemv(row: RealRow, g: KernelGraph) -> list[str]:
+def gemv(row: RealRow, g: OnnxWriter) -> list[str]:
     """y = b + A x (``torch.addmv``), or A x (``mv``)."""
     dims = list(row.tensors.items())
     a = next((d for n, d in dims if len(d) == 2), None)
@@ -223,7 +225,7 @@ def gemv(row: RealRow, g: KernelGraph) -> list[str]:
     return [y]
 
 
-KERNELS: dict[str, Callable[[RealRow, KernelGraph], list[str]]] = {
+KERNELS: dict[str, Callable[[RealRow, OnnxWriter], list[str]]] = {
     "rmsnorm": rmsnorm,
     "add_rmsnorm": add_rmsnorm,
     "layernorm": layernorm,
@@ -253,6 +255,6 @@ def one_kernel(row: RealRow) -> onnx.ModelProto:
     """
     if row.family not in KERNELS:
         raise AutotuneError(f"no one-kernel model for family {row.family!r}")
-    g = KernelGraph(row.dtype)
+    g = OnnxWriter(row.dtype)
     outputs = KERNELS[row.family](row, g)
     return g.model(outputs)

@@ -11,7 +11,7 @@ import numpy as np
 from onnx import TensorProto
 
 from autotune.exceptions import AutotuneError
-from autotune.real.graph import KernelGraph, dims_of
+from autotune.real.graph import OnnxWriter, dims_of
 from autotune.real.rows import RealRow
 
 __all__ = [
@@ -33,13 +33,13 @@ def _axis(row: RealRow) -> int:
     return int(m.group(1)) if m else -1
 
 
-def softmax(row: RealRow, g: KernelGraph) -> list[str]:
+def softmax(row: RealRow, g: OnnxWriter) -> list[str]:
     """Softmax over the last axis, or the one ``dim=`` names."""
     (x,) = dims_of(row, "x", count=1)
     return [g.op("Softmax", [g.input("x", x)], "softmax/Softmax", axis=_axis(row))]
 
 
-def reduce(row: RealRow, g: KernelGraph) -> list[str]:
+def reduce(row: RealRow, g: OnnxWriter) -> list[str]:
     """ReduceSum / Mean / Max over the last axis (``dim=`` in the op column picks another;
     a 1-D input reduces to one value). ``Max``/``Min`` of two inputs is the elementwise op."""
     if len(row.tensors) >= 2:
@@ -57,29 +57,38 @@ def reduce(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op(kind, [xn], f"reduce/{kind}", axes=[axis], keepdims=0)]
 
 
-def binary(row: RealRow, g: KernelGraph) -> list[str]:
+def binary(row: RealRow, g: OnnxWriter) -> list[str]:
     """An elementwise op of two inputs, as numpy broadcasts them; with one input shape (CANN's
     Muls, Adds...) the other operand is a scalar."""
     dims = list(row.tensors.values())
     text = row.op.lower()
     kind = next(
-        (k for w, k in (("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("max", "Max"),
-                        ("min", "Min")) if w in text),
+        (
+            k
+            for w, k in (
+                ("sub", "Sub"),
+                ("mul", "Mul"),
+                ("div", "Div"),
+                ("max", "Max"),
+                ("min", "Min"),
+            )
+            if w in text
+        ),
         "Add",
-    )  # fmt: skip
+    )
     a = g.input("a", dims[0])
     b = g.input("b", dims[1]) if len(dims) > 1 else g.const("scalar", 0.5)
     return [g.op(kind, [a, b], f"binary/{kind}")]
 
 
-def _gelu(g: KernelGraph, x: str) -> str:
+def _gelu(g: OnnxWriter, x: str) -> str:
     """Exact GELU as exported: x * (1 + erf(x / sqrt 2)) * 0.5."""
     e = g.op("Erf", [g.op("Div", [x, g.const("sqrt2", math.sqrt(2.0))], "gelu/Div")], "gelu/Erf")
     y = g.op("Mul", [x, g.op("Add", [e, g.const("one", 1.0)], "gelu/Add")], "gelu/Mul")
     return g.op("Mul", [y, g.const("half", 0.5)], "gelu/Mul_1")
 
 
-_UNARY: dict[str, Callable[[KernelGraph, str], str]] = {
+_UNARY: dict[str, Callable[[OnnxWriter, str], str]] = {
     "gelu": _gelu,
     "silu": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
     "swish": lambda g, x: g.op("Mul", [x, g.op("Sigmoid", [x], "silu/Sigmoid")], "silu/Mul"),
@@ -99,7 +108,7 @@ _UNARY: dict[str, Callable[[KernelGraph, str], str]] = {
 }
 
 
-def unary(row: RealRow, g: KernelGraph) -> list[str]:
+def unary(row: RealRow, g: OnnxWriter) -> list[str]:
     (x,) = dims_of(row, "x", count=1)
     text = row.op.lower()
     key = next((k for k in _UNARY if k in text), None)
@@ -111,7 +120,7 @@ def unary(row: RealRow, g: KernelGraph) -> list[str]:
 _FLOATS = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "fp32": TensorProto.FLOAT}
 
 
-def cast(row: RealRow, g: KernelGraph) -> list[str]:
+def cast(row: RealRow, g: OnnxWriter) -> list[str]:
     """A cast between float widths: ``<from> to <to>`` (or ``->``) in the op column or the
     notes names them; without a source the row's dtype is the input's, and without a target
     it casts to the other width (fp32 <-> fp16).
@@ -132,7 +141,7 @@ def cast(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op("Cast", [g.input("x", x, src)], "cast/Cast", to=to)]
 
 
-def transpose(row: RealRow, g: KernelGraph) -> list[str]:
+def transpose(row: RealRow, g: OnnxWriter) -> list[str]:
     (x,) = dims_of(row, "x", count=1)
     m = re.search(r"perm\s*=\s*\[([\d,\s]+)\]", row.op + " " + row.notes)
     perm = (
@@ -146,7 +155,7 @@ def transpose(row: RealRow, g: KernelGraph) -> list[str]:
 FRACTAL = 16  # the side of a fractal block (NZ layout) of a 16-bit type
 
 
-def transdata(row: RealRow, g: KernelGraph) -> list[str]:
+def transdata(row: RealRow, g: OnnxWriter) -> list[str]:
     """CANN's TransData from ND to the cube's NZ layout: a ``[.., M, N]`` matrix as
     ``[.., N/16, M/16, 16, 16]`` blocks (what msprof shows as its output), written as exporters
     would: a Reshape into blocks and a Transpose that moves the column blocks outward.
@@ -166,7 +175,7 @@ def transdata(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op("Transpose", [tiled], "transdata/Transpose", perm=perm)]
 
 
-def gather(row: RealRow, g: KernelGraph) -> list[str]:
+def gather(row: RealRow, g: OnnxWriter) -> list[str]:
     dims = list(row.tensors.items())
     table = next((d for n, d in dims if len(d) == 2), dims[0][1])
     idx = next((d for n, d in dims if d is not table), (1,))
@@ -174,6 +183,6 @@ def gather(row: RealRow, g: KernelGraph) -> list[str]:
     return [g.op("Gather", [g.input("table", table), ids], "gather/Gather", axis=0)]
 
 
-def concat(row: RealRow, g: KernelGraph) -> list[str]:
+def concat(row: RealRow, g: OnnxWriter) -> list[str]:
     names = [g.input(f"x{i}", d) for i, d in enumerate(row.tensors.values())]
     return [g.op("Concat", names, "concat/Concat", axis=-1)]

@@ -93,8 +93,14 @@ IMPLS = ("library", "custom")
 TIMINGS = ("device", "host", "unstated")
 CONTEXTS = ("isolated", "in-situ")
 # optional per-pipe busy columns -> the cost models' pipe names
-BUSY_COLUMNS = {"vec_us": "V", "mte2_us": "MTE2", "mte3_us": "MTE3", "mte1_us": "MTE1",
-                "mac_us": "M", "fixpipe_us": "FIX"}  # fmt: skip
+BUSY_COLUMNS = {
+    "vec_us": "V",
+    "mte2_us": "MTE2",
+    "mte3_us": "MTE3",
+    "mte1_us": "MTE1",
+    "mac_us": "M",
+    "fixpipe_us": "FIX",
+}
 DEVICE_WORDS = ("msprof", "task duration", "kernel_details", "kernel-only", "device time")
 HOST_WORDS = ("do_bench", "wall", "time.time", "perf_counter", "host", "synchronize", "e2e")
 

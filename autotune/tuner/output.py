@@ -132,10 +132,21 @@ def no_work(graph: Graph, config: TuneConfig, name: str) -> TuneResult:
         predicted_us=0.0,
         measured_us=0.0,
         cost_model=config.cost,
-        meta={"source": "no work", "note": why, "target_source": config.target,
-              "sets": list(config.sets), "safe_mode": {}, "trials": 0},
-    ).named(graph)  # fmt: skip
+        meta={
+            "source": "no work",
+            "note": why,
+            "target_source": config.target,
+            "sets": list(config.sets),
+            "safe_mode": {},
+            "trials": 0,
+        },
+    ).named(graph)
     return TuneResult(
-        plan=plan, study="", storage="", trials=0, best_latency_us=0.0,
-        baseline_us={"none": 0.0, "greedy": 0.0}, predicted_us=0.0,
-    )  # fmt: skip
+        plan=plan,
+        study="",
+        storage="",
+        trials=0,
+        best_latency_us=0.0,
+        baseline_us={"none": 0.0, "greedy": 0.0},
+        predicted_us=0.0,
+    )

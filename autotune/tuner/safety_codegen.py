@@ -193,9 +193,16 @@ def unfuse_failing(
         k = worst.get(i)
         if k is not None:
             tensor, rel = _worst(k)
-            rows.append({"ops": list(g.ops), "kernel": k.kernel, "tensor": tensor,
-                         "max_rel_err": rel, "unfused": len(work) > 1,
-                         "ran_as_ops": i in as_ops})  # fmt: skip
+            rows.append(
+                {
+                    "ops": list(g.ops),
+                    "kernel": k.kernel,
+                    "tensor": tensor,
+                    "max_rel_err": rel,
+                    "unfused": len(work) > 1,
+                    "ran_as_ops": i in as_ops,
+                }
+            )
         if k is None or len(work) < 2:
             groups.append(PlanGroup(g.ops, g.kind, c))
             continue

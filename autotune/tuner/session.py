@@ -128,11 +128,26 @@ class Session:
                 k: baseline_plan(k, ctx, oracle, policy) for k in ("none", "greedy", "max")
             }
             out = cls(
-                graph, config, name, target, ctx, ev, oracle, space, study, sname,
-                storage_name, dataset, baselines, fresh=done == 0, done=done,
-                blocks=space.block_moves(), swaps=space.swap_moves(),
-                safety=safety if policy.safe_mode else None, storage=storage,
-            )  # fmt: skip
+                graph,
+                config,
+                name,
+                target,
+                ctx,
+                ev,
+                oracle,
+                space,
+                study,
+                sname,
+                storage_name,
+                dataset,
+                baselines,
+                fresh=done == 0,
+                done=done,
+                blocks=space.block_moves(),
+                swaps=space.swap_moves(),
+                safety=safety if policy.safe_mode else None,
+                storage=storage,
+            )
             out.sync_forbidden()
             reap(study)  # trials a killed worker left RUNNING: failed, retried once
         return out

@@ -47,9 +47,13 @@ class AveragePool(CommonPool):
         if self.run_params.get("opsets", {}).get("", 99) < 7:
             count_include_pad = None  # AveragePool-1 has no such attribute: onnx passes None
         args = {
-            "auto_pad": auto_pad, "ceil_mode": ceil_mode, "dilations": dilations,
-            "kernel_shape": kernel_shape, "pads": pads, "strides": strides,
-        }  # fmt: skip
+            "auto_pad": auto_pad,
+            "ceil_mode": ceil_mode,
+            "dilations": dilations,
+            "kernel_shape": kernel_shape,
+            "pads": pads,
+            "strides": strides,
+        }
         fast = (
             is_2d_pool(x, kernel_shape)
             and x.dtype in (np.float16, np.float32, np.float64)

@@ -292,9 +292,15 @@ def verify_kernels(
         if v is None:
             log.debug("verifying kernel %d/%d: %s", k + 1, len(firsts), sig)
             v = verify_group(
-                source, fg, pg.config, target, policy,
-                rows=rows, input_scale=input_scale, lowering=lowering,
-            )  # fmt: skip
+                source,
+                fg,
+                pg.config,
+                target,
+                policy,
+                rows=rows,
+                input_scale=input_scale,
+                lowering=lowering,
+            )
             if v.status is Status.PASSED and policy.outlier_scale > input_scale:
                 v = _with_outliers(v, source, fg, pg.config, target, policy, rows, lowering)
             cache[key] = v

@@ -55,10 +55,15 @@ class MaxPool(_ReferenceMaxPool):
         )
         if not fast:
             return super()._run(
-                x, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
-                kernel_shape=kernel_shape, pads=pads, storage_order=storage_order,
+                x,
+                auto_pad=auto_pad,
+                ceil_mode=ceil_mode,
+                dilations=dilations,
+                kernel_shape=kernel_shape,
+                pads=pads,
+                storage_order=storage_order,
                 strides=strides,
-            )  # fmt: skip
+            )
         kh, kw = (int(k) for k in kernel_shape)
         sh, sw = (int(s) for s in strides) if strides else (1, 1)
         top, left, bottom, right = (int(p) for p in pads) if pads else (0, 0, 0, 0)

@@ -36,11 +36,14 @@ def slice_values(model: onnx.ModelProto, graph: Graph, names: list[str]) -> dict
     produced = {o for n in nodes for o in n.output}
     # graph inputs read only for their shapes (the loader folded Shape ops with static dims)
     fed = sorted(t for t in reads - produced - set(inits) if t in graph.tensors)
-    inputs = [helper.make_tensor_value_info(t, _elem(graph, t), graph.tensors[t].static_shape)
-              for t in fed]  # fmt: skip
+    inputs = [
+        helper.make_tensor_value_info(t, _elem(graph, t), graph.tensors[t].static_shape)
+        for t in fed
+    ]
     outputs = [helper.make_tensor_value_info(t, _elem(graph, t), None) for t in names]
-    sub = helper.make_graph(nodes, "constants", inputs, outputs,
-                            [inits[t] for t in sorted(reads & set(inits))])  # fmt: skip
+    sub = helper.make_graph(
+        nodes, "constants", inputs, outputs, [inits[t] for t in sorted(reads & set(inits))]
+    )
     m = helper.make_model(sub, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -62,10 +62,21 @@ class _Transfers:
         pipes = ("MTE2c", "MTE2v", "FIX", "MTE3")
         z = np.zeros(n)
         return cls(
-            {p: z.copy() for p in pipes}, {p: z.copy() for p in pipes}, z.copy(), z.copy(),
-            z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
-            {"cube": z.copy(), "vector": z.copy()}, {"cube": z.copy(), "vector": z.copy()},
-        )  # fmt: skip
+            {p: z.copy() for p in pipes},
+            {p: z.copy() for p in pipes},
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            {"cube": z.copy(), "vector": z.copy()},
+            {"cube": z.copy(), "vector": z.copy()},
+        )
 
 
 def score_wave(

@@ -87,13 +87,37 @@ REQUIRED_COLUMNS = (
 
 # a stream as one row of a kernel record; rows written before ``reread`` have the first 9,
 # before ``packed`` the first 10
-_STREAM_FIELDS = ("tensor", "pipe", "bytes", "key", "per", "side", "nd2nz", "tensor_bytes",
-                  "row_bytes", "reread", "packed")  # fmt: skip
+_STREAM_FIELDS = (
+    "tensor",
+    "pipe",
+    "bytes",
+    "key",
+    "per",
+    "side",
+    "nd2nz",
+    "tensor_bytes",
+    "row_bytes",
+    "reread",
+    "packed",
+)
 _KERNEL_SCALARS = (
-    "name", "kind", "unit", "steps", "mte1_l0a_bytes", "mte1_l0b_bytes", "mmads",
-    "cube_cycles", "vector_cycles_step", "vector_cycles_tile", "vector_instrs",
-    "cross_core_syncs", "flops", "cube_flops", "compulsory_bytes", "signature",
-)  # fmt: skip
+    "name",
+    "kind",
+    "unit",
+    "steps",
+    "mte1_l0a_bytes",
+    "mte1_l0b_bytes",
+    "mmads",
+    "cube_cycles",
+    "vector_cycles_step",
+    "vector_cycles_tile",
+    "vector_instrs",
+    "cross_core_syncs",
+    "flops",
+    "cube_flops",
+    "compulsory_bytes",
+    "signature",
+)
 
 
 def kernel_to_json(kernel: Kernel) -> dict[str, Any]:

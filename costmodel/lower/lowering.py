@@ -172,9 +172,12 @@ class Lowering:
             chosen = max(
                 pool,
                 key=lambda c: (
-                    c.base_m * c.base_n, c.base_k, c.base_n, c.knob(L2_KNOB, 1) == groups
+                    c.base_m * c.base_n,
+                    c.base_k,
+                    c.base_n,
+                    c.knob(L2_KNOB, 1) == groups,
                 ),
-            )  # fmt: skip
+            )
             if is_gemv(work, top) or cube_tiles(work, chosen) < top:
                 # the largest tiles leave cores idle: split finer (cube_gemv)
                 chosen = gemv_default(work, pool, top)

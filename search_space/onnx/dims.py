@@ -34,9 +34,11 @@ def _arith(node: ast.expr) -> int:
     if isinstance(node, ast.BinOp):
         a, b = _arith(node.left), _arith(node.right)
         ops: dict[type, Callable[[int, int], int]] = {
-            ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+            ast.Add: operator.add,
+            ast.Sub: operator.sub,
+            ast.Mult: operator.mul,
             ast.FloorDiv: operator.floordiv,
-        }  # fmt: skip
+        }
         if type(node.op) in ops:
             return ops[type(node.op)](a, b)
     raise ValueError("not integer arithmetic of names")

@@ -251,9 +251,14 @@ def unmatched_report(ctx: FusionContext, rules: Iterable[Rule]) -> list[dict[str
     def add(rule: str, reason: str, detail: str, ops: Iterable[str]) -> None:
         e = entries.setdefault(
             (rule, reason, detail),
-            {"rule": rule, "reason": reason, "detail": detail, "count": 0,
-             "ops": sorted(ops, key=idx.__getitem__)},
-        )  # fmt: skip
+            {
+                "rule": rule,
+                "reason": reason,
+                "detail": detail,
+                "count": 0,
+                "ops": sorted(ops, key=idx.__getitem__),
+            },
+        )
         e["count"] += 1
 
     for m in full:

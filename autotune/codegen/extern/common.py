@@ -20,9 +20,18 @@ Attrs = Mapping[str, Any]
 Result = Tensor | tuple[Tensor, ...]
 
 # ONNX TensorProto element types -> torch dtypes.
-DTYPES = {1: torch.float32, 2: torch.uint8, 3: torch.int8, 5: torch.int16, 6: torch.int32,
-          7: torch.int64, 9: torch.bool, 10: torch.float16, 11: torch.float64,
-          16: torch.bfloat16}  # fmt: skip
+DTYPES = {
+    1: torch.float32,
+    2: torch.uint8,
+    3: torch.int8,
+    5: torch.int16,
+    6: torch.int32,
+    7: torch.int64,
+    9: torch.bool,
+    10: torch.float16,
+    11: torch.float64,
+    16: torch.bfloat16,
+}
 
 
 class ExternError(AutofusionError, ValueError):

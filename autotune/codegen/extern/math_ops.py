@@ -91,8 +91,11 @@ _BINARY: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 
 # Elementwise ops of any number of inputs: op type -> the pairwise step folded over them.
 _VARIADIC: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "Max": torch.maximum, "Min": torch.minimum, "Sum": torch.add, "Mean": torch.add,
-}  # fmt: skip
+    "Max": torch.maximum,
+    "Min": torch.minimum,
+    "Sum": torch.add,
+    "Mean": torch.add,
+}
 
 
 def _unary(op: str) -> OpFn:

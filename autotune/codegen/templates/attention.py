@@ -47,11 +47,27 @@ from search_space.ir import FusionGroup, Graph, KernelConfig, Op
 __all__ = ["attention_kernels"]
 
 LANES = lanes(
-    {"Q": (0, "BLOCK_Q"), "D": (1, "BLOCK_D"), "DR": (0, "BLOCK_D"), "KV": (1, "BLOCK_KV"),
-     "KVR": (0, "BLOCK_KV"), "DV": (1, "BLOCK_DV")},
-    q="Q", d="D", dk="DR", kv="KV", kvr="KVR", dv="DV", qmask="Q", qdmask="QD",
-    ktmask="DRKV", smask="QKV", vmask="KVRDV", omask="QDV",
-)  # fmt: skip
+    {
+        "Q": (0, "BLOCK_Q"),
+        "D": (1, "BLOCK_D"),
+        "DR": (0, "BLOCK_D"),
+        "KV": (1, "BLOCK_KV"),
+        "KVR": (0, "BLOCK_KV"),
+        "DV": (1, "BLOCK_DV"),
+    },
+    q="Q",
+    d="D",
+    dk="DR",
+    kv="KV",
+    kvr="KVR",
+    dv="DV",
+    qmask="Q",
+    qdmask="QD",
+    ktmask="DRKV",
+    smask="QKV",
+    vmask="KVRDV",
+    omask="QDV",
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +97,11 @@ class _Shape:
         return broadcast_index(unflatten("b", self.batch), self.batch, dims)
 
     def env(self, col: str, cols: int) -> dict[str, np.ndarray]:
-        return {"b": sample(self.nb)[:, None, None], "q": sample(self.sq)[None, :, None],
-                col: sample(cols)[None, None, :],}  # fmt: skip
+        return {
+            "b": sample(self.nb)[:, None, None],
+            "q": sample(self.sq)[None, :, None],
+            col: sample(cols)[None, None, :],
+        }
 
 
 def _find(graph: Graph, group: FusionGroup, io: KernelIO) -> _Shape:
@@ -119,9 +138,14 @@ def _nan_guard(graph: Graph, group: FusionGroup, io: KernelIO, probs: str) -> st
             continue
         cond, zero, value = op.inputs
         test = graph.producer(cond)
-        if (value == probs and test is not None and test.name in ops
-                and test.op_type == "IsNaN" and test.inputs[0] == probs
-                and io.literals.get(zero) in ("0.0", "0", "-0.0")):  # fmt: skip
+        if (
+            value == probs
+            and test is not None
+            and test.name in ops
+            and test.op_type == "IsNaN"
+            and test.inputs[0] == probs
+            and io.literals.get(zero) in ("0.0", "0", "-0.0")
+        ):
             return op.outputs[0]
     return ""
 
@@ -194,8 +218,9 @@ def _dot_dtype(att: _Shape, io: KernelIO) -> str:
 
 def _kv_loop(att: _Shape, io: KernelIO, row: Body, chunk: int, split: int) -> None:
     """The online softmax over this program's keys; leaves ``acc``, ``m_i``, ``l_i``."""
-    qt = Pull(io, row, LANES).tile(att.qk.inputs[0], _at(att, io, att.qk.inputs[0],
-                                                           ("q", "d")), "qdmask")  # fmt: skip
+    qt = Pull(io, row, LANES).tile(
+        att.qk.inputs[0], _at(att, io, att.qk.inputs[0], ("q", "d")), "qdmask"
+    )
     row.line("m_i = tl.full([BLOCK_Q, 1], float('-inf'), tl.float32)")
     row.line("l_i = tl.zeros([BLOCK_Q, 1], dtype=tl.float32)")
     row.line("acc = tl.zeros([BLOCK_Q, BLOCK_DV], dtype=tl.float32)")
@@ -323,14 +348,37 @@ def attention_kernels(
         _epilogue(att, io, group, row, "o")
         body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
         side = side_outputs(io, group, att.nb * att.sq * att.dv, body)
-        return [finish(name, graph, group, config, io, body, tiles, (*blocks, *side),
-                       "attention", dot_dtype=_dot_dtype(att, io))]  # fmt: skip
+        return [
+            finish(
+                name,
+                graph,
+                group,
+                config,
+                io,
+                body,
+                tiles,
+                (*blocks, *side),
+                "attention",
+                dot_dtype=_dot_dtype(att, io),
+            )
+        ]
     scratch = _scratch(name, att, split)
     _partial_store(att, row, split)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    first = finish(f"{name}_split", graph, group, config, io, body, tiles, blocks, "attention",
-                   outputs=[s.name for s in scratch], scratch=scratch,
-                   dot_dtype=_dot_dtype(att, io))  # fmt: skip
+    first = finish(
+        f"{name}_split",
+        graph,
+        group,
+        config,
+        io,
+        body,
+        tiles,
+        blocks,
+        "attention",
+        outputs=[s.name for s in scratch],
+        scratch=scratch,
+        dot_dtype=_dot_dtype(att, io),
+    )
     return [first, _combine_kernel(name, graph, group, config, io, att, scratch, blocks)]
 
 
@@ -363,5 +411,16 @@ def _combine_kernel(
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     side = side_outputs(cio, group, att.nb * att.sq * att.dv, body)
     # its results went through the split kernel's dots
-    return finish(f"{name}_combine", graph, group, config, cio, body, tiles, (*blocks, *side),
-                  "attention", scratch=scratch, dot_dtype=_dot_dtype(att, io))  # fmt: skip
+    return finish(
+        f"{name}_combine",
+        graph,
+        group,
+        config,
+        cio,
+        body,
+        tiles,
+        (*blocks, *side),
+        "attention",
+        scratch=scratch,
+        dot_dtype=_dot_dtype(att, io),
+    )

@@ -43,9 +43,16 @@ __all__ = ["PRODUCTS", "matmul_kernel"]
 def _cube_lanes(block_n: str) -> Lanes:
     return lanes(
         {"M": (0, "BLOCK_M"), "N": (1, block_n), "KA": (1, "BLOCK_K"), "KB": (0, "BLOCK_K")},
-        m="M", n="N", mmask="M", nmask="N", mask="MN", ka="KA", kb="KB", amask="MKA",
+        m="M",
+        n="N",
+        mmask="M",
+        nmask="N",
+        mask="MN",
+        ka="KA",
+        kb="KB",
+        amask="MKA",
         bmask="KBN",
-    )  # fmt: skip
+    )
 
 
 LANES = _cube_lanes("BLOCK_N")
@@ -278,8 +285,9 @@ def matmul_kernel(
     tm, tn, tk = cube_tiles(config, prods)
     size = first.nb * first.M * first.N
     placed_at = {t: placement(prods, io, t, holes=True) for t in group.outputs}
-    on_tile = [(p, t) for p, t in enumerate(group.outputs)
-               if numel(io.shape(t)) == size or placed_at[t]]  # fmt: skip
+    on_tile = [
+        (p, t) for p, t in enumerate(group.outputs) if numel(io.shape(t)) == size or placed_at[t]
+    ]
 
     def tiled(pair: Pair | None) -> tuple[Body, int]:
         tiles_m = math.ceil(first.M / tm)
@@ -301,9 +309,18 @@ def matmul_kernel(
         body, tiles = tiled(pair)
     pieces = {t: w.piece for t, w in placed_at.items() if w is not None and w.piece}
     side = side_outputs(io, group, size, body, skip={t for _, t in on_tile}, pieces=pieces)
-    return finish(name, graph, group, config, io, body, tiles,
-                  [*cube_constexprs(tm, tn, tk, pair), *side], "matmul",
-                  dot_dtype=dot_dtype(io, prods))  # fmt: skip
+    return finish(
+        name,
+        graph,
+        group,
+        config,
+        io,
+        body,
+        tiles,
+        [*cube_constexprs(tm, tn, tk, pair), *side],
+        "matmul",
+        dot_dtype=dot_dtype(io, prods),
+    )
 
 
 def dot_dtype(io: KernelIO, prods: list[Product]) -> str:

@@ -67,8 +67,11 @@ def _split(graph: Graph, group: FusionGroup, size: int) -> tuple[FusionGroup, Fu
     """The ops whose outputs are of the product's size (the matmul phase) and the rest (the
     spreading phase), each only reading the first phase or its own."""
     ops = [graph.op(o) for o in group.ops]
-    head = [op.name for op in ops if all(numel(graph.tensors[t].static_shape) == size
-                                         for t in op.outputs if t)]  # fmt: skip
+    head = [
+        op.name
+        for op in ops
+        if all(numel(graph.tensors[t].static_shape) == size for t in op.outputs if t)
+    ]
     tail = [op.name for op in ops if op.name not in head]
     made_late = {t for o in tail for t in graph.op(o).outputs}
     if any(t in made_late for o in head for t in graph.op(o).inputs):
@@ -100,8 +103,12 @@ def _spread_phase(ph: Phases, spread: _Spread, tile_e: int, row: Body) -> None:
     broadcast elements, ``TILE_E`` at a time, reading the stored values back only where the
     tile's row ``row`` stored them."""
     first = spread.first
-    env = {"b": sample(first.nb)[:, None, None, None], "row": sample(first.M)[:, None, None],
-           "n": sample(first.N)[:, None], "e": sample(spread.E)}  # fmt: skip
+    env = {
+        "b": sample(first.nb)[:, None, None, None],
+        "row": sample(first.M)[:, None, None],
+        "n": sample(first.N)[:, None],
+        "e": sample(spread.E),
+    }
     why = "the broadcast reads the product off its tile"
     back = {t: ph.read_back(t, env, why, ("m", "row")) for t in ph.head.outputs}
     per_row = row.child()
@@ -115,8 +122,14 @@ def _spread_phase(ph: Phases, spread: _Spread, tile_e: int, row: Body) -> None:
     idx = spread.index("row")
     for pos, t in ph.written:
         value = pull.value(t, idx, "emask")
-        chunk.line(store(pull.pointer(f"out{pos}", offset(idx, ph.io.shape(t)), "emask"),
-                         ph.io.storage(t), ph.io.fit(t, value), "emask"))  # fmt: skip
+        chunk.line(
+            store(
+                pull.pointer(f"out{pos}", offset(idx, ph.io.shape(t)), "emask"),
+                ph.io.storage(t),
+                ph.io.fit(t, value),
+                "emask",
+            )
+        )
     inside.nest(f"for e0 in range(0, {spread.E}, TILE_E):", chunk)
     per_row.nest(f"if row < {first.M}:", inside)
     row.nest("for mi in range(0, TILE_M):", per_row)
@@ -157,6 +170,17 @@ def matmul_broadcast_kernel(
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), ("TILE_E", tile_e), ("BLOCK_E", next_pow2(tile_e))]
-    return finish(name, graph, group, config, ph.io, body, tiles, consts, "matmul_broadcast",
-                  outputs=ph.outputs, scratch=ph.scratch,
-                  dot_dtype=dot_dtype(ph.head_io, ph.prods))  # fmt: skip
+    return finish(
+        name,
+        graph,
+        group,
+        config,
+        ph.io,
+        body,
+        tiles,
+        consts,
+        "matmul_broadcast",
+        outputs=ph.outputs,
+        scratch=ph.scratch,
+        dot_dtype=dot_dtype(ph.head_io, ph.prods),
+    )

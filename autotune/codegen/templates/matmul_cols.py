@@ -79,8 +79,9 @@ class Columns:
         first, C = self.prods[0], self.rows.C
         if first.M % C:
             return False
-        if any(len(STATS[r.op.op_type]) != 1 or r.op.op_type not in ROW_RESULT
-               for r in self.rows.reds):  # fmt: skip
+        if any(
+            len(STATS[r.op.op_type]) != 1 or r.op.op_type not in ROW_RESULT for r in self.rows.reds
+        ):
             return False  # a softmax or a norm writes its whole row
         if self.rows.R != first.nb * self.blocks * first.N:
             return False
@@ -180,8 +181,14 @@ def _store_results(cols: Columns, outs: list[tuple[int, str]], row: Body) -> Non
         shape = cols.io.shape(t)
         idx = unflatten("r", shape)
         value = pull.value(t, idx, "nmask")
-        row.line(store(pull.pointer(f"out{pos}", offset(idx, shape), "nmask"), cols.io.storage(t),
-                       cols.io.fit(t, value), "nmask"))  # fmt: skip
+        row.line(
+            store(
+                pull.pointer(f"out{pos}", offset(idx, shape), "nmask"),
+                cols.io.storage(t),
+                cols.io.fit(t, value),
+                "nmask",
+            )
+        )
 
 
 def _lanes(first: Product, cols: int, row: Body, inner: Body) -> None:
@@ -239,5 +246,15 @@ def matmul_cols_kernel(
     _store_results(cols, per_row, row)
     tiles = first.nb * cols.blocks * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    return finish(name, graph, group, config, cols.io, body, tiles, cube_constexprs(tm, tn, tk),
-                  "matmul_cols", dot_dtype=dot_dtype(cols.head_io, cols.prods))  # fmt: skip
+    return finish(
+        name,
+        graph,
+        group,
+        config,
+        cols.io,
+        body,
+        tiles,
+        cube_constexprs(tm, tn, tk),
+        "matmul_cols",
+        dot_dtype=dot_dtype(cols.head_io, cols.prods),
+    )

@@ -98,11 +98,29 @@ def matmul_rows_kernel(
     row.line("tl.debug_barrier()  # the block's rows are stored: any lane may read them back")
     # the vector side holds half the plan's cube tile a pass, as the cost model sizes it
     tile_c = max(1, min((config.base_n or tn) // 2, first.N))
-    rows_body(rows, ph.written, tile_c, row,
-              f"b * {first.M} + tm * TILE_R", f"tm * TILE_R + lane_r < {first.M}")  # fmt: skip
+    rows_body(
+        rows,
+        ph.written,
+        tile_c,
+        row,
+        f"b * {first.M} + tm * TILE_R",
+        f"tm * TILE_R + lane_r < {first.M}",
+    )
     tiles = first.nb * tiles_m
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), *row_constexprs(tm, block_of(tm), tile_c)]
     dots = dot_dtype(ph.head_io, ph.prods)
-    return finish(name, graph, group, config, ph.io, body, tiles, consts, "matmul_rows",
-                  outputs=ph.outputs, scratch=ph.scratch, dot_dtype=dots)  # fmt: skip
+    return finish(
+        name,
+        graph,
+        group,
+        config,
+        ph.io,
+        body,
+        tiles,
+        consts,
+        "matmul_rows",
+        outputs=ph.outputs,
+        scratch=ph.scratch,
+        dot_dtype=dots,
+    )

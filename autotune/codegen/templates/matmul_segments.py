@@ -106,8 +106,10 @@ def segments_kernel(
         raise Unsupported("products of different batches or rows in one kernel")
     owners = _owners(graph, group, prods, io)
     tm, tn, tk = cube_tiles(config, prods, parts=1)  # a tile in one product's span
-    outs = [[(pos, t) for pos, t in enumerate(group.outputs) if owners[t] == i]
-            for i in range(len(prods))]  # fmt: skip
+    outs = [
+        [(pos, t) for pos, t in enumerate(group.outputs) if owners[t] == i]
+        for i in range(len(prods))
+    ]
     body = Body(1)
     row = body.child()
     branches: list[Body] = []
@@ -130,6 +132,15 @@ def segments_kernel(
     tiles = first.nb * tiles_m * sum(spans)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     paired = next((q for q in pairs if q), None)
-    return finish(name, graph, group, config, io, body, tiles,
-                  cube_constexprs(tm, tn, tk, paired), "matmul",
-                  dot_dtype=dot_dtype(io, prods))  # fmt: skip
+    return finish(
+        name,
+        graph,
+        group,
+        config,
+        io,
+        body,
+        tiles,
+        cube_constexprs(tm, tn, tk, paired),
+        "matmul",
+        dot_dtype=dot_dtype(io, prods),
+    )

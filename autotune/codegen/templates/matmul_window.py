@@ -97,8 +97,9 @@ class Band:
     def end(self, p0: np.ndarray) -> np.ndarray:
         """One past the last conv row it computes: the last its windows read, or with
         ``cover`` up to the next band's first row, and the last band to the bottom."""
-        last = np.minimum((p0 + self.rows - 1) * self.stride - self.pad + self.reach + 1,
-                          self.height)  # fmt: skip
+        last = np.minimum(
+            (p0 + self.rows - 1) * self.stride - self.pad + self.reach + 1, self.height
+        )
         if not self.cover:
             return last
         upto = np.minimum(self.first(p0 + self.rows), self.height)
@@ -221,9 +222,20 @@ def matmul_window_kernel(
     tiles = images * band.bands
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), ("BAND", band.rows), ("BLOCK_F", max(16, block))]
-    return finish(name, graph, group, config, ph.io, body, tiles, consts, "matmul_window",
-                  outputs=ph.outputs, scratch=ph.scratch,
-                  dot_dtype=dot_dtype(ph.head_io, ph.prods))  # fmt: skip
+    return finish(
+        name,
+        graph,
+        group,
+        config,
+        ph.io,
+        body,
+        tiles,
+        consts,
+        "matmul_window",
+        outputs=ph.outputs,
+        scratch=ph.scratch,
+        dot_dtype=dot_dtype(ph.head_io, ph.prods),
+    )
 
 
 def _conv_phase(ph: Phases, band: Band, row: Body, image: tuple[int, int], tiles_n: int) -> None:

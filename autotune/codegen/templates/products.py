@@ -199,8 +199,9 @@ class Conv(Product):
         return (self._pixel()[0], channel, *self._positions())
 
     def a_guard(self) -> list[str]:
-        return [f"({q} >= 0) & ({q} < {d})" for q, d in zip(self._positions(), self.sin,
-                                                           strict=True)]  # fmt: skip
+        return [
+            f"({q} >= 0) & ({q} < {d})" for q, d in zip(self._positions(), self.sin, strict=True)
+        ]
 
     def b_index(self) -> Index:
         co = add(mul("b", self.cog), "n") if self.groups > 1 else "n"

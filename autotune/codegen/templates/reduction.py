@@ -167,11 +167,24 @@ def reduction_kernel(
     rows_body(rows, outs, tile_c, row, "tile * TILE_R", f"r < {rows.R}")
     tiles = math.ceil(rows.R / tile_r)
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
-    return finish(name, graph, group, config, io, body, tiles,
-                  row_constexprs(tile_r, next_pow2(tile_r), tile_c), "reduction")  # fmt: skip
+    return finish(
+        name,
+        graph,
+        group,
+        config,
+        io,
+        body,
+        tiles,
+        row_constexprs(tile_r, next_pow2(tile_r), tile_c),
+        "reduction",
+    )
 
 
 def row_constexprs(tile_r: int, block_r: int, tile_c: int) -> tuple[tuple[str, int], ...]:
     """``TILE_R``/``BLOCK_R`` rows and ``TILE_C``/``BLOCK_C`` columns of a row block."""
-    return (("TILE_R", tile_r), ("BLOCK_R", block_r),
-            ("TILE_C", tile_c), ("BLOCK_C", next_pow2(tile_c)))  # fmt: skip
+    return (
+        ("TILE_R", tile_r),
+        ("BLOCK_R", block_r),
+        ("TILE_C", tile_c),
+        ("BLOCK_C", next_pow2(tile_c)),
+    )

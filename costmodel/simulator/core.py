@@ -9,20 +9,48 @@ mixed kernel); its HBM flows then count that many times.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from costmodel.simulator.dma import P_M, P_MTE1, P_V, STORE_FIX, DmaPorts, WriteBack
 from costmodel.simulator.events import EV_OP, EV_WAKE, RING, RING_MASK, Engine
 from costmodel.simulator.program import LOAD, STORE_MTE3, Side
 
-__all__ = ["Unit"]
+__all__ = ["Stage", "Unit"]
 
 HAIR = 1e-9  # relative slack (cycles per cycle of clock) when a wait compares float times
 
-# what frees a load slot / what finishes a tile
-C_M1, C_M, C_V, C_VE, C_MTE3, C_FIX, C_SELF, C_MS, C_FS = range(9)
+
+class Stage(IntEnum):
+    """A unit's stage that frees a load slot (its loads' consumer) or finishes a tile (its
+    tail)."""
+
+    MTE1 = 0  # the L1 -> L0 move of a step
+    CUBE = 1  # the Mmad of a step
+    VECTOR = 2  # the vector work of a step
+    EPILOGUE = 3  # the vector work after a tile's last step
+    MTE3_TILE = 4  # the tile's MTE3 store (UB -> GM)
+    FIX_TILE = 5  # the tile's FixPipe store (L0C -> GM)
+    LOADS = 6  # none: the loads themselves (a slot frees on arrival)
+    MTE3_STEP = 7  # a step's MTE3 store
+    FIX_STEP = 8  # a step's FixPipe store
+
+
+# the hot loop compares them as module names (a global, not a class attribute, lookup)
+MTE1, CUBE, VECTOR, EPILOGUE, MTE3_TILE, FIX_TILE, LOADS, MTE3_STEP, FIX_STEP = Stage
 
 
 class Unit(DmaPorts):
-    """The pipes of one core (or of a class of identical cores)."""
+    """The pipes of one core (or of a class of identical cores).
+
+    Its progress is counted per stage, each a running count (an instruction, a step or a
+    tile, as named): ``*_issued`` started, ``*_landed`` / ``*_done`` finished (a DMA landed,
+    a compute instruction done). ``loads_*`` count load groups (a tile's or a step's loads),
+    ``mte1_*``, ``cube_*`` and ``vector_*`` steps, ``epilogues_done`` tiles' epilogues,
+    ``fix_steps_*`` / ``mte3_steps_*`` per-step stores, ``fix_tiles_*`` / ``mte3_tiles_*``
+    per-tile stores, ``tiles_done`` finished tiles; ``*_busy`` says a compute pipe is running
+    an instruction. ``cons`` and ``tail`` are the :class:`Stage` that frees a load slot and
+    the one that finishes a tile.
+    """
 
     def __init__(
         self, eng: Engine, side: Side, core: int, members: list[int], ntiles: int, copies_w: int
@@ -43,19 +71,30 @@ class Unit(DmaPorts):
         self.loads0 = side.loads_step if self.late else side.loads_tile + side.loads_step
         self.loads_k = side.loads_step
         self.loads_late = side.loads_tile if self.late else ()
-        self.c_m1, self.c_m, self.c_v, self.c_ve = side.c_m1, side.c_m, side.c_v, side.c_ve
+        self.mte1_cycles, self.cube_cycles, self.vector_cycles, self.epilogue_cycles = (
+            side.mte1_cycles,
+            side.cube_cycles,
+            side.vector_cycles,
+            side.epilogue_cycles,
+        )
         self.handoff = any(s.handoff for s in side.loads_tile)
         self.handoff_step = any(s.handoff for s in side.loads_step)
         self.readback = any(s.readback for s in side.loads_step)
         self.partner: Unit | None = None
         self.cons = self._consumer()
         self.tail = self._tail()
-        self.n_ld = self.n_m1 = self.n_m = self.q_v = self.t_fix = self.t_mte3 = 0
-        self.n_fs = self.n_ms = self.cnt_fs = self.cnt_ms = 0
-        self.cnt_ld = self.cnt_m1 = self.cnt_m = self.cnt_v = self.cnt_ve = 0
-        self.cnt_fix = self.cnt_mte3 = self.cnt_tail = 0
-        self.b_m1 = self.b_m = self.b_v = self.v_is_ve = False
-        self.lv = (self.steps if self.c_v else 0) + (1 if self.c_ve else 0)
+        self.loads_issued = self.mte1_issued = self.cube_issued = self.vector_issued = (
+            self.fix_tiles_issued
+        ) = self.mte3_tiles_issued = 0
+        self.fix_steps_issued = self.mte3_steps_issued = self.fix_steps_landed = (
+            self.mte3_steps_landed
+        ) = 0
+        self.loads_landed = self.mte1_done = self.cube_done = self.vector_done = (
+            self.epilogues_done
+        ) = 0
+        self.fix_tiles_landed = self.mte3_tiles_landed = self.tiles_done = 0
+        self.mte1_busy = self.cube_busy = self.vector_busy = self.v_is_ve = False
+        self.lv = (self.steps if self.vector_cycles else 0) + (1 if self.epilogue_cycles else 0)
         self._init_ports()
         self.m_time = [0.0] * RING
         self.fix_time = [0.0] * RING
@@ -69,36 +108,36 @@ class Unit(DmaPorts):
         self.wb = WriteBack(self.weight)
 
     # -- static structure ----------------------------------------------------------------------
-    def _consumer(self) -> int:
-        if self.c_m1:
-            return C_M1
-        if self.c_m:
-            return C_M
-        if self.c_v:
-            return C_V
-        if self.side.feeds or (self.side.mte3_step and not self.c_ve):
-            return C_MS  # a prologue's sources go straight to its per-step store
-        if self.c_ve:
-            return C_VE
+    def _consumer(self) -> Stage:
+        if self.mte1_cycles:
+            return MTE1
+        if self.cube_cycles:
+            return CUBE
+        if self.vector_cycles:
+            return VECTOR
+        if self.side.feeds or (self.side.mte3_step and not self.epilogue_cycles):
+            return MTE3_STEP  # a prologue's sources go straight to its per-step store
+        if self.epilogue_cycles:
+            return EPILOGUE
         if self.side.mte3:
-            return C_MTE3
-        return C_FIX if self.side.fix else C_SELF
+            return MTE3_TILE
+        return FIX_TILE if self.side.fix else LOADS
 
-    def _tail(self) -> int:
+    def _tail(self) -> Stage:
         side = self.side
         if side.mte3:
-            return C_MTE3
+            return MTE3_TILE
         if side.fix:
-            return C_FIX
-        if self.c_ve:
-            return C_VE
+            return FIX_TILE
+        if self.epilogue_cycles:
+            return EPILOGUE
         if side.mte3_step:
-            return C_MS
+            return MTE3_STEP
         if side.fix_step:
-            return C_FS
-        if self.c_v:
-            return C_V
-        return C_M if self.c_m else C_SELF
+            return FIX_STEP
+        if self.vector_cycles:
+            return VECTOR
+        return CUBE if self.cube_cycles else LOADS
 
     def tile_group(self, t: int) -> int:
         """The load group of tile ``t`` that carries its tile loads (the late one, if any)."""
@@ -111,27 +150,27 @@ class Unit(DmaPorts):
         if self.late:
             t, k = divmod(g, self.G)
             if k == steps:
-                return self.cnt_ve > t if self.c_ve else self.cnt_tail > t
+                return self.epilogues_done > t if self.epilogue_cycles else self.tiles_done > t
             n = t * steps + k
         cons = self.cons
-        if cons == C_M1:
-            return self.cnt_m1 > n
-        if cons == C_M:
-            return self.cnt_m > n
-        if cons == C_V:
-            return self.cnt_v > n
-        if cons == C_MS:
-            return self.cnt_ms > n
+        if cons == MTE1:
+            return self.mte1_done > n
+        if cons == CUBE:
+            return self.cube_done > n
+        if cons == VECTOR:
+            return self.vector_done > n
+        if cons == MTE3_STEP:
+            return self.mte3_steps_landed > n
         if steps > 1 and n % steps != steps - 1:
-            return self.cnt_ld > g  # no per-step consumer: the slot frees on arrival
+            return self.loads_landed > g  # no per-step consumer: the slot frees on arrival
         t = n // steps
-        if cons == C_VE:
-            return self.cnt_ve > t
-        if cons == C_MTE3:
-            return self.cnt_mte3 > t
-        if cons == C_FIX:
-            return self.cnt_fix > t
-        return self.cnt_ld > g
+        if cons == EPILOGUE:
+            return self.epilogues_done > t
+        if cons == MTE3_TILE:
+            return self.mte3_tiles_landed > t
+        if cons == FIX_TILE:
+            return self.fix_tiles_landed > t
+        return self.loads_landed > g
 
     def _inputs_ready(self, g: int, partner: Unit, now: float) -> bool:
         """Whether load group ``g`` may issue: what it reads from the partner has landed (a
@@ -144,17 +183,22 @@ class Unit(DmaPorts):
         if (
             self.handoff
             and k == (self.steps if self.late else 0)
-            and (partner.cnt_fix <= t or partner.fix_time[t & RING_MASK] + eng.tile_delay > now)
+            and (
+                partner.fix_tiles_landed <= t
+                or partner.fix_time[t & RING_MASK] + eng.tile_delay > now
+            )
         ):
             return False
         if k < self.steps:
             n = t * self.steps + k
             if self.handoff_step and (
-                partner.cnt_fs <= n or partner.fs_time[n & RING_MASK] + eng.step_delay > now
+                partner.fix_steps_landed <= n
+                or partner.fs_time[n & RING_MASK] + eng.step_delay > now
             ):
                 return False
             if self.readback and (
-                partner.cnt_ms <= n or partner.ms_time[n & RING_MASK] + eng.step_delay > now
+                partner.mte3_steps_landed <= n
+                or partner.ms_time[n & RING_MASK] + eng.step_delay > now
             ):
                 return False
         return True
@@ -174,213 +218,232 @@ class Unit(DmaPorts):
         progress = True
         while progress:
             progress = False
-            g = self.n_ld
+            g = self.loads_issued
             if (
                 g < tiles * self.G
                 and (g < slots or self._freed(g - slots))
                 and (partner is None or self._inputs_ready(g, partner, now))
             ):
-                self.n_ld = g + 1
+                self.loads_issued = g + 1
                 self._issue_loads(g, now)
                 progress = True
-            if self.c_m1 and not self.b_m1:
-                n = self.n_m1
-                if n < limit and self.cnt_ld > n and (n < slots or self.cnt_m > n - slots):
-                    self.b_m1 = True
-                    self.n_m1 = n + 1
-                    self.busy[P_MTE1] += self.c_m1
-                    eng.push(now + self.c_m1, EV_OP, self, P_MTE1)
+            if self.mte1_cycles and not self.mte1_busy:
+                n = self.mte1_issued
+                if (
+                    n < limit
+                    and self.loads_landed > n
+                    and (n < slots or self.cube_done > n - slots)
+                ):
+                    self.mte1_busy = True
+                    self.mte1_issued = n + 1
+                    self.busy[P_MTE1] += self.mte1_cycles
+                    eng.push(now + self.mte1_cycles, EV_OP, self, P_MTE1)
                     progress = True
-            if self.c_m and not self.b_m:
-                n = self.n_m
-                if n < limit and (self.cnt_m1 > n if self.c_m1 else self.cnt_ld > n):
+            if self.cube_cycles and not self.cube_busy:
+                n = self.cube_issued
+                if n < limit and (
+                    self.mte1_done > n if self.mte1_cycles else self.loads_landed > n
+                ):
                     ok = True
                     if n % steps == 0 and n >= slots * steps:
                         t = n // steps - slots
                         if side.fix:
-                            ok = self.cnt_fix > t
-                        elif self.c_ve:
-                            ok = self.cnt_ve > t
-                        elif partner is not None and partner.c_ve and not partner.handoff:
-                            ok = partner.cnt_ve > t  # coupled: the epilogue empties L0C
+                            ok = self.fix_tiles_landed > t
+                        elif self.epilogue_cycles:
+                            ok = self.epilogues_done > t
+                        elif (
+                            partner is not None and partner.epilogue_cycles and not partner.handoff
+                        ):
+                            ok = partner.epilogues_done > t  # coupled: the epilogue empties L0C
                     if ok and side.fix_step and n >= slots:
-                        ok = self.cnt_fs > n - slots
-                    if ok and partner is not None and partner.c_v and not partner.side.feeds:
-                        ok = partner.cnt_v > n - 8
+                        ok = self.fix_steps_landed > n - slots
+                    if (
+                        ok
+                        and partner is not None
+                        and partner.vector_cycles
+                        and not partner.side.feeds
+                    ):
+                        ok = partner.vector_done > n - 8
                     if ok:
-                        self.b_m = True
-                        self.n_m = n + 1
-                        self.busy[P_M] += self.c_m
-                        eng.push(now + self.c_m, EV_OP, self, P_M)
+                        self.cube_busy = True
+                        self.cube_issued = n + 1
+                        self.busy[P_M] += self.cube_cycles
+                        eng.push(now + self.cube_cycles, EV_OP, self, P_M)
                         progress = True
-            if self.lv and not self.b_v and self.q_v < tiles * self.lv:
+            if self.lv and not self.vector_busy and self.vector_issued < tiles * self.lv:
                 progress = self._try_v(now, slots) or progress
-            if side.fix_step and self.n_fs < limit:
-                n = self.n_fs
-                ok = self.cnt_m > n if self.c_m else self.cnt_ld > n
+            if side.fix_step and self.fix_steps_issued < limit:
+                n = self.fix_steps_issued
+                ok = self.cube_done > n if self.cube_cycles else self.loads_landed > n
                 if ok and side.fix:
-                    ok = self.t_fix >= n // steps  # earlier tiles' stores went first
+                    ok = self.fix_tiles_issued >= n // steps  # earlier tiles' stores went first
                 if ok:
-                    self.n_fs = n + 1
+                    self.fix_steps_issued = n + 1
                     self._issue_stores(side.fix_step, STORE_FIX, n, now, step=True)
                     progress = True
-            if side.fix and self.t_fix < tiles:
-                t = self.t_fix
+            if side.fix and self.fix_tiles_issued < tiles:
+                t = self.fix_tiles_issued
                 last = t * steps + steps - 1
-                ok = self.cnt_m > last if self.c_m else self.cnt_ld > last
+                ok = self.cube_done > last if self.cube_cycles else self.loads_landed > last
                 if ok and side.fix_step:
-                    ok = self.n_fs > last
+                    ok = self.fix_steps_issued > last
                 if ok and partner is not None and partner.handoff and t >= slots:
-                    ok = partner.cnt_ld > partner.tile_group(t - slots)
+                    ok = partner.loads_landed > partner.tile_group(t - slots)
                 if ok:
-                    self.t_fix = t + 1
+                    self.fix_tiles_issued = t + 1
                     self._issue_stores(side.fix, STORE_FIX, t, now)
                     progress = True
-            if side.mte3_step and self.n_ms < limit:
-                n = self.n_ms
+            if side.mte3_step and self.mte3_steps_issued < limit:
+                n = self.mte3_steps_issued
                 t = n // steps
-                if self.c_v:
-                    ok = self.cnt_v > n
-                elif self.c_m:
-                    ok = self.cnt_m > n
+                if self.vector_cycles:
+                    ok = self.vector_done > n
+                elif self.cube_cycles:
+                    ok = self.cube_done > n
                 else:
-                    ok = self.cnt_ld > t * self.G + n - t * steps
+                    ok = self.loads_landed > t * self.G + n - t * steps
                 if ok and side.mte3:
-                    ok = self.t_mte3 >= t
+                    ok = self.mte3_tiles_issued >= t
                 if ok and side.feeds and partner is not None and n >= slots:
-                    ok = partner.cnt_ld > n - slots  # the workspace slot was read back
+                    ok = partner.loads_landed > n - slots  # the workspace slot was read back
                 if ok:
-                    self.n_ms = n + 1
+                    self.mte3_steps_issued = n + 1
                     self._issue_stores(side.mte3_step, STORE_MTE3, n, now, step=True)
                     progress = True
-            if side.mte3 and self.t_mte3 < tiles:
-                t = self.t_mte3
+            if side.mte3 and self.mte3_tiles_issued < tiles:
+                t = self.mte3_tiles_issued
                 last = t * steps + steps - 1
-                if self.c_ve:
-                    ok = self.cnt_ve > t
-                elif self.c_v:
-                    ok = self.cnt_v > last
-                elif self.c_m:
-                    ok = self.cnt_m > last
+                if self.epilogue_cycles:
+                    ok = self.epilogues_done > t
+                elif self.vector_cycles:
+                    ok = self.vector_done > last
+                elif self.cube_cycles:
+                    ok = self.cube_done > last
                 else:
-                    ok = self.cnt_ld > last
+                    ok = self.loads_landed > last
                 if ok and side.mte3_step:
-                    ok = self.n_ms > last
+                    ok = self.mte3_steps_issued > last
                 if ok:
-                    self.t_mte3 = t + 1
+                    self.mte3_tiles_issued = t + 1
                     self._issue_stores(side.mte3, STORE_MTE3, t, now)
                     progress = True
 
     def _try_v(self, now: float, slots: int) -> bool:
-        q = self.q_v
+        q = self.vector_issued
         lv = self.lv
         t = q // lv
         r = q - t * lv
         steps = self.steps
         partner = self.partner
         out_slot = bool(self.side.mte3) and t >= slots
-        if self.c_v and r < steps:
+        if self.vector_cycles and r < steps:
             n = t * steps + r
-            if self.c_m:
-                ok = self.cnt_m > n
-            elif partner is not None and partner.c_m and not self.side.feeds:
-                ok = partner.cnt_m > n
+            if self.cube_cycles:
+                ok = self.cube_done > n
+            elif partner is not None and partner.cube_cycles and not self.side.feeds:
+                ok = partner.cube_done > n
                 landed = partner.m_time[n & RING_MASK] + self.eng.step_delay
                 ok = ok and landed <= now + HAIR * (1.0 + now)  # (see _inputs_ready)
-                ok = ok and (not self.loads_k or self.cnt_ld > n)
+                ok = ok and (not self.loads_k or self.loads_landed > n)
             else:
-                ok = self.cnt_ld > t * self.G + r
+                ok = self.loads_landed > t * self.G + r
             if ok and self.side.mte3_step and n >= slots:
-                ok = self.cnt_ms > n - slots
-            if ok and out_slot and r == steps - 1 and not self.c_ve:
-                ok = self.cnt_mte3 > t - slots
+                ok = self.mte3_steps_landed > n - slots
+            if ok and out_slot and r == steps - 1 and not self.epilogue_cycles:
+                ok = self.mte3_tiles_landed > t - slots
             if not ok:
                 return False
             self.v_is_ve = False
-            cycles = self.c_v
+            cycles = self.vector_cycles
         else:
             last = t * steps + steps - 1
             if self.late:
-                ok = self.cnt_ld > self.tile_group(t)
-            elif self.c_v:
-                ok = self.cnt_v > last
-            elif self.c_m:
-                ok = self.cnt_m > last
+                ok = self.loads_landed > self.tile_group(t)
+            elif self.vector_cycles:
+                ok = self.vector_done > last
+            elif self.cube_cycles:
+                ok = self.cube_done > last
             else:
-                ok = self.cnt_ld > last
-            if ok and not self.c_m and not self.handoff and partner is not None and partner.c_m:
+                ok = self.loads_landed > last
+            if (
+                ok
+                and not self.cube_cycles
+                and not self.handoff
+                and partner is not None
+                and partner.cube_cycles
+            ):
                 # coupled chip: the tile's accumulator reaches UB after its last Mmad
-                ok = partner.cnt_m > t * partner.steps + partner.steps - 1
+                ok = partner.cube_done > t * partner.steps + partner.steps - 1
             if ok and out_slot:
-                ok = self.cnt_mte3 > t - slots
+                ok = self.mte3_tiles_landed > t - slots
             if not ok:
                 return False
             self.v_is_ve = True
-            cycles = self.c_ve
-        self.b_v = True
-        self.q_v = q + 1
+            cycles = self.epilogue_cycles
+        self.vector_busy = True
+        self.vector_issued = q + 1
         self.busy[P_V] += cycles
         self.eng.push(now + cycles, EV_OP, self, P_V)
         return True
 
     def _group_done(self, chan: int, idx: int, now: float, step: bool = False) -> None:
         if chan == LOAD:
-            self.cnt_ld += 1
-            if self.tail == C_SELF and idx % self.steps == self.steps - 1:
+            self.loads_landed += 1
+            if self.tail == LOADS and idx % self.steps == self.steps - 1:
                 self._tile_done(idx // self.steps, now)
             return
         if step:  # a per-step store: the partner may read it back after a sync
             if chan == STORE_FIX:
-                self.cnt_fs += 1
+                self.fix_steps_landed += 1
                 self.fs_time[idx & RING_MASK] = now
-                tail = self.tail == C_FS
+                tail = self.tail == FIX_STEP
             else:
-                self.cnt_ms += 1
+                self.mte3_steps_landed += 1
                 self.ms_time[idx & RING_MASK] = now
-                tail = self.tail == C_MS
+                tail = self.tail == MTE3_STEP
             partner = self.partner
             if partner is not None and self.eng.step_delay > 0:
                 self.eng.push(now + self.eng.step_delay, EV_WAKE, partner, 0)
             if tail and idx % self.steps == self.steps - 1:
                 self._tile_done(idx // self.steps, now)
         elif chan == STORE_FIX:
-            self.cnt_fix += 1
+            self.fix_tiles_landed += 1
             self.fix_time[idx & RING_MASK] = now
             partner = self.partner
             if partner is not None and self.eng.tile_delay > 0:
                 self.eng.push(now + self.eng.tile_delay, EV_WAKE, partner, 0)
-            if self.tail == C_FIX:
+            if self.tail == FIX_TILE:
                 self._tile_done(idx, now)
         else:
-            self.cnt_mte3 += 1
-            if self.tail == C_MTE3:
+            self.mte3_tiles_landed += 1
+            if self.tail == MTE3_TILE:
                 self._tile_done(idx, now)
 
     def op_done(self, pipe: int, now: float) -> None:
         """A compute instruction (MTE1, M or V) finished at ``now``."""
         if pipe == P_M:
-            self.b_m = False
-            n = self.cnt_m
+            self.cube_busy = False
+            n = self.cube_done
             self.m_time[n & RING_MASK] = now
-            self.cnt_m = n + 1
+            self.cube_done = n + 1
             partner = self.partner
-            if partner is not None and partner.c_v and self.eng.step_delay > 0:
+            if partner is not None and partner.vector_cycles and self.eng.step_delay > 0:
                 self.eng.push(now + self.eng.step_delay, EV_WAKE, partner, 0)
-            if self.tail == C_M and n % self.steps == self.steps - 1:
+            if self.tail == CUBE and n % self.steps == self.steps - 1:
                 self._tile_done(n // self.steps, now)
         elif pipe == P_MTE1:
-            self.b_m1 = False
-            self.cnt_m1 += 1
+            self.mte1_busy = False
+            self.mte1_done += 1
         elif self.v_is_ve:
-            self.b_v = False
-            self.cnt_ve += 1
-            if self.tail == C_VE:
-                self._tile_done(self.cnt_ve - 1, now)
+            self.vector_busy = False
+            self.epilogues_done += 1
+            if self.tail == EPILOGUE:
+                self._tile_done(self.epilogues_done - 1, now)
         else:
-            self.b_v = False
-            n = self.cnt_v
-            self.cnt_v = n + 1
-            if self.tail == C_V and n % self.steps == self.steps - 1:
+            self.vector_busy = False
+            n = self.vector_done
+            self.vector_done = n + 1
+            if self.tail == VECTOR and n % self.steps == self.steps - 1:
                 self._tile_done(n // self.steps, now)
         self._settle(now)
 
@@ -390,11 +453,11 @@ class Unit(DmaPorts):
             self.partner.advance(now)
 
     def _tile_done(self, t: int, now: float) -> None:
-        self.cnt_tail += 1
+        self.tiles_done += 1
         self.tile_time[t & RING_MASK] = now
         self.tile_busy[t & RING_MASK] = list(self.busy)
         self.eng.on_tile(t, now)
 
     @property
     def finished(self) -> bool:
-        return self.cnt_tail >= self.ntiles - self.base
+        return self.tiles_done >= self.ntiles - self.base

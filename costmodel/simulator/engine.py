@@ -242,8 +242,9 @@ class Sim:
         if stuck:
             u = stuck[0]
             raise SimulationError(
-                f"simulator deadlock: core {u.core} ({u.side.kind}) finished {u.cnt_tail} of "
-                f"{u.ntiles - u.base} tiles (ld {u.cnt_ld}, m {u.cnt_m}, v {u.cnt_v})"
+                f"simulator deadlock: core {u.core} ({u.side.kind}) finished {u.tiles_done} of "
+                f"{u.ntiles - u.base} tiles (load groups landed {u.loads_landed}, cube steps "
+                f"{u.cube_done}, vector steps {u.vector_done})"
             )
         # a pipe's busy time on the busiest core: the sides of a coupled core share its pipes
         per = len(self.prog.sides) if self.prog.shared_dma else 1
@@ -271,7 +272,7 @@ class Sim:
             return 0.0
         ref = 0.0
         for u in self.units:
-            if u.cnt_tail - 1 - t > RING - (n + 1) * p - 2:
+            if u.tiles_done - 1 - t > RING - (n + 1) * p - 2:
                 return 0.0
             tt = u.tile_time
             ds = [tt[(t - m * p) & _M] - tt[(t - (m + 1) * p) & _M] for m in range(n)]
@@ -316,7 +317,7 @@ class Sim:
         self.jump = None
         units = self.units
         base = units[0].base
-        ahead = max(u.n_ld // u.G for u in units)
+        ahead = max(u.loads_issued // u.G for u in units)
         left = min(u.ntiles - u.base for u in units)
         most = (left - 2 - ahead) // p
         if most < 1:

@@ -69,10 +69,10 @@ class Side:
     fix_step: tuple[SStream, ...]
     mte3_step: tuple[SStream, ...]
     feeds: bool
-    c_m1: float
-    c_m: float
-    c_v: float
-    c_ve: float
+    mte1_cycles: float  # per step: L1 -> L0A/L0B moves
+    cube_cycles: float  # per step: the Mmad
+    vector_cycles: float  # per step: vector work
+    epilogue_cycles: float  # per tile: vector work after the tile's last step
     copies: int  # identical cores per unit (the AIV pair of a split mixed kernel)
 
 
@@ -198,21 +198,23 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
         )
 
     def side(kind: str, streams: list[Stream], copies: int) -> Side:
-        c_m1 = c_m = c_v = c_ve = 0.0
+        mte1_cycles = cube_cycles = vector_cycles = epilogue_cycles = 0.0
         if kind in ("core", "cube"):
-            c_m1 = (
+            mte1_cycles = (
                 kernel.mte1_l0a_bytes / spec.l1_to_l0a_bytes_per_cycle
                 + kernel.mte1_l0b_bytes / spec.l1_to_l0b_bytes_per_cycle
             )
-            c_m = float(kernel.cube_cycles)
+            cube_cycles = float(kernel.cube_cycles)
         if kind in ("core", "vector"):
             # vector cycles are per AIV already (the lowering split the tile between the
             # pair); only the stream bytes are per AIC+2AIV group and divided here
-            c_v = kernel.vector_cycles_step
-            c_ve = kernel.vector_cycles_tile
+            vector_cycles = kernel.vector_cycles_step
+            epilogue_cycles = kernel.vector_cycles_tile
         rs = [resolve(s, copies) for s in streams]
         fed_ids = {l2.tid(t) for t in fed_tensors}
-        per_step_work = c_m1 > 0 or c_m > 0 or c_v > 0 or any(s.per_step for s in rs)
+        per_step_work = (
+            mte1_cycles > 0 or cube_cycles > 0 or vector_cycles > 0 or any(s.per_step for s in rs)
+        )
         return Side(
             kind=kind,
             steps=steps if per_step_work else 1,
@@ -223,10 +225,10 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             fix_step=tuple(s for s in rs if s.chan == STORE_FIX and s.per_step),
             mte3_step=tuple(s for s in rs if s.chan == STORE_MTE3 and s.per_step),
             feeds=kind == "vector" and any(s.tid in fed_ids for s in rs),
-            c_m1=c_m1,
-            c_m=c_m,
-            c_v=c_v,
-            c_ve=c_ve,
+            mte1_cycles=mte1_cycles,
+            cube_cycles=cube_cycles,
+            vector_cycles=vector_cycles,
+            epilogue_cycles=epilogue_cycles,
             copies=copies,
         )
 

@@ -113,7 +113,12 @@ def test_a_hand_off_due_at_the_wake_is_ready_despite_float_dust(wait: str) -> No
         ring, wake = a + dt, (a + d) + dt
         eng = SimpleNamespace(tile_delay=d, step_delay=d)
         partner = SimpleNamespace(
-            cnt_fix=1, fix_time=[ring], cnt_fs=1, fs_time=[ring], cnt_ms=1, ms_time=[ring]
+            fix_tiles_landed=1,
+            fix_time=[ring],
+            fix_steps_landed=1,
+            fs_time=[ring],
+            mte3_steps_landed=1,
+            ms_time=[ring],
         )
         me = SimpleNamespace(
             eng=eng,

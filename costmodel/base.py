@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.exceptions import CostModelError
-from costmodel.kernel import Kernel
+from costmodel.exceptions import CostModelError, InfeasibleConfig
+from costmodel.kernel import Kernel, KernelBatch
+from costmodel.l2_context import L2Touches, contexts, resident_bytes
 from costmodel.spec import HardwareSpec, Target
 from search_space.atomic import atomic_write_bytes
 
@@ -72,8 +73,14 @@ class CostModel(abc.ABC):
     Latencies are finite and positive for every feasible kernel; an infeasible kernel (a buffer
     overflow) raises ``InfeasibleConfig`` and is never cheap. Results are deterministic for a
     given model state. :meth:`update` feeds measured rows (a no-op for models that do not
-    learn); :meth:`save` / :meth:`load` round-trip the model state through a JSON file, never
-    pickle.
+    learn: :attr:`learns`); :meth:`save` / :meth:`load` round-trip the model state through a
+    JSON file, never pickle.
+
+    A search calls the rest, each with a default made of :meth:`evaluate` that a model may
+    replace with a faster equal: :meth:`residency` (each kernel's L2 context in a plan),
+    :meth:`latencies` (kernels each in its own context: the search's memo of kernel costs),
+    :meth:`predict_batch` (a group's config grid) and :attr:`prior` (what ranks the grids).
+    ``tests/costmodel/test_contract.py`` checks every registered model against all of it.
     """
 
     kind: str = ""
@@ -103,6 +110,69 @@ class CostModel(abc.ABC):
     ) -> np.ndarray:
         """Latency (us) of each kernel of a plan, in order (``resident`` as :meth:`evaluate`)."""
         return np.array([c.latency_us for c in self.evaluate(kernels, resident)], dtype=np.float64)
+
+    # -- a search's way in: many kernels, each in its own L2 context --------------------------
+    def residency(
+        self,
+        kernels: Sequence[Kernel],
+        touches: Sequence[L2Touches] | None = None,
+        warm: Mapping[str, float] | None = None,
+    ) -> list[list[float]]:
+        """Per kernel of a plan, its L2 context as this model sees it: the fraction of each
+        load stream's tensor that the earlier kernels left in L2 (what a measured row
+        records). ``touches``: each kernel's :func:`~costmodel.l2_context.l2_touches`, when
+        the caller keeps them; ``warm``: :meth:`evaluate`'s ``resident``. This default: an
+        LRU of whole tensors in the spec's whole L2 (:func:`~costmodel.l2_context.contexts`).
+        """
+        return contexts(kernels, float(self.target.spec.l2_bytes), touches, warm)
+
+    def latencies(
+        self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]
+    ) -> np.ndarray:
+        """Latency (us) of each kernel alone in the L2 context given for it (a row of
+        :meth:`residency`), not carried from the kernels before it: a search scores only the
+        kernels a move changed. A model whose :meth:`evaluate` carries L2 as its
+        :meth:`residency` says gives :meth:`predict` of the plan for
+        ``latencies(kernels, residency(kernels))``. This default: each kernel evaluated alone,
+        its context's bytes resident.
+
+        Raises:
+            InfeasibleConfig: a kernel whose footprint overflows a buffer.
+        """
+        return np.array(
+            [
+                self.evaluate([k], resident_bytes(k, row))[0].latency_us
+                for k, row in zip(kernels, resident, strict=True)
+            ],
+            dtype=np.float64,
+        )
+
+    def predict_batch(
+        self, batch: KernelBatch, resident: Mapping[str, float] | None = None
+    ) -> np.ndarray:
+        """Latency (us) of every config of one group (``batch``), each run alone after
+        ``resident`` (as :meth:`evaluate`); ``+inf`` where a config overflows a buffer (a
+        config grid ranked for the search). This default: each config's kernel evaluated."""
+        out = np.full(len(batch), np.inf)
+        for i in range(len(batch)):
+            try:
+                out[i] = self.evaluate([batch.kernel(i)], resident)[0].latency_us
+            except InfeasibleConfig:
+                continue
+        return out
+
+    @property
+    def prior(self) -> CostModel:
+        """The model whose predictions :meth:`update` never changes: a learned model's
+        uncorrected prior, else the model itself. A study records measured rows in its L2
+        contexts, and scores with it what must not move with a refit."""
+        return self
+
+    @property
+    def learns(self) -> bool:
+        """Whether :meth:`update` may change the predictions (and :attr:`version` with
+        them): a study then refits it on what it measures."""
+        return False
 
     def update(self, rows: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
         """Learn from measured rows; models that do not learn ignore them."""

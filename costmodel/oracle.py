@@ -5,7 +5,8 @@ Everything is cached by group signature, so repeated layers are lowered and scor
 Costs here are *standalone* kernel costs on a cold L2 (the additive model the exact
 optimum is defined for); whole plans are re-scored with L2 carry-over by the tuner.
 
-The model is the analytic one or the learned one (anything with ``predict_batch``). Grids are
+The model is any cost model (what it calls is ``predict_batch``, which every
+:class:`~costmodel.base.CostModel` has; a learned model's batch terms are a faster path). Grids are
 ordered by ``rank_model`` (the model itself by default): a config index is an Optuna parameter
 value and must mean the same config for the whole study, resumes included, so a study whose
 model learns ranks with a model that does not. :meth:`CostOracle.refresh` re-scores the grids
@@ -174,7 +175,7 @@ class CostOracle:
         """The ranking model, when it is also the analytic model the study's model corrects
         (a learned model's ``analytic``, same constants on the same target): a grid's first
         ranking then also gives the model its breakdown (:meth:`costs`)."""
-        rank, prior = self.rank_model, getattr(self.model, "analytic", None)
+        rank, prior = self.rank_model, getattr(self.model, "prior", None)
         if self._same_model() or type(rank) is not AnalyticModel:
             return None
         if type(prior) is not AnalyticModel or prior.version != rank.version:

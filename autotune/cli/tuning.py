@@ -89,7 +89,11 @@ def tune(
         int | None, typer.Option(help="Pareto trial number to save (latency,memory).")
     ] = None,
     cost: Annotated[
-        str, typer.Option(help="Cost model scoring trials: learned or analytic.")
+        str,
+        typer.Option(
+            help="Cost model scoring trials: learned, analytic or any registered kind "
+            "(simulator: exact and slow)."
+        ),
     ] = "learned",
     cost_model_file: Annotated[
         Path | None,

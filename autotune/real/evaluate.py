@@ -300,7 +300,7 @@ def _best(
         if name == "simulator":
             ranker = make_cost_model("analytic", target)
             batch = lowering.batch(group, list(grid))
-            scores = ranker.predict_batch(batch, _held(target, warm))  # type: ignore[attr-defined]
+            scores = ranker.predict_batch(batch, _held(target, warm))
             order = np.argsort(scores, kind="stable")[:SIMULATED_CONFIGS]
             candidates = [lowering.kernel(group, grid[i]) for i in order]
             total += min(model_time(model, [k], timing, warm) for k in candidates)
@@ -326,7 +326,7 @@ def favourite(
     learned) puts fastest, with ``resident`` bytes of its inputs in L2: what a tuner on that
     model picks."""
     batch = lowering.batch(group, list(grid))
-    scores = model.predict_batch(batch, resident)  # type: ignore[attr-defined]
+    scores = model.predict_batch(batch, resident)
     return lowering.kernel(group, grid[int(np.argmin(scores))])
 
 

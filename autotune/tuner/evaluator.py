@@ -20,13 +20,12 @@ import numpy as np
 from autotune.exceptions import AutotuneError
 from autotune.tuner.parts import Part, PartCache
 from autotune.tuner.records import MeasureResult
-from costmodel.analytic import AnalyticModel
+from costmodel.base import CostModel
 from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
-from costmodel.learned import LearnedModel
 from costmodel.lower import Lowering
-from costmodel.registry import make_cost_model
+from costmodel.registry import KINDS, load_cost_model, make_cost_model
 from costmodel.spec import Target
 from search_space import AutofusionError
 from search_space.ir import FusionGroup, Graph, KernelConfig
@@ -35,41 +34,41 @@ from search_space.space import SpacePlan
 __all__ = ["COSTS", "Evaluator", "make_study_model"]
 
 log = logging.getLogger(__name__)
-COSTS = ("learned", "analytic")
+COSTS = KINDS  # every registered model (costmodel.registry); learned by default
 _KernelKey = tuple[int, tuple[float, ...]]  # (signature, config) as a number, L2 context
 
 
-StudyModel = AnalyticModel | LearnedModel  # what a study scores with (per-kernel contexts)
-
-
-def make_study_model(kind: str, target: Target, path: str | None = None) -> StudyModel:
-    """The cost model a study scores trials with.
+def make_study_model(kind: str, target: Target, path: str | None = None) -> CostModel:
+    """The cost model a study scores trials with: any registered kind (the contract of
+    :class:`costmodel.base.CostModel` is all a study calls).
 
     Args:
-        kind: ``learned`` or ``analytic``.
+        kind: ``learned`` (the default of ``tune``), ``analytic``, ``simulator``...
         target: the target.
-        path: a learned model file made by ``autotune calibrate --fit`` (a trusted file; it is
-            JSON, nothing is unpickled); default: the one shipped for the target.
+        path: a model file of that kind (``autotune calibrate --fit`` writes learned ones; a
+            trusted file: it is JSON, nothing is unpickled); default: the one shipped for the
+            target.
 
     Raises:
-        AutotuneError: an unknown kind, a model file for ``analytic``, or an unreadable file.
+        AutotuneError: an unknown kind, a file of another kind or target, or an unreadable
+            file.
     """
     if kind not in COSTS:
         raise AutotuneError(f"unknown cost model '{kind}'; available: {', '.join(COSTS)}")
-    if path is not None:
-        if kind != "learned":
-            raise AutotuneError("--cost-model-file needs --cost learned")
-        try:
-            model = LearnedModel.load(path)
-        except CostModelError as err:
-            raise AutotuneError(str(err)) from None
-        if model.target.spec.name != target.spec.name:
-            raise AutotuneError(
-                f"'{path}' was fitted for '{model.target.spec.name}', not '{target.spec.name}'"
-            )
-        return LearnedModel(target, model.state())
     model = make_cost_model(kind, target)
-    assert isinstance(model, AnalyticModel | LearnedModel)  # COSTS names only these two
+    if path is None:
+        return model
+    try:
+        saved = load_cost_model(path)
+    except CostModelError as err:
+        raise AutotuneError(str(err)) from None
+    if saved.kind != kind:
+        raise AutotuneError(f"'{path}' holds a {saved.kind} model; give --cost {saved.kind}")
+    if saved.target.spec.name != target.spec.name:
+        raise AutotuneError(
+            f"'{path}' was fitted for '{saved.target.spec.name}', not '{target.spec.name}'"
+        )
+    model.load_state(saved.state())
     return model
 
 
@@ -88,7 +87,7 @@ class Evaluator:
         self,
         graph: Graph,
         target: Target,
-        model: StudyModel,
+        model: CostModel,
         *,
         retrain_every: int = 32,
         family: str = "model",
@@ -99,7 +98,7 @@ class Evaluator:
         self.lowering = Lowering(graph, target)
         self.model = model
         # the L2 context a row records is the one the study's model scores kernels in
-        self.residency_model = model.analytic if isinstance(model, LearnedModel) else model
+        self.residency_model = model.prior
         self.simulator = make_cost_model("simulator", target)
         self.retrain_every = retrain_every
         self.family, self.study = family, study
@@ -144,7 +143,7 @@ class Evaluator:
         :meth:`score` sums)."""
         return self._latencies(plan, self.model, self.model.version)
 
-    def _plan_score(self, plan: SpacePlan, model: StudyModel, version: str) -> float:
+    def _plan_score(self, plan: SpacePlan, model: CostModel, version: str) -> float:
         """The plan's predicted latency, cached by plan and ``version``."""
         parts = [self._part(g, c) for g, c in zip(plan.groups, plan.configs, strict=True)]
         key = (self._parts.plan_digest(parts), version)
@@ -196,11 +195,11 @@ class Evaluator:
             self._kernel_costs[version] = {}
         return self._kernel_costs[version]
 
-    def _latencies(self, plan: SpacePlan, model: StudyModel, version: str) -> list[float]:
+    def _latencies(self, plan: SpacePlan, model: CostModel, version: str) -> list[float]:
         parts = [self._part(g, c) for g, c in zip(plan.groups, plan.configs, strict=True)]
         return self._part_latencies(parts, model, version)
 
-    def _part_latencies(self, parts: list[Part], model: StudyModel, version: str) -> list[float]:
+    def _part_latencies(self, parts: list[Part], model: CostModel, version: str) -> list[float]:
         """Each kernel's latency, remembered by its signature, config and L2 context under
         ``version``: a local search's move changes a few groups (and the L2 context of a few
         after them), so only those kernels are scored again; the values are what
@@ -263,15 +262,15 @@ class Evaluator:
                 self._pending.append(r)
 
     def retrain(self, force: bool = False) -> bool:
-        """Refit a learned model on the measured rows when enough new ones have come in."""
-        if not isinstance(self.model, LearnedModel) or not self._pending:
+        """Refit a model that learns on the measured rows when enough new ones have come in."""
+        if not self.model.learns or not self._pending:
             return False
         if len(self._pending) < self.retrain_every and not force:
             return False
-        before = self.model.refits
+        before = self.model.version
         self.model.update(self._pending)
         self._pending = []
-        if self.model.refits == before:  # too few rows yet for a refit
+        if self.model.version == before:  # too few rows yet for a refit
             return False
         self.refits += 1
         return True

@@ -35,9 +35,8 @@ from autotune.tuner.study import (
     study_name,
 )
 from autotune.verify import KernelVerdict
-from costmodel.analytic import AnalyticModel
-from costmodel.learned import LearnedModel
 from costmodel.oracle import CostOracle
+from costmodel.registry import make_cost_model
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph
@@ -118,7 +117,7 @@ class Session:
             target,
             model=model,
             ctx=ctx,
-            rank_model=AnalyticModel(target),
+            rank_model=make_cost_model("analytic", target),
         )
         numeric = config.sampler in ("cmaes", "gp")
         space = build_space(ctx, oracle, policy, strategy=config.strategy, numeric=numeric)
@@ -162,7 +161,7 @@ class Session:
     @property
     def hedges(self) -> bool:
         """A learned, single-objective study also measures where its prior's descents end."""
-        return isinstance(self.ev.model, LearnedModel) and not self.config.multi
+        return self.ev.model.learns and not self.config.multi
 
     def complete(self) -> list[optuna.trial.FrozenTrial]:
         return [t for t in self.study.trials if t.state == COMPLETE]

@@ -8,7 +8,6 @@ of twelve identical layers is scored in one vectorised call.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import BATCH_ROWS, BUFFERS, Kernel, KernelBatch, Stream, StreamBatch
+from costmodel.l2_context import tensor_bytes
 
 __all__ = ["batch_layout", "batch_of", "concat", "layout", "load_size", "stack", "tensor_bytes"]
 
@@ -30,16 +30,6 @@ def layout(kernel: Kernel | KernelBatch) -> Hashable:
         for i, s in enumerate(rows)
     )
     return kernel.unit, kernel.kind, streams
-
-
-def tensor_bytes(stream: Stream, kernel: Kernel) -> float:
-    """Size of the stream's whole tensor (from its blocks when the lowering left it 0)."""
-    if stream.tensor_bytes:
-        return float(stream.tensor_bytes)
-    extents = dict(zip("bij", kernel.grid, strict=True)) | {"k": kernel.steps}
-    return max(
-        1.0, float(stream.bytes * math.prod(extents[x] for x in stream.key if x in extents))
-    )
 
 
 def load_size(stream: StreamBatch, batch: KernelBatch) -> np.ndarray:

@@ -21,19 +21,18 @@ Where the L2 is tight the concurrent part is capped at the hit fraction.
 Across kernels, :class:`L2Residency` keeps the tensors a plan touched as an LRU by whole
 tensors within the usable L2 capacity; a tensor larger than that streams through and evicts
 everything (a cyclic scan defeats LRU), so it is never resident; so does a kernel whose
-tensors together overflow L2 (its streams interleave; see ``analytic._touch``).
+tensors together overflow L2 (its streams interleave; see ``l2_context.touch``).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from costmodel.kernel import StreamBatch, handoffs
+from costmodel.l2_context import L2Residency  # the L2 a plan leaves: every model's default
 
 __all__ = ["GridView", "L2Residency", "distinct_blocks", "line_openers", "load_hit_fractions"]
 
@@ -268,54 +267,3 @@ def _first_wave_requests(key: str, gv: GridView, points: int = 8) -> np.ndarray:
     for k in range(points):  # summed point after point, as before
         total = total + n[k] + reached[k]
     return total / points
-
-
-class L2Residency(Mapping[str, float]):
-    """Tensors a plan left in L2: an LRU of whole tensors within ``capacity`` bytes.
-
-    It is a read-only mapping from tensor name to resident bytes, which is what
-    ``AnalyticModel.predict_batch(..., resident=...)`` takes.
-    """
-
-    def __init__(self, capacity: float) -> None:
-        self.capacity = float(capacity)
-        self._lru: OrderedDict[str, float] = OrderedDict()
-        self._used = 0.0  # bytes of every tensor in the LRU (kept, not summed per touch)
-
-    @classmethod
-    def written(cls, tensors: Mapping[str, float], capacity: float) -> L2Residency:
-        """What an L2 of ``capacity`` bytes keeps of ``tensors`` (name -> bytes) written in
-        order: the most recent ones, as far as they fit."""
-        l2 = cls(capacity)
-        for name, size in tensors.items():
-            l2.touch(name, size)
-        return l2
-
-    def touch(self, tensor: str, nbytes: float) -> None:
-        """Record that ``tensor`` was read or written in full (most recently used)."""
-        self._used -= self._lru.pop(tensor, 0.0)
-        if nbytes > self.capacity:
-            self.flush()  # streaming a tensor larger than L2 flushes it
-            return
-        self._lru[tensor] = float(nbytes)
-        self._used += float(nbytes)
-        while self._used > self.capacity:
-            _, evicted = self._lru.popitem(last=False)
-            self._used -= evicted
-
-    def flush(self) -> None:
-        """Forget every tensor: what is left in L2 is of no use to a later reader."""
-        self._lru.clear()
-        self._used = 0.0
-
-    def __getitem__(self, tensor: str) -> float:
-        return self._lru[tensor]
-
-    def get(self, tensor: str, default: Any = None) -> Any:  # Mapping.get, minus a try/except
-        return self._lru.get(tensor, default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._lru)
-
-    def __len__(self) -> int:
-        return len(self._lru)

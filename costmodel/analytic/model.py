@@ -53,18 +53,18 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from costmodel.analytic.batching import layout, load_size, stack, tensor_bytes
+from costmodel.analytic.batching import layout, load_size, stack
 from costmodel.analytic.constants import AnalyticConstants, calibrated_constants
-from costmodel.analytic.l2 import L2Residency
 from costmodel.analytic.pipeline import Breakdown, bound
 from costmodel.analytic.waves import score
 from costmodel.base import CostModel, KernelCost
 from costmodel.exceptions import CostModelError, InfeasibleConfig
-from costmodel.kernel import Kernel, KernelBatch, handoffs
+from costmodel.kernel import Kernel, KernelBatch
+from costmodel.l2_context import L2Residency, L2Touches, contexts, l2_touches, touch
 from costmodel.spec import Target
 
 __all__ = ["AnalyticModel", "L2Touches", "l2_touches"]
@@ -220,18 +220,13 @@ class AnalyticModel(CostModel):
         kernel's :func:`l2_touches`, when the caller keeps them (a search scores thousands
         of plans of the same kernels); ``warm``: what is in L2 when the plan starts (tensor
         -> bytes written, in order; ``CostModel.evaluate``'s ``resident``)."""
-        l2 = L2Residency.written(warm or {}, self._capacity)
-        out = []
-        for t in touches if touches is not None else [l2_touches(k) for k in kernels]:
-            out.append([min(1.0, l2.get(name, 0.0) / size) for name, size in t.loads])
-            _touch(l2, t)
-        return out
+        return contexts(kernels, self._capacity, touches, warm)
 
     def residency_after(self, kernels: Sequence[Kernel]) -> L2Residency:
         """What the plan ``kernels`` leaves in L2 (to score the next group's configs)."""
         l2 = L2Residency(self._capacity)
         for kernel in kernels:
-            _touch(l2, l2_touches(kernel))
+            touch(l2, l2_touches(kernel))
         return l2
 
     @property
@@ -248,36 +243,3 @@ class AnalyticModel(CostModel):
             l2_hit_rate=float(b.hit_rate[row]),
             gap_us=self.target.spec.kernel_gap_s * self.constants.gap * 1e6,
         )
-
-
-class L2Touches(NamedTuple):
-    """What one kernel does to a plan's L2 (:func:`l2_touches`)."""
-
-    loads: tuple[tuple[str, float], ...]  # per load stream: its tensor and the tensor's bytes
-    touches: tuple[tuple[str, float], ...]  # per stream but hand-offs, in stream order
-    total: float  # bytes of the distinct tensors touched
-
-
-def l2_touches(kernel: Kernel) -> L2Touches:
-    """A kernel's tensors as the plan's L2 sees them: those it loads (whose residency is its
-    context) and those it leaves there, but not its hand-offs (a workspace)."""
-    skip = handoffs(kernel.streams)
-    streams = [s for s in kernel.streams if s.tensor not in skip]
-    sizes = {s.tensor: tensor_bytes(s, kernel) for s in streams}
-    return L2Touches(
-        tuple((s.tensor, tensor_bytes(s, kernel)) for s in kernel.streams if s.pipe == "MTE2"),
-        tuple((s.tensor, sizes[s.tensor]) for s in streams),
-        sum(sizes.values()),
-    )
-
-
-def _touch(l2: L2Residency, t: L2Touches) -> None:
-    """Record a kernel's tensors in the plan's L2. A kernel whose tensors together overflow L2
-    leaves nothing a later kernel can use: its streams interleave, so every tensor's head is
-    evicted and only tails remain, and a reader that starts at the head evicts those tails
-    (the oldest lines) before it reaches them."""
-    if t.total > l2.capacity:
-        l2.flush()
-        return
-    for name, size in t.touches:  # in stream order: a tensor read again becomes the most recent
-        l2.touch(name, size)

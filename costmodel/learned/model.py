@@ -25,6 +25,7 @@ from costmodel.base import CostModel, KernelCost, read_model_doc
 from costmodel.calibration import kernel_from_json
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel, KernelBatch, handoffs
+from costmodel.l2_context import L2Touches
 from costmodel.learned.corrector import LatencyCorrector
 from costmodel.learned.features import FEATURES, kernel_features, per_row, row_features
 from costmodel.spec import Target, fitted_lineage
@@ -246,6 +247,24 @@ class LearnedModel(CostModel):
             InfeasibleConfig: a kernel whose footprint overflows a buffer (named).
         """
         return self._costs(kernels, self.analytic.residency(kernels, warm=resident))
+
+    @property
+    def prior(self) -> AnalyticModel:
+        """The analytic model this one corrects: a refit never changes it."""
+        return self.analytic
+
+    @property
+    def learns(self) -> bool:
+        return True
+
+    def residency(
+        self,
+        kernels: Sequence[Kernel],
+        touches: Sequence[L2Touches] | None = None,
+        warm: Mapping[str, float] | None = None,
+    ) -> list[list[float]]:
+        """The L2 contexts of the analytic model this one corrects."""
+        return self.analytic.residency(kernels, touches, warm)
 
     def latencies(
         self, kernels: Sequence[Kernel], resident: Sequence[Sequence[float]]

@@ -55,7 +55,7 @@ def test_analytic_cost_is_available_and_unknown_cost_is_refused(graph, tmp_path)
     result = tune_graph(graph, _cfg(tmp_path, cost="analytic", trials=4), name="bert")
     assert result.plan.cost_model == "analytic" and result.plan.meta["cost_model"]["refits"] == 0
     with pytest.raises(
-        AutotuneError, match="unknown cost model 'xgb'; available: learned, analytic"
+        AutotuneError, match="unknown cost model 'xgb'; available: analytic, learned, simulator"
     ):
         tune_graph(graph, _cfg(tmp_path, cost="xgb"), name="bert")
     with pytest.raises(AutotuneError, match="--retrain-every must be >= 1"):

@@ -216,3 +216,64 @@ def test_unknown_kind_lists_the_available_ones() -> None:
     assert available_cost_models() == ["analytic", "learned", "simulator"]
     with pytest.raises(CostModelError, match="cannot read cost model file"):
         load_cost_model("/nonexistent/model.json")
+
+
+# -- what a search calls: contexts, kernels each in its own, config grids, the prior ----------
+def test_contexts_are_fractions_and_the_first_kernel_starts_cold(case: Case) -> None:
+    model, ks = make(case), feasible_kernels()
+    rows = model.residency(ks)
+    assert len(rows) == len(ks) and not any(rows[0])
+    for k, row in zip(ks, rows, strict=True):
+        assert len(row) == sum(1 for s in k.streams if s.pipe == "MTE2")
+        assert all(0.0 <= f <= 1.0 for f in row)
+
+
+def test_a_kernel_in_a_cold_context_costs_what_it_costs_alone(case: Case) -> None:
+    model, ks = make(case), feasible_kernels()
+    cold = [[0.0] * len(row) for row in model.residency(ks)]
+    alone = [model.predict([k])[0] for k in ks]
+    assert model.latencies(ks, cold) == pytest.approx(alone, rel=1e-9)
+
+
+def test_a_resident_context_never_slows_a_kernel(case: Case) -> None:
+    model, ks = make(case), feasible_kernels()
+    rows = model.residency(ks)
+    cold = model.latencies(ks, [[0.0] * len(r) for r in rows])
+    warm = model.latencies(ks, [[1.0] * len(r) for r in rows])
+    assert np.all(warm <= cold * (1 + 1e-9))
+
+
+@pytest.mark.parametrize("kind", ["analytic", "learned"])
+def test_a_plans_own_contexts_give_back_its_prediction(kind: str) -> None:
+    """The models whose plan carries L2 as their contexts say: each kernel scored in its own
+    context is what the whole plan predicts (what lets a search re-score only the kernels a
+    move changed)."""
+    model, ks = make_cost_model(kind, T910B), feasible_kernels()
+    plan = [*ks, *ks]  # the second pass reads what the first left
+    assert model.latencies(plan, model.residency(plan)) == pytest.approx(
+        model.predict(plan), rel=1e-9
+    )
+
+
+def test_a_config_grid_costs_what_each_config_costs_alone(case: Case) -> None:
+    from costmodel.analytic.batching import batch_of
+
+    configs = [
+        matmul(512, (128, 256, 128), (128, 128, 64), block_dim=4),
+        matmul(512, (128, 128, 128), (128, 128, 64), block_dim=24, double_buffer=False),
+        matmul(512, (512, 256, 256)),  # overflows L1
+    ]
+    model = make(case)
+    got = model.predict_batch(batch_of(configs))
+    assert got[:2] == pytest.approx([model.predict([k])[0] for k in configs[:2]], rel=1e-9)
+    assert got[2] == np.inf
+
+
+def test_the_prior_never_learns_and_only_a_learner_changes_on_rows(case: Case) -> None:
+    model = make(case)
+    prior, before = model.prior, model.prior.predict(feasible_kernels())
+    assert not prior.learns
+    v0 = model.version
+    _learn_slower(model)
+    assert (model.version != v0) == model.learns
+    assert np.array_equal(model.prior.predict(feasible_kernels()), before)

@@ -45,7 +45,8 @@ def _data(view: View) -> str:
     for k, c in enumerate(d.clusters):
         links[f"k{k}"] = [f"op{i}" for i in c.members]
     doc = {"rows": rows, "links": links, "names": {f"op{i}": n for i, (n, _) in enumerate(d.ops)}}
-    return json.dumps(doc, separators=(",", ":")).replace("</", "<\\/")
+    # no '<' at all in a script element: '</script' would end it, '<!--' turn its parsing
+    return json.dumps(doc, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def block(view: View, key: str) -> str:

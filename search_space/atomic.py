@@ -47,7 +47,8 @@ def output_path(
     """Check that ``path`` can be written as a file, and is none of the run's ``inputs``
     (label -> path: the model, the plan, the study's storage...), which writing it would
     destroy. With ``kind`` (of :data:`~search_space.file_kind.KINDS`: what is written), an
-    existing file of another kind (told by its content) is refused too, unless ``force``.
+    existing file of another kind (told by its content; an ONNX model only one this tool
+    wrote) is refused too, unless ``force``.
 
     Raises:
         OutputError: the path is a folder or not a regular file (a device, a pipe), its folder
@@ -99,7 +100,7 @@ def refuse_inputs(
 
 
 # an output kind may replace an existing file of these kinds
-SAME_KIND = {"cost_model": {"cost_model", "gzip"}, "zip": {"zip"}}
+SAME_KIND = {"cost_model": {"cost_model", "gzip"}, "onnx": {"tool_onnx"}}
 
 
 def _check_kind(out: Path, kind: str) -> None:
@@ -108,9 +109,12 @@ def _check_kind(out: Path, kind: str) -> None:
 
     have = file_kind(out)
     if have is not None and have not in SAME_KIND.get(kind, {kind}):
+        what = f"{KINDS[have]}, not {KINDS[kind]}"
+        if have == kind:
+            what = f"{KINDS[have]} this tool did not write"
         raise OutputError(
-            f"output '{out}' is {KINDS[have]}, not {KINDS[kind]}: writing it would destroy it; "
-            "give another path, or pass --force to replace it"
+            f"output '{out}' is {what}: writing it would destroy it; give another path, or "
+            "pass --force to replace it"
         )
     if have is None and kind != "journal" and out.suffix == ".journal":
         raise OutputError(

@@ -2,7 +2,8 @@
 by its name: an output may replace a file of its own kind only (:func:`search_space.atomic.
 output_path`), so ``report --html autotune.journal`` never writes a page over a study.
 
-Kinds (:data:`KINDS`): ``onnx``, ``journal``, ``plan``, ``cost_model``, ``json``, ``html``,
+Kinds (:data:`KINDS`): ``onnx`` (``tool_onnx``: one this tool wrote, which ``apply -o`` and
+``zoo export -o`` may replace), ``journal``, ``plan``, ``cost_model``, ``json``, ``html``,
 ``parquet``, ``sqlite``, ``zip``, ``gzip``, ``toml``, ``text``, ``data``. An empty or missing
 file has no kind (nothing to lose).
 """
@@ -14,10 +15,11 @@ import os
 import tomllib
 from pathlib import Path
 
-__all__ = ["KINDS", "file_kind"]
+__all__ = ["KINDS", "TOOL_PRODUCER", "file_kind"]
 
 KINDS = {
     "onnx": "an ONNX model",
+    "tool_onnx": "an ONNX model this tool wrote",
     "journal": "an Optuna journal (a study's storage)",
     "plan": "a fusion plan",
     "cost_model": "a saved cost model",
@@ -38,6 +40,7 @@ _MAGIC = {
     b"PK\x05\x06": "zip",
     b"\x1f\x8b": "gzip",
 }
+TOOL_PRODUCER = "autotune"  # the producer_name of the models this tool writes starts so
 _HEAD = 1 << 16  # bytes read to tell a kind
 _WHOLE = 64 << 20  # JSON and TOML files up to this size are parsed whole
 # ModelProto's fields (onnx.proto): number -> wire type (0 varint, 2 length-delimited)
@@ -59,8 +62,9 @@ def file_kind(path: str | os.PathLike[str]) -> str | None:
     for magic, kind in _MAGIC.items():
         if head.startswith(magic):
             return kind
-    if _is_onnx(head):
-        return "onnx"
+    producer = _onnx_producer(head)
+    if producer is not None:
+        return "tool_onnx" if producer.startswith(TOOL_PRODUCER) else "onnx"
     return _text_kind(p, head, size)
 
 
@@ -111,26 +115,30 @@ def _is_toml(p: Path) -> bool:
         return False
 
 
-def _is_onnx(head: bytes) -> bool:
-    """Whether ``head`` starts as a serialized ``onnx.ModelProto``: an ``ir_version`` among
+def _onnx_producer(head: bytes) -> str | None:
+    """The ``producer_name`` of a serialized ``onnx.ModelProto`` that ``head`` starts (empty
+    when it has none); None when ``head`` does not start one: an ``ir_version`` among
     ModelProto's own fields, each of the right wire type and length."""
-    i, seen = 0, set[int]()
-    while i < len(head) and len(seen) < 4:
+    i, seen, producer = 0, set[int](), b""
+    while i < len(head) and not seen & {7, 8} and len(seen) < len(_MODEL_FIELDS):
         tag, i = _varint(head, i)
         if tag is None:
-            return False
+            return None
         field, wire = tag >> 3, tag & 7
         if _MODEL_FIELDS.get(field) != wire:
-            return False
+            return None
         value, i = _varint(head, i)
         if value is None or (field == 1 and not 1 <= value <= 64):
-            return False
+            return None
         seen.add(field)
         if wire == 2:
             if field != 7 and i + value > len(head):
-                return False
+                return None
+            producer = head[i : i + value] if field == 2 else producer
             i += value
-    return 1 in seen and bool(seen & {7, 8})
+    if 1 not in seen or not seen & {7, 8}:
+        return None
+    return producer.decode("utf-8", "replace")
 
 
 def _varint(data: bytes, i: int) -> tuple[int | None, int]:

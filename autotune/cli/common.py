@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from autotune.cli.console import err, out, printable, say_log_lines
 from autotune.cli.flags import FLAGS, FUSION_FLAGS, POLICY_FLAGS
-from autotune.exceptions import AutotuneError
+from autotune.exceptions import AutotuneError, StorageWriteError
 from autotune.vocabulary import VERSION
 from search_space import AutofusionError, Graph
 from search_space.rules import Policy, load_policy
@@ -92,12 +92,13 @@ def user_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except AutofusionError as exc:
+        except (AutofusionError, StorageWriteError) as exc:
             _error_line(str(exc))
         except OSError as exc:  # a disk full or failing under a write the tool did not expect
             if exc.errno not in _IO_ERRORS:
                 raise
-            where = f" on '{exc.filename}'" if exc.filename else ""
+            name = exc.filename2 or exc.filename  # a link's own path, not its target
+            where = f" on '{name}'" if name else ""
             _error_line(f"{exc.strerror}{where}; free some space or check the disk")
         except KeyboardInterrupt:
             err.print("interrupted")

@@ -133,8 +133,10 @@ def tune(
     # fail before the study, not after it; and never write over what the run reads
     count, patience = trials_arg(trials)
     given = opts.file(model)
-    journal = journal_path(storage) or _sqlite_file(storage)
-    read = {"model": given, "study's storage": journal}
+    journal = journal_path(storage)
+    if journal is not None:  # written all along the study: its folder must take it
+        output_path(journal, {"model": given})
+    read = {"model": given, "study's storage": journal or _sqlite_file(storage)}
     output_path(output, {**read, "--dataset": dataset}, "plan", force)
     if dataset is not None:
         output_path(dataset, {**read, "plan": output})

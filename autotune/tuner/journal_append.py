@@ -1,7 +1,9 @@
 """Appending to a study's journal file so that a write that fails (a full disk, an I/O
 error) leaves the journal as it was: the records of one append are written whole or the file
-is cut back to its length before them, and the failure is one clear error, not a half line
-the next run would have to mend."""
+is cut back to its length before them, and the failure ends the run with one clear error
+(:class:`~autotune.exceptions.StorageWriteError`), not a half line the next run would have to
+mend; a trial it interrupts stays RUNNING, reaped and retried on the next run as a dead
+worker's."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import get_lock_file
 
-from autotune.exceptions import AutotuneError
+from autotune.exceptions import StorageWriteError
 
 __all__ = ["WholeAppendBackend"]
 
@@ -32,7 +34,7 @@ class WholeAppendBackend(JournalFileBackend):
                     os.fsync(fh.fileno())
             except OSError as exc:
                 _cut_back(self._file_path, size)
-                raise AutotuneError(
+                raise StorageWriteError(
                     f"cannot write the study's storage '{self._file_path}': {exc.strerror} "
                     "(the journal is left as it was); free some space, then run again to resume"
                 ) from None

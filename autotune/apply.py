@@ -333,6 +333,7 @@ def _rewrite(
     del fused.opset_import[:]
     fused.opset_import.extend([*imports, helper.make_opsetid(domain, FUSED_DOMAIN_VERSION)])
     fused.ir_version = max(fused.ir_version, _MIN_IR_VERSION)
+    fused.producer_name = "autotune.apply"  # so a later apply -o may replace it (file_kind)
 
     graph_outputs = {o.name for o in src.graph.output}
     taken_fns = {(f.domain, f.name) for f in src.functions}

@@ -4,13 +4,13 @@ style sheet (``assets/graph.css``) that a page carries once, inline: the page op
 
 from __future__ import annotations
 
-import html
 import json
 from functools import cache
 from importlib.resources import files
 
 from autotune.graph_dot import dot_source, render_svg
 from autotune.graph_view import View
+from autotune.safe_text import html_text
 
 __all__ = ["block", "page", "script", "style"]
 
@@ -45,7 +45,8 @@ def _data(view: View) -> str:
     for k, c in enumerate(d.clusters):
         links[f"k{k}"] = [f"op{i}" for i in c.members]
     doc = {"rows": rows, "links": links, "names": {f"op{i}": n for i, (n, _) in enumerate(d.ops)}}
-    return json.dumps(doc, separators=(",", ":")).replace("</", "<\\/")
+    # no '<' at all in a script element: '</script' would end it, '<!--' turn its parsing
+    return json.dumps(doc, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def block(view: View, key: str) -> str:
@@ -56,12 +57,12 @@ def block(view: View, key: str) -> str:
     """
     svg = render_svg(dot_source(view.drawing))
     legend = "".join(
-        f"<span style='--swatch:{html.escape(c)}'>{html.escape(text)}</span>"
+        f"<span style='--swatch:{html_text(c)}'>{html_text(text)}</span>"
         for c, text in view.legend
     )
     return (
-        f"<div class='gv' id='gv-{html.escape(key)}'>"
-        f"<p class='gv-caption'>{html.escape(view.caption)}</p>"
+        f"<div class='gv' id='gv-{html_text(key)}'>"
+        f"<p class='gv-caption'>{html_text(view.caption)}</p>"
         "<div class='gv-bar'><button class='gv-fit'>whole graph</button>"
         "<button class='gv-actual'>actual size</button>"
         "<input class='gv-find' placeholder='find an op by name (Enter)'>"
@@ -77,6 +78,6 @@ def page(title: str, heading: str, body: str) -> str:
     """A whole page around graph blocks: the style sheet, ``body``, then the script."""
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title>{style()}</head><body>"
-        f"<h1>{html.escape(heading)}</h1>{body}{script()}</body></html>"
+        f"<title>{html_text(title)}</title>{style()}</head><body>"
+        f"<h1>{html_text(heading)}</h1>{body}{script()}</body></html>"
     )

@@ -6,7 +6,6 @@ box around each fused group: :mod:`autotune.graph_page`)."""
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from autotune.graph_view import BOUND_COLOURS, colour, fused_view
 from autotune.parity import label as _label
 from autotune.parity import parity
 from autotune.plotly_js import check_mode, include, write_bundle
+from autotune.safe_text import html_text
 from costmodel.spec import HardwareSpec
 from search_space.space import FusionPlan
 
@@ -239,17 +239,17 @@ def page(plan: FusionPlan, sections: list[Section], plotly: str = "inline") -> s
     measured = f"{plan.measured_us:.1f} us simulated" if plan.measured_us else "not measured"
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(plan.name or 'plan')}: fusion plan report</title>{style()}",
+        f"<title>{html_text(plan.name or 'plan')}: fusion plan report</title>{style()}",
         "<style>html { overflow-y: scroll; }</style>",  # plotly sizes after the scroll bar
         "</head><body>",
-        f"<h1>{html.escape(plan.name or 'model')} on {html.escape(plan.target)}</h1>",
+        f"<h1>{html_text(plan.name or 'model')} on {html_text(plan.target)}</h1>",
         f"<p>{len(plan.groups)} kernels, {fused} fused; {measured}.</p>",
     ]
     first, drawn = True, False
     for key, fig, why in sections:
         parts.append(f"<section id='{key}'>")
         if fig is None:
-            parts.append(f"<p class='missing'>{html.escape(key)}: {html.escape(why)}</p>")
+            parts.append(f"<p class='missing'>{html_text(key)}: {html_text(why)}</p>")
         elif isinstance(fig, str):
             parts.append(f"<h2>Fused graph</h2>{fig}")
             drawn = True

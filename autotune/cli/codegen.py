@@ -24,9 +24,9 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
+from autotune.cli.flags import ForceOpt
 
 if TYPE_CHECKING:  # annotations only: the commands import what they run
-    import numpy as np
     import onnx
 
     from autotune.codegen.check import CodegenCheck
@@ -134,6 +134,11 @@ def codegen(
     Zoo models get random weights here (--weights random): a package carries its weights.
     Run it with `autotune run`, check it with `autotune verify --codegen`.
     """
+    from search_space.atomic import refuse_inputs
+    from search_space.space import BASELINES
+
+    # a package replaces a folder whole: never one the command reads (even with --force)
+    refuse_inputs(output, {"model": opts.file(model), "plan": None if plan in BASELINES else plan})
     proto, graph, record, tgt = model_and_plan_or_baseline(
         model, opts, plan, target, precision, policy.load()
     )
@@ -233,6 +238,7 @@ def run(
     ] = None,
     target: PlanTargetOpt = None,
     precision: PlanPrecisionOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Run a model through the Triton kernels generated for a plan.
 
@@ -246,6 +252,7 @@ def run(
     """
     import tempfile
 
+    from autotune.cli.npz import check_feeds, read_inputs, write_outputs
     from autotune.codegen.execute import run_package
     from search_space.atomic import output_path
     from search_space.space import BASELINES
@@ -255,7 +262,7 @@ def run(
         "model": opts.file(model),
         "plan": None if plan in BASELINES else plan,
     }
-    output_path(output, read)  # never write over what the run reads
+    output_path(output, read, "zip", force)  # never write over what the run reads
     feeds = read_inputs(inputs)
     proto, graph, record, tgt = model_and_plan_or_baseline(
         model, opts, plan, target, precision, policy.load()
@@ -272,78 +279,6 @@ def run(
         f"wrote {escape(str(path))}: {', '.join(escape(n) for n in graph.outputs)}",
         highlight=False,
     )
-
-
-def read_inputs(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an .npz by name, read without pickle.
-
-    Raises:
-        AutotuneError: the file is missing, not an .npz, or holds an object array (naming it).
-    """
-    import zipfile
-
-    import numpy as np
-
-    from autotune.exceptions import AutotuneError
-
-    if not path.is_file():
-        raise AutotuneError(f"inputs file '{path}' not found")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-        raise AutotuneError(
-            f"inputs file '{path}' is not an .npz of arrays (np.savez writes one)"
-        ) from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise AutotuneError(f"inputs file '{path}' is one .npy array; give an .npz by input name")
-    arrays: dict[str, np.ndarray] = {}
-    with data:
-        for name in data.files:
-            try:
-                arrays[name] = data[name]
-            except ValueError:  # an object array: reading it would unpickle
-                raise AutotuneError(
-                    f"input '{name}' in '{path}' is an object array, which is never unpickled; "
-                    "save plain numeric arrays"
-                ) from None
-            except (OSError, EOFError, zipfile.BadZipFile) as exc:
-                raise AutotuneError(f"input '{name}' in '{path}' is unreadable: {exc}") from None
-    return arrays
-
-
-def check_feeds(feeds: dict[str, np.ndarray], graph: Graph) -> None:
-    """Every input of the model given, of its shape and dtype, and nothing else.
-
-    Raises:
-        CodegenError: naming the first input that is not.
-    """
-    from autotune.codegen import CodegenError
-    from autotune.codegen.runtime import check_inputs
-
-    expected = {
-        t: (tuple(graph.tensors[t].static_shape), graph.tensors[t].dtype) for t in graph.inputs
-    }
-    try:
-        check_inputs(feeds, expected)
-    except ValueError as exc:
-        raise CodegenError(str(exc)) from None
-
-
-def write_outputs(path: Path, arrays: dict[str, np.ndarray]) -> Path:
-    """``arrays`` as an .npz at ``path`` (atomic; any name a key, no pickle)."""
-    import io
-    import zipfile
-
-    import numpy as np
-
-    from search_space.atomic import atomic_write_bytes
-
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-        for name, value in arrays.items():  # np.savez's layout; a key may be any string
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
-                np.lib.format.write_array(fh, np.asarray(value), allow_pickle=False)
-    return atomic_write_bytes(path, buf.getvalue())
 
 
 def codegen_check(

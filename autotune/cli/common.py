@@ -9,20 +9,20 @@ flags are ``Annotated`` aliases.
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from autotune.cli.console import err, out, printable, say_log_lines
 from autotune.cli.flags import FLAGS, FUSION_FLAGS, POLICY_FLAGS
-from autotune.exceptions import AutotuneError
+from autotune.exceptions import AutotuneError, StorageWriteError
 from autotune.vocabulary import VERSION
 from search_space import AutofusionError, Graph
 from search_space.rules import Policy, load_policy
@@ -61,32 +61,9 @@ __all__ = [
     "user_errors",
 ]
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 # the version of every command's --json object (docs/json.md): one vocabulary across commands
 # and the plan file; a key's name or meaning changes only with this number
 JSON_SCHEMA = VERSION
-
-
-class _ErrLines(logging.Handler):
-    """What the tool logs (``logging``, the ``autotune`` logger: which study a run opens or
-    resumes, a journal mended...), one plain line each on stderr, above a progress bar."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        err.print(self.format(record), highlight=False, markup=False)
-
-
-def say_log_lines() -> None:
-    """Route what the tool logs to stderr: its warnings, and the progress lines
-    (``autotune.progress``: which study a run opens, its phases, every few trials) at INFO;
-    once per process (a Python user configures ``logging`` as they like instead)."""
-    from autotune.progress import LOGGER
-
-    logger = logging.getLogger("autotune")
-    if not any(isinstance(h, _ErrLines) for h in logger.handlers):
-        logger.addHandler(_ErrLines())
-    logger.setLevel(logging.WARNING)
-    logging.getLogger(LOGGER).setLevel(logging.INFO)
 
 
 def emit_json(doc: Mapping[str, Any]) -> None:
@@ -115,14 +92,28 @@ def user_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except AutofusionError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(1) from None
+        except (AutofusionError, StorageWriteError) as exc:
+            _error_line(str(exc))
+        except OSError as exc:  # a disk full or failing under a write the tool did not expect
+            if exc.errno not in _IO_ERRORS:
+                raise
+            name = exc.filename2 or exc.filename  # a link's own path, not its target
+            where = f" on '{name}'" if name else ""
+            _error_line(f"{exc.strerror}{where}; free some space or check the disk")
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+_IO_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+
+
+def _error_line(message: str) -> None:
+    """The one error line, its names' control characters escaped; exit status 1."""
+    err.print(f"[bold red]error:[/] {escape(printable(message, one_line=True))}", highlight=False)
+    raise typer.Exit(1) from None
 
 
 ModelArg = Annotated[

@@ -23,6 +23,7 @@ from autotune.cli.common import (
     out,
     user_errors,
 )
+from autotune.cli.flags import ForceOpt
 from autotune.exceptions import AutotuneError
 
 __all__ = ["calibrate", "costmodel_eval"]
@@ -172,6 +173,7 @@ def calibrate(
         ),
     ] = None,
     json_out: JsonOpt = False,
+    force: ForceOpt = False,
 ) -> None:
     """Simulate sampled kernels into a calibration table (or read an msprof profile), and
     optionally fit the analytic constants and the learned model on it."""
@@ -200,9 +202,10 @@ def calibrate(
     }
     read.update({"--from-msprof file": from_msprof, "--model": model if model else None})
     read.update({f"--table {t}": t for t in table_in or ()})
-    table = output_path(output or _default_table(target, "-real" if hardware else ""), read)
+    default = _default_table(target, "-real" if hardware else "")
+    table = output_path(output or default, read, "parquet", force)
     if fit is not None:
-        output_path(fit, {**read, "table (-o)": table})
+        output_path(fit, {**read, "table (-o)": table}, "cost_model", force)
     command = "autotune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     fit_tables = [table]
     if from_msprof is not None:

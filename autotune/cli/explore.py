@@ -28,6 +28,7 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
+from autotune.cli.flags import ForceOpt
 from autotune.exceptions import AutotuneError
 from search_space import Graph
 from search_space.atomic import atomic_write_text, output_path
@@ -71,7 +72,8 @@ def _op_row(graph: Graph, name: str) -> dict[str, Any]:
 
 def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
     head = Table(
-        title=f"{s['model']}  (graph '{s['graph']}', opset {s['opset']})", show_header=False
+        title=f"{escape(s['model'])}  (graph '{escape(s['graph'])}', opset {s['opset']})",
+        show_header=False,
     )
     head.add_row("fingerprint", s["fingerprint"])
     head.add_row(
@@ -85,10 +87,12 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
     )
     head.add_row("compulsory bytes", human(s["bytes_min"], "B"))
     head.add_row("weights", f"{s['weights']} tensors, {human(s['weight_bytes'], 'B')}")
-    head.add_row("inputs", ", ".join(f"{k} {v}" for k, v in s["inputs"].items()) or "-")
-    head.add_row("outputs", ", ".join(f"{k} {v}" for k, v in s["outputs"].items()))
+    head.add_row("inputs", ", ".join(f"{escape(k)} {v}" for k, v in s["inputs"].items()) or "-")
+    head.add_row("outputs", ", ".join(f"{escape(k)} {v}" for k, v in s["outputs"].items()))
     dyn = s["dynamic_tensors"]
-    head.add_row("dynamic tensors", "none" if not dyn else f"[red]{len(dyn)}[/]: {dyn[:5]}")
+    head.add_row(
+        "dynamic tensors", "none" if not dyn else f"[red]{len(dyn)}[/]: {escape(str(dyn[:5]))}"
+    )
     out.print(head)
 
     by_type: dict[str, list[Any]] = {}
@@ -102,7 +106,7 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
     for col in ("op type", "count", "class", "FLOPs", "bytes (unfused)"):
         table.add_column(col, justify="right" if col in ("count", "FLOPs") else "left")
     for t, n, cls, fl, by in sorted(by_type.values(), key=lambda r: (-r[3], -r[1])):
-        table.add_row(t, str(n), ",".join(sorted(cls)), human(fl), human(by, "B"))
+        table.add_row(escape(t), str(n), ",".join(sorted(cls)), human(fl), human(by, "B"))
     out.print(table)
     if per_op:
         ops = Table(title="ops")
@@ -111,8 +115,8 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
         for op in graph.ops:
             shape = graph.tensors[op.outputs[0]].shape if op.outputs and op.outputs[0] else None
             ops.add_row(
-                op.name,
-                op.op_type,
+                escape(op.name),
+                escape(op.op_type),
                 "view" if op.is_view else op.op_class.value,
                 str(list(shape or ())),
                 human(op.flops),
@@ -209,20 +213,16 @@ def candidates(
             "its verdict (HTML)."
         ),
     ] = None,
+    force: ForceOpt = False,
 ) -> None:
     """What fusion would buy: every candidate group, its benefit and verdict."""
     from autotune.candidates import analyse_candidates
     from costmodel.spec import load_target
 
-    if html is not None:
-        from autotune.graph_dot import GraphvizMissing, have_dot
-
-        if not have_dot():  # before any work: the page is what was asked for
-            raise GraphvizMissing(
-                "candidates --html draws the graph with Graphviz's 'dot', which is not "
-                "installed: install Graphviz (Debian: apt-get install graphviz) or drop --html"
-            )
-        output_path(html, {"model": opts.file(model)})
+    if html is not None:  # before any work: the page is what was asked for
+        spec = target if target.endswith(".toml") else None
+        read = {"model": opts.file(model), "--config": policy.config, "--target spec": spec}
+        _check_graph_page(html, read, force)
     graph = opts.graph(model)
     result = {
         "model": model,
@@ -277,6 +277,19 @@ def candidates(
         )
 
 
+def _check_graph_page(html: Path, read: dict[str, Any], force: bool) -> None:
+    """``candidates --html`` can be drawn (Graphviz is there) and written (``read``: the files
+    the command reads)."""
+    from autotune.graph_dot import GraphvizMissing, have_dot
+
+    if not have_dot():
+        raise GraphvizMissing(
+            "candidates --html draws the graph with Graphviz's 'dot', which is not "
+            "installed: install Graphviz (Debian: apt-get install graphviz) or drop --html"
+        )
+    output_path(html, read, "html", force)
+
+
 @user_errors
 def zoo_list(json_out: JsonOpt = False) -> None:
     """List the built-in models."""
@@ -303,10 +316,13 @@ def zoo_export(
     opts: ModelOptions,
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx file.")],
     seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
+    force: ForceOpt = False,
 ) -> None:
     """Write a zoo model to an ONNX file."""
     from autotune.zoo import build
     from search_space.onnx import save_model
+
+    output_path(output, None, "onnx", force)  # before building: a refusal costs nothing
 
     name = name.removeprefix("zoo:")
     z = opts.zoo

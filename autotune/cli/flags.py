@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-__all__ = ["FLAGS", "FUSION_FLAGS", "POLICY_FLAGS"]
+__all__ = ["FLAGS", "FUSION_FLAGS", "POLICY_FLAGS", "ForceOpt"]
 
 # every bundled flag once: (parameter, default, typer annotation)
 FLAGS: dict[str, tuple[Any, Any]] = {
@@ -127,3 +127,14 @@ POLICY_FLAGS = (
 FUSION_FLAGS = tuple(
     f for f in POLICY_FLAGS if f not in ("strict_safety", "codegen_check")
 )  # commands that verify nothing
+
+# every command that writes a file: an existing file of another kind (a model, a journal, a
+# config...) is refused unless --force; what the command reads is refused whatever it says
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Write over an existing file of another kind than the output (a model, a "
+        "journal, a config...); never over a file the command reads.",
+    ),
+]

@@ -25,6 +25,7 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
+from autotune.cli.flags import ForceOpt
 
 __all__ = ["apply", "report", "verify"]
 
@@ -43,6 +44,7 @@ def report(
         str | None, typer.Option(help="The study (default: the one the plan names).")
     ] = None,
     plotly: PlotlyOpt = "inline",
+    force: ForceOpt = False,
 ) -> None:
     """Report on a saved plan: its latency, safe mode's counts, per-kernel table, speedups."""
     from autotune.plan_file import read_plan
@@ -51,6 +53,8 @@ def report(
     from autotune.vocabulary import describe
 
     check_mode(plotly)
+    if html is not None:
+        _check_html(html, plan, storage, force)
     record = read_plan(plan)
     if html is not None:
         _write_html(record, plan, html, storage, study, plotly)
@@ -97,6 +101,15 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _check_html(html: Path, plan: Path, storage: str | None, force: bool) -> None:
+    """``--html`` names no file the command reads, nor (without --force) one of another kind."""
+    from autotune.tuner.study import journal_path
+    from search_space.atomic import output_path
+
+    journal = journal_path(storage) if storage else None
+    output_path(html, {"plan": plan, "--storage": journal}, "html", force)
+
+
 def _write_html(
     record: Any, plan: Path, path: Path, storage: str | None, study: str | None, plotly: str
 ) -> None:
@@ -126,6 +139,7 @@ def apply(
         str | None,
         typer.Option(help="Also upload the fused model to this study storage's artifacts."),
     ] = None,
+    force: ForceOpt = False,
 ) -> None:
     """Write the fused model: each fused group one ai.autofusion node (a local function)."""
     from autotune.apply import apply_plan
@@ -142,6 +156,8 @@ def apply(
             "plan": plan,
             "--storage": journal,
         },
+        "onnx",
+        force,
     )
     proto, graph, record = model_and_plan(model, opts, plan)
     fused = apply_plan(proto, graph, record.groups)

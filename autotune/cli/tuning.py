@@ -24,6 +24,7 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
+from autotune.cli.flags import ForceOpt
 
 if TYPE_CHECKING:  # annotations only: the commands import what they run
     from autotune.tuner import Safety, TuneConfig, TuneResult
@@ -121,6 +122,7 @@ def tune(
         "plan.json"
     ),
     json_out: JsonOpt = False,
+    force: ForceOpt = False,
 ) -> None:
     """Tune fusion and tiling of a model with an Optuna study; write the best plan."""
     # Long for its flags: typer reads the command line from this signature.
@@ -136,10 +138,14 @@ def tune(
     count, patience = trials_arg(trials)
     given = opts.file(model)
     journal = journal_path(storage)
-    output_path(output, {"model": given, "study's storage": journal, "--dataset": dataset})
+    if journal is not None:  # written all along the study: its folder must take it
+        output_path(journal, {"model": given})
+    read = {"model": given, "study's storage": journal or _sqlite_file(storage)}
+    output_path(output, {**read, "--dataset": dataset}, "plan", force)
     if dataset is not None:
-        output_path(dataset, {"model": given, "study's storage": journal, "plan": output})
-        _check_dataset(dataset)
+        output_path(dataset, {**read, "plan": output})
+        if not force:
+            _check_dataset(dataset)
     graph = opts.graph(model)
     extra = {"share_repeated": False} if no_share else {}
     if unsafe:
@@ -180,6 +186,12 @@ def tune(
     _print_tune(model, result, path, json_out)
 
 
+def _sqlite_file(storage: str | None) -> str | None:
+    """The database file of a ``sqlite:///FILE`` storage (None for any other)."""
+    prefix = "sqlite:///"
+    return storage[len(prefix) :] if storage and storage.startswith(prefix) else None
+
+
 def _check_dataset(path: Path) -> None:
     """An existing ``--dataset`` must be a measurements table (Parquet): a study appends to
     it, and would write over anything else."""
@@ -199,8 +211,10 @@ def _run_with_progress(
     """Run the study: on a terminal under a progress bar (phase, trials, best, time and the
     trials' ETA) that stays when the run ends; elsewhere (a log, nohup, CI) with a line per
     phase and every few trials on stderr (:mod:`autotune.progress`)."""
+    from rich.markup import escape
     from rich.progress import BarColumn, TextColumn
 
+    from autotune.cli.console import printable
     from autotune.cli.progress import live_bar
     from autotune.tuner import tune_graph
 
@@ -213,7 +227,9 @@ def _run_with_progress(
         TextColumn("best predicted {task.fields[best]}"),
     )
     with live_bar(*columns) as bar:
-        task = bar.add_task(name, total=cfg.trials, best="-", phase="setup")
+        # the bar's text is markup that bypasses the console's escaping: the name is escaped
+        label = escape(printable(name, one_line=True))
+        task = bar.add_task(label, total=cfg.trials, best="-", phase="setup")
 
         def progress(n: int, best: float) -> None:
             shown = f"{best:.1f} us" if best < float("inf") else "-"

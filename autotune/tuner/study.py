@@ -59,12 +59,12 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
                 f"storage '{path}' is not an Optuna journal (its first byte is not a JSON "
                 "record); give a new .journal path"
             )
-        from optuna.storages.journal import JournalFileBackend
+        from autotune.tuner.journal_append import WholeAppendBackend
 
         mended = mend_journal(path)
         if mended:
             log.warning(mended)
-        backend = JournalFileBackend(str(path), lock_obj=OwnedLock(path))
+        backend = WholeAppendBackend(str(path), lock_obj=OwnedLock(path))
         return BatchedJournalStorage(backend), str(path)
     assert url is not None
     if "://" not in url:

@@ -17,7 +17,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
-from search_space.atomic import atomic_write_bytes, output_path
+from search_space.atomic import atomic_write_bytes, output_path, write_error
 from search_space.exceptions import DynamicShapeError, GraphError, ModelLoadError, check
 from search_space.onnx.dims import example_dim
 
@@ -370,15 +370,18 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
     if model.ByteSize() < _PROTO_LIMIT:
         return atomic_write_bytes(out, model.SerializeToString())
     data_name = out.name + ".data"
-    with tempfile.TemporaryDirectory(prefix=".autotune-", dir=out.parent) as tmp:
-        staged = Path(tmp) / out.name
-        onnx.save_model(
-            model,
-            str(staged),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=data_name,
-        )
-        os.replace(Path(tmp) / data_name, out.parent / data_name)
-        os.replace(staged, out)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".autotune-", dir=out.parent) as tmp:
+            staged = Path(tmp) / out.name
+            onnx.save_model(
+                model,
+                str(staged),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=data_name,
+            )
+            os.replace(Path(tmp) / data_name, out.parent / data_name)
+            os.replace(staged, out)
+    except OSError as exc:
+        raise write_error(out, exc) from None
     return out

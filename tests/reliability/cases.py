@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cases_output import OUTPUT
+
 __all__ = ["ALL", "Case"]
 
 
@@ -440,4 +442,4 @@ CLI: list[Case] = [
     Case("unknown_command", "cli", ("frobnicate",), 2),
 ]
 
-ALL: list[Case] = _model_cases() + _plan_cases() + _spec_cases() + CLI
+ALL: list[Case] = _model_cases() + _plan_cases() + _spec_cases() + CLI + OUTPUT

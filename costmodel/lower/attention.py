@@ -170,24 +170,37 @@ def _causal_steps(
     return np.where(skip, out, steps)
 
 
-def lower_attention(
-    work: AttentionWork,
-    configs: list[KernelConfig],
-    target: Target,
-    name: str,
-    ops: tuple[str, ...],
-    kind: str,
-    signature: str,
-) -> KernelBatch:
-    """Lower an attention group (flash attention: QK^T, online softmax, PV per KV tile)
-    under many configs at once."""
-    # Long by design: the flash-attention template's streams and cycles, one numpy array per
-    # term, in kernel order (scores, softmax, PV, hand-offs).
-    spec = target.spec
-    n = len(configs)
+@dataclasses.dataclass(frozen=True)
+class _Tiling:
+    """An attention group's tiling under each config (one array entry per config): query
+    rows per tile (``bm``, ``me`` in effect), keys per step (``kv``, ``ke`` in effect), the
+    grid (``gi`` query blocks by ``gj`` key parts), steps per tile (``steps``; ``run`` of
+    them run under a causal mask), double buffering, rows a vector core softmaxes at a
+    time, and the head dims padded to the cube's 16."""
+
+    n: int
+    bm: np.ndarray
+    kv: np.ndarray
+    db: np.ndarray
+    gi: np.ndarray
+    gj: np.ndarray
+    steps: np.ndarray
+    run: np.ndarray
+    me: np.ndarray
+    ke: np.ndarray
+    rows: np.ndarray
+    D16: int
+    Dv16: int
+
+    @property
+    def split(self) -> np.ndarray:
+        """Flash-decoding: the keys split in parts whose outputs are combined."""
+        return self.gj > 1
+
+
+def _tiling(work: AttentionWork, configs: list[KernelConfig]) -> _Tiling:
     bm = np.array([c.base_m for c in configs], dtype=np.int64)
     kv = np.array([c.knob("kv_tile", 128) for c in configs], dtype=np.int64)
-    db = np.array([c.double_buffer for c in configs], dtype=bool)
     gj = np.array(
         [len(kv_ranges(work.T, c.knob("kv_split", 1), c.knob("kv_tile", 128))) for c in configs]
     )
@@ -195,21 +208,33 @@ def lower_attention(
     part = ceil_div(work.T, gj)  # keys per tile
     steps = ceil_div(part, kv)
     skip = np.array([c.knob(CAUSAL_SKIP, 1) for c in configs], dtype=bool)
-    run = _causal_steps(work, bm, kv, gj, part, steps, skip)  # the steps a tile runs
-    share = work.visible_share  # of the score matrix: the work done
-    me = np.minimum(bm, ceil_to(ceil_div(work.S, gi), 16))
-    ke = np.minimum(kv, ceil_to(ceil_div(part, steps), 16))
-    split = gj > 1
-    D16, Dv16 = int(ceil_to(work.D, 16)), int(ceil_to(work.Dv, 16))
-    it, ci = work.item, work.cube_item
-    i64 = np.int64
-    # Q, K and V move row by row (ND->NZ); where their rows lie back to back (packed), HBM
-    # fetches only the bytes of a block, not its whole bursts
-    streams = [
+    return _Tiling(
+        n=len(configs),
+        bm=bm,
+        kv=kv,
+        db=np.array([c.double_buffer for c in configs], dtype=bool),
+        gi=gi,
+        gj=gj,
+        steps=steps,
+        run=_causal_steps(work, bm, kv, gj, part, steps, skip),  # the steps a tile runs
+        me=np.minimum(bm, ceil_to(ceil_div(work.S, gi), 16)),
+        ke=np.minimum(kv, ceil_to(ceil_div(part, steps), 16)),
+        rows=slice_rows(bm, np.array([c.knob(VEC_ROWS, 0) for c in configs], dtype=np.int64)),
+        D16=int(ceil_to(work.D, 16)),
+        Dv16=int(ceil_to(work.Dv, 16)),
+    )
+
+
+def _operands(work: AttentionWork, t: _Tiling) -> list[StreamBatch]:
+    """Q once a tile, K and V a block a step. They move row by row (ND->NZ); where their rows
+    lie back to back (packed), HBM fetches only the bytes of a block, not its whole bursts."""
+    it, n, i64 = work.item, t.n, np.int64
+    per_step = work.bh * t.gj * t.steps
+    return [
         StreamBatch(
             work.q,
             "MTE2",
-            (me * work.D * it).astype(i64),
+            (t.me * work.D * it).astype(i64),
             np.full(n, work.D * it),
             "bi",
             per="tile",
@@ -220,7 +245,7 @@ def lower_attention(
         StreamBatch(
             work.k,
             "MTE2",
-            np.ceil(work.kv_bytes[0] / (work.bh * gj * steps)).astype(i64),
+            np.ceil(work.kv_bytes[0] / per_step).astype(i64),
             np.full(n, work.D * it),
             "bjk",
             nd2nz=True,
@@ -230,7 +255,7 @@ def lower_attention(
         StreamBatch(
             work.v,
             "MTE2",
-            np.ceil(work.kv_bytes[1] / (work.bh * gj * steps)).astype(i64),
+            np.ceil(work.kv_bytes[1] / per_step).astype(i64),
             np.full(n, work.Dv * it),
             "bjk",
             nd2nz=True,
@@ -238,132 +263,176 @@ def lower_attention(
             packed=work.packed[2],
         ),
     ]
+
+
+def _vector_inputs(work: AttentionWork, t: _Tiling) -> list[StreamBatch]:
+    """What the softmax side reads: a mask block a step (per head, or shared by the heads),
+    and side inputs (a rotary table, a cache's new rows) once a tile."""
+    i64, out = np.int64, []
     full = work.bh * work.S * work.T
-    for t, mit, numel in work.mask:
+    for name, mit, numel in work.mask:
         key = "bijk" if numel >= full else "ijk"
         per_head = numel if numel < full else numel / work.bh
-        nbytes = np.maximum(mit, me * ke * mit * min(1.0, per_head / (work.S * work.T)))
-        streams.append(
+        nbytes = np.maximum(mit, t.me * t.ke * mit * min(1.0, per_head / (work.S * work.T)))
+        out.append(
             StreamBatch(
-                t,
+                name,
                 "MTE2",
                 np.ceil(nbytes).astype(i64),
-                (ke * mit).astype(i64),
+                (t.ke * mit).astype(i64),
                 key,
                 side="vector",
                 tensor_bytes=numel * mit,
             )
         )
-    for t, sit, numel in work.side_inputs:  # a rotary table, a cache's new rows: once a tile
-        streams.append(
+    for name, sit, numel in work.side_inputs:
+        out.append(
             StreamBatch(
-                t,
+                name,
                 "MTE2",
-                np.ceil(numel * sit / (work.bh * gi * gj)).astype(i64),
-                np.full(n, min(numel, work.D) * sit),
+                np.ceil(numel * sit / (work.bh * t.gi * t.gj)).astype(i64),
+                np.full(t.n, min(numel, work.D) * sit),
                 "bij",
                 per="tile",
                 side="vector",
                 tensor_bytes=numel * sit,
             )
         )
-    syncs = np.zeros(n, dtype=i64)
-    if spec.is_split:  # scores and probabilities cross cores through GM/L2 every step
-        ws_s, ws_p = workspace(name, "scores"), workspace(name, "probs")
-        s_bytes = (me * ke * 4).astype(i64)
-        p_bytes = (me * ke * ci).astype(i64)
-        o_bytes = (me * Dv16 * 4).astype(i64)
-        ws = [
-            (ws_s, "FIX", s_bytes, "cube"),
-            (ws_s, "MTE2", s_bytes, "vector"),
-            (ws_p, "MTE3", p_bytes, "vector"),
-            (ws_p, "MTE2", p_bytes, "cube"),
-            (workspace(name, "pv"), "FIX", o_bytes, "cube"),
-            (workspace(name, "pv"), "MTE2", o_bytes, "vector"),
-        ]
-        for t, pipe, nbytes, side in ws:
-            streams.append(
-                StreamBatch(
-                    t,
-                    pipe,
-                    nbytes,
-                    (ke * 4).astype(i64),
-                    "bijk",
-                    side=side,
-                    tensor_bytes=int(nbytes.max()) * spec.cube_cores,
-                )
-            )
-        syncs = 2 * run
-    if split.any():  # flash-decoding: each part's output and log-sum-exp (fp32) through L2,
-        # read back by the combining pass (a tile combines 1/J of its rows from all J parts)
-        partial = workspace(name, "parts")
-        p_bytes = np.where(split, me * (Dv16 + 8) * 4, 0).astype(i64)
-        for pipe in ("MTE3", "MTE2"):
-            streams.append(
-                StreamBatch(
-                    partial,
-                    pipe,
-                    p_bytes,
-                    np.full(n, (Dv16 + 8) * 4),
-                    "bij",
-                    per="tile",
-                    side="vector",
-                    tensor_bytes=int((p_bytes * gi * gj).max()) * work.bh,
-                )
-            )
+    return out
+
+
+def _crossings(name: str, work: AttentionWork, target: Target, t: _Tiling) -> list[StreamBatch]:
+    """On a split chip, scores, probabilities and the PV product cross between the cube and
+    the vector cores through GM/L2 every step."""
+    spec, i64 = target.spec, np.int64
+    ws_s, ws_p, ws_o = (workspace(name, w) for w in ("scores", "probs", "pv"))
+    s_bytes = (t.me * t.ke * 4).astype(i64)
+    p_bytes = (t.me * t.ke * work.cube_item).astype(i64)
+    o_bytes = (t.me * t.Dv16 * 4).astype(i64)
+    moves = [
+        (ws_s, "FIX", s_bytes, "cube"),
+        (ws_s, "MTE2", s_bytes, "vector"),
+        (ws_p, "MTE3", p_bytes, "vector"),
+        (ws_p, "MTE2", p_bytes, "cube"),
+        (ws_o, "FIX", o_bytes, "cube"),
+        (ws_o, "MTE2", o_bytes, "vector"),
+    ]
+    return [
+        StreamBatch(
+            ws,
+            pipe,
+            nbytes,
+            (t.ke * 4).astype(i64),
+            "bijk",
+            side=side,
+            tensor_bytes=int(nbytes.max()) * spec.cube_cores,
+        )
+        for ws, pipe, nbytes, side in moves
+    ]
+
+
+def _partials(name: str, work: AttentionWork, t: _Tiling) -> list[StreamBatch]:
+    """Flash-decoding: each part's output and log-sum-exp (fp32) through L2, read back by
+    the combining pass (a tile combines 1/J of its rows from all J parts)."""
+    partial = workspace(name, "parts")
+    p_bytes = np.where(t.split, t.me * (t.Dv16 + 8) * 4, 0).astype(np.int64)
+    return [
+        StreamBatch(
+            partial,
+            pipe,
+            p_bytes,
+            np.full(t.n, (t.Dv16 + 8) * 4),
+            "bij",
+            per="tile",
+            side="vector",
+            tensor_bytes=int((p_bytes * t.gi * t.gj).max()) * work.bh,
+        )
+        for pipe in ("MTE3", "MTE2")
+    ]
+
+
+def _outputs(work: AttentionWork, t: _Tiling) -> list[StreamBatch]:
+    """The output once a tile (a part's share of it under a split), and an intermediate also
+    needed outside the group, written whole over the steps the tiles run (all of them, under
+    a causal mask too)."""
+    i64 = np.int64
     main, oit = work.output
-    streams.append(
+    out = [
         StreamBatch(
             main,
             "MTE3",
-            np.ceil(me * work.Dv * oit / gj).astype(i64),
-            np.full(n, work.Dv * oit),
+            np.ceil(t.me * work.Dv * oit / t.gj).astype(i64),
+            np.full(t.n, work.Dv * oit),
             "bij",
             per="tile",
             side="vector",
             tensor_bytes=work.bh * work.S * work.Dv * oit,
         )
-    )
-    for t, xit, numel in work.extra_outputs:  # an intermediate also needed outside the group
-        # written whole over the steps the tiles run (all of them, under a causal mask too)
-        nbytes = np.ceil(numel * xit / (work.bh * gi * gj * run)).astype(i64)
-        streams.append(
+    ]
+    for name, xit, numel in work.extra_outputs:
+        out.append(
             StreamBatch(
-                t,
+                name,
                 "MTE3",
-                nbytes,
-                (ke * xit).astype(i64),
+                np.ceil(numel * xit / (work.bh * t.gi * t.gj * t.run)).astype(i64),
+                (t.ke * xit).astype(i64),
                 "bijk",
                 side="vector",
                 tensor_bytes=numel * xit,
             )
         )
+    return out
+
+
+def lower_attention(
+    work: AttentionWork,
+    configs: list[KernelConfig],
+    target: Target,
+    name: str,
+    ops: tuple[str, ...],
+    kind: str,
+    signature: str,
+) -> KernelBatch:
+    """Lower an attention group (flash attention: QK^T, online softmax, PV per KV tile)
+    under many configs at once: its tiling, its streams in kernel order (operands, the
+    softmax side's inputs, a split chip's crossings, flash-decoding's partials, outputs),
+    then its cycles."""
+    spec, t, i64 = target.spec, _tiling(work, configs), np.int64
+    streams = _operands(work, t) + _vector_inputs(work, t)
+    syncs = np.zeros(t.n, dtype=i64)
+    if spec.is_split:
+        streams += _crossings(name, work, target, t)
+        syncs = 2 * t.run
+    if t.split.any():
+        streams += _partials(name, work, t)
+    streams += _outputs(work, t)
+    D16, Dv16, me, ke = t.D16, t.Dv16, t.me, t.ke
     mmads = ceil_div(me, 128) * (
         ceil_div(ke, 128) * ceil_div(D16, 128) + ceil_div(Dv16, 128) * ceil_div(ke, 128)
     )
     cube = mmads * spec.mmad_fixed_cycles + me * ke * (D16 + Dv16) / 4096.0 / work.rate
-    rows = slice_rows(bm, np.array([c.knob(VEC_ROWS, 0) for c in configs], dtype=np.int64))
-    vc_step = softmax_cycles(target, work, me, ke, rows, Dv16)
-    foot = _foot(work, bm, kv, db, rows)
+    share = work.visible_share  # of the score matrix: the work done
     return KernelBatch(
         name=name,
         ops=ops,
         kind=kind,
         unit="mixed",
         configs=tuple(configs),
-        grid=np.stack([np.full(n, work.bh, dtype=i64), gi, gj.astype(i64)], axis=1),
-        steps=run.astype(i64),
+        grid=np.stack([np.full(t.n, work.bh, dtype=i64), t.gi, t.gj.astype(i64)], axis=1),
+        steps=t.run.astype(i64),
         streams=tuple(streams),
-        mte1_l0a_bytes=(me * (D16 + ke) * ci).astype(i64),
-        mte1_l0b_bytes=(ke * (D16 + Dv16) * ci).astype(i64),
+        mte1_l0a_bytes=(me * (D16 + ke) * work.cube_item).astype(i64),
+        mte1_l0b_bytes=(ke * (D16 + Dv16) * work.cube_item).astype(i64),
         mmads=mmads.astype(i64),
         cube_cycles=cube.astype(np.float64),
-        vector_cycles_step=vc_step + np.zeros(n),
+        vector_cycles_step=softmax_cycles(target, work, me, ke, t.rows, Dv16) + np.zeros(t.n),
         # normalise the output; a split's combining pass also weighs and sums J parts' rows
-        vector_cycles_tile=me * Dv16 * 4.0 * np.where(split, 3, 1) / spec.vector_bytes_per_cycle,
-        vector_instrs=np.zeros(n, dtype=i64),
-        cross_core_syncs=(syncs + split).astype(i64),  # a split waits for all parts
-        footprint={k: np.asarray(v, dtype=i64) for k, v in foot.items()},
+        vector_cycles_tile=me * Dv16 * 4.0 * np.where(t.split, 3, 1) / spec.vector_bytes_per_cycle,
+        vector_instrs=np.zeros(t.n, dtype=i64),
+        cross_core_syncs=(syncs + t.split).astype(i64),  # a split waits for all parts
+        footprint={
+            k: np.asarray(v, dtype=i64) for k, v in _foot(work, t.bm, t.kv, t.db, t.rows).items()
+        },
         flops=int(work.flops * share),
         cube_flops=int(work.cube_flops * share),
         compulsory_bytes=work.compulsory,

@@ -127,33 +127,16 @@ def _operands(anchor: Op) -> tuple[str, str]:
     return anchor.inputs[0], anchor.inputs[1]
 
 
-def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
-    """Describe a cube group: the anchor matmul, its FixPipe chain and vector epilogue."""
-    # Long by design: one walk over the group that sorts every op into anchor, FixPipe chain,
-    # prologue, epilogue, bias and outputs; the sorts depend on each other.
-    members = [graph.op(n) for n in group.ops]
-    anchors = [op for op in members if op.op_class is OpClass.CUBE and op.unit == "cube"]
-    anchor = anchors[0]
-    batch, M, N, K, reuse, run = _dims(graph, anchor)
-    a, b = _operands(anchor)
-    if len(anchors) > 1:  # horizontal: siblings on the same A computed as one wider matmul
-        N = sum(_dims(graph, op)[2] for op in anchors)
-    b_names = [_operands(op)[1] for op in anchors]
-    act_item = mem_itemsize(graph, anchor.outputs[0], target)
-    cube_item = target.cube_itemsize(graph.tensors[alias_root(graph, a)].itemsize)
-    a_item = mem_itemsize(graph, a, target, cube_operand=True)
-    b_item = mem_itemsize(graph, b, target, cube_operand=True)
-    a_root, b_root = alias_root(graph, a), alias_root(graph, b)
-    a_shape = graph.tensors[a_root].static_shape
-    b_shape = graph.tensors[b_root].static_shape
-    out_elems = batch * M * N
-    anchor_outs = {t for op in anchors for t in op.outputs if t}
-
-    # FixPipe chain: single-consumer per-channel ops right after each anchor
+def _fixpipe_chain(
+    graph: Graph, members: list[Op], anchors: list[Op], N: int, target: Target
+) -> tuple[list[Op], list[tuple[str, int]], set[str]]:
+    """The FixPipe chain: single-consumer per-channel ops right after each anchor, the bias
+    tensors they read (with their item sizes), and the tensors the chain has produced by its
+    end (the anchors' outputs and views of them included)."""
     fix: list[Op] = []
     bias: list[tuple[str, int]] = []
-    names = set(group.ops)
-    frontier = set(anchor_outs)
+    names = {op.name for op in members}
+    frontier = {t for op in anchors for t in op.outputs if t}
     for op in members:
         if op in anchors or op.is_view:
             if op.is_view and op.inputs and op.inputs[0] in frontier:
@@ -165,7 +148,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
             is_compile_time(graph, t) and graph.tensors[t].numel in (*range(SCALAR_MAX + 1), N)
             for t in others
         )
-        if (
+        if not (
             op.op_type in FIXPIPE_OPS
             and data
             and per_channel
@@ -173,15 +156,117 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
             and all(c.name in names for t in data for c in graph.consumers(t))
             and len(graph.consumers(data[0])) == 1
         ):
-            fix.append(op)
-            frontier.update(t for t in op.outputs if t)
-            bias += [
-                (t, mem_itemsize(graph, t, target))
-                for t in others
-                if graph.tensors[t].numel > SCALAR_MAX
-            ]
-        else:
             break
+        fix.append(op)
+        frontier.update(t for t in op.outputs if t)
+        bias += [
+            (t, mem_itemsize(graph, t, target))
+            for t in others
+            if graph.tensors[t].numel > SCALAR_MAX
+        ]
+    return fix, bias, frontier
+
+
+def _written(graph: Graph, vec: list[Op]) -> dict[str, int]:
+    """Elements an epilogue's in-place update writes, by tensor: its updates' elements, and 0
+    for the buffer it updates (never read)."""
+    inplace = inplace_writes(graph, vec)
+    written = {t: graph.tensors[w.updates].numel for t, w in inplace.items()}
+    written.update({w.buffer: 0 for w in inplace.values()})
+    return written
+
+
+def _epilogue_inputs(
+    graph: Graph, members: list[Op], vec: list[Op], N: int, out_elems: int, target: Target
+) -> list[tuple[str, int, float, str]]:
+    """What the vector epilogue reads from outside the group (not scalars, nor a buffer an
+    in-place update only writes): each with its item size, elements per output element and
+    its block key (per column, or per output block)."""
+    produced = {t for op in members for t in op.outputs if t}
+    written = _written(graph, vec)
+    out = []
+    for t in dict.fromkeys(t for op in vec for t in op.inputs if t and t not in produced):
+        numel = graph.tensors[alias_root(graph, t)].numel
+        if written.get(t, 1) == 0 or numel <= SCALAR_MAX:
+            continue
+        key = "j" if numel == N else "bij"
+        out.append((t, mem_itemsize(graph, t, target), numel / out_elems, key))
+    return out
+
+
+def _handoff(
+    graph: Graph, members: list[Op], vec: list[Op], frontier: set[str], anchor: Op
+) -> str:
+    """The tensor the cube hands the vector epilogue: the first the chain produced that the
+    epilogue reads ("" without an epilogue)."""
+    if not vec:
+        return ""
+    order = [t for op in members for t in op.outputs if t in frontier]
+    crossing = [t for t in order if any(c in vec for c in graph.consumers(t))]
+    return crossing[0] if crossing else anchor.outputs[0]
+
+
+def _epilogue_ops_and_outputs(
+    graph: Graph, group: FusionGroup, vec: list[Op], out_elems: int, target: Target
+) -> tuple[tuple[tuple[Op, float], ...], tuple[tuple[str, int, float, str], ...]]:
+    """The epilogue's ops, each with its elements per output element (the most it reads or
+    writes), and the group's outputs: item size, elements per output element, and the side
+    that writes them (the vector epilogue, or the cube's FixPipe)."""
+    written = _written(graph, vec)
+    vec_ops = tuple(
+        (
+            op,
+            max(written.get(t, graph.tensors[t].numel) for t in (*op.inputs, *op.outputs) if t)
+            / out_elems,
+        )
+        for op in vec
+    )
+    vec_outs = {t for op in vec for t in op.outputs if t}
+    outputs = tuple(
+        (
+            t,
+            mem_itemsize(graph, t, target),
+            written.get(t, graph.tensors[t].numel) / out_elems,
+            "vector" if t in vec_outs else "cube",
+        )
+        for t in group.outputs
+    )
+    return vec_ops, outputs
+
+
+def _other_bytes(
+    graph: Graph,
+    vec: list[Op],
+    sources: tuple[tuple[str, int, float, str], ...],
+    bias: list[tuple[str, int]],
+    vec_inputs: list[tuple[str, int, float, str]],
+    outputs: tuple[tuple[str, int, float, str], ...],
+) -> int:
+    """Compulsory bytes besides the operands: a prologue's sources, the bias, the epilogue's
+    inputs, and the outputs (what an in-place update writes of them)."""
+    written = _written(graph, vec)
+    total = sum(graph.tensors[t].numel * it for t, it, _, _ in sources)
+    total += sum(graph.tensors[t].numel * it for t, it in bias)
+    total += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in vec_inputs)
+    total += sum(int(written.get(t, graph.tensors[t].numel) * it) for t, it, _, _ in outputs)
+    return int(total)
+
+
+def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
+    """Describe a cube group: the anchor matmul, its FixPipe chain and vector epilogue."""
+    members = [graph.op(n) for n in group.ops]
+    anchors = [op for op in members if op.op_class is OpClass.CUBE and op.unit == "cube"]
+    anchor = anchors[0]
+    batch, M, N, K, reuse, run = _dims(graph, anchor)
+    a, b = _operands(anchor)
+    if len(anchors) > 1:  # horizontal: siblings on the same A computed as one wider matmul
+        N = sum(_dims(graph, op)[2] for op in anchors)
+    b_names = [_operands(op)[1] for op in anchors]
+    a_item = mem_itemsize(graph, a, target, cube_operand=True)
+    b_item = mem_itemsize(graph, b, target, cube_operand=True)
+    a_root, b_root = alias_root(graph, a), alias_root(graph, b)
+    out_elems = batch * M * N
+    fix, bias, frontier = _fixpipe_chain(graph, members, anchors, N, target)
     fixed = {op.name for op in fix} | {op.name for op in anchors}
     before = {op.name for op in members[: members.index(anchor)]}
     prologue = tuple(
@@ -202,53 +287,16 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
     vec = [
         op for op in members if op.name not in fixed and op.name not in before and not op.is_view
     ]
-    produced = {t for op in members for t in op.outputs if t}
-    # an in-place update in the epilogue writes its updates' elements, never reads its buffer
-    inplace = inplace_writes(graph, vec)
-    written = {t: graph.tensors[w.updates].numel for t, w in inplace.items()}
-    written.update({w.buffer: 0 for w in inplace.values()})
-    vec_inputs = []
-    for t in dict.fromkeys(t for op in vec for t in op.inputs if t and t not in produced):
-        if written.get(t, 1) == 0:
-            continue
-        numel = graph.tensors[alias_root(graph, t)].numel
-        if numel <= SCALAR_MAX:
-            continue
-        key = "j" if numel == N else "bij"
-        vec_inputs.append((t, mem_itemsize(graph, t, target), numel / out_elems, key))
-    vec_ops = tuple(
-        (
-            op,
-            max(written.get(t, graph.tensors[t].numel) for t in (*op.inputs, *op.outputs) if t)
-            / out_elems,
-        )
-        for op in vec
-    )
-    vec_outs = {t for op in vec for t in op.outputs if t}
-    outputs = tuple(
-        (
-            t,
-            mem_itemsize(graph, t, target),
-            written.get(t, graph.tensors[t].numel) / out_elems,
-            "vector" if t in vec_outs else "cube",
-        )
-        for t in group.outputs
-    )
-    handoff = ""
-    if vec:
-        order = [t for op in members for t in op.outputs if t in frontier]
-        crossing = [t for t in order if any(c in vec for c in graph.consumers(t))]
-        handoff = crossing[0] if crossing else anchor.outputs[0]
-    full_row = any(op.op_class is OpClass.REDUCE for op in vec)
+    vec_inputs = _epilogue_inputs(graph, members, vec, N, out_elems, target)
+    vec_ops, outputs = _epilogue_ops_and_outputs(graph, group, vec, out_elems, target)
     a_bytes = graph.tensors[a_root].numel * a_item
     b_bytes = sum(graph.tensors[alias_root(graph, t)].numel for t in b_names) * b_item
     conv = anchor.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv")
     fed = {of for _, _, _, of in sources}
-    compulsory = sum(graph.tensors[t].numel * it for t, it, _, _ in sources)
-    compulsory += (0 if a_root in fed else a_bytes) + (0 if b_root in fed else b_bytes)
-    compulsory += sum(graph.tensors[t].numel * it for t, it in bias)
-    compulsory += sum(int(graph.tensors[t].numel * it) for t, it, _, _ in vec_inputs)
-    compulsory += sum(int(written.get(t, graph.tensors[t].numel) * it) for t, it, _, _ in outputs)
+    compulsory = (0 if a_root in fed else a_bytes) + (0 if b_root in fed else b_bytes)
+    compulsory += _other_bytes(graph, vec, sources, bias, vec_inputs, outputs)
+    a_shape = graph.tensors[a_root].static_shape
+    b_shape = graph.tensors[b_root].static_shape
     return CubeWork(
         batch=batch,
         M=M,
@@ -267,7 +315,7 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         b_weight=is_compile_time(graph, b),
         b_batched=batch > 1 and (conv or math.prod(b_shape[:-2]) > 1),
         b_bytes=b_bytes,
-        cube_item=cube_item,
+        cube_item=target.cube_itemsize(graph.tensors[a_root].itemsize),
         rate=target.cube_rate(graph.tensors[a_root].itemsize),
         bias=tuple(bias),
         vec_ops=vec_ops,
@@ -275,9 +323,9 @@ def analyse_cube(graph: Graph, group: FusionGroup, target: Target) -> CubeWork:
         prologue=prologue,
         sources=sources,
         outputs=outputs,
-        handoff=handoff,
-        out_item=act_item,
-        full_row=full_row,
+        handoff=_handoff(graph, members, vec, frontier, anchor),
+        out_item=mem_itemsize(graph, anchor.outputs[0], target),
+        full_row=any(op.op_class is OpClass.REDUCE for op in vec),
         flops=sum(op.flops for op in members),
         cube_flops=sum(op.cube_flops for op in members),
         compulsory=int(compulsory),

@@ -65,7 +65,7 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
         if mended:
             log.warning(mended)
         backend = JournalFileBackend(str(path), lock_obj=OwnedLock(path))
-        return BatchedJournalStorage(backend), str(path)
+        return BatchedJournalStorage(backend, path), str(path)
     assert url is not None
     if "://" not in url:
         raise AutotuneError(

@@ -4,6 +4,7 @@ resuming it (the loop itself is :mod:`autotune.tuner.loop`)."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from pathlib import Path
@@ -54,6 +55,7 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
             raise AutotuneError(f"storage folder '{path.parent}' does not exist; create it first")
         if path.is_dir():
             raise AutotuneError(f"storage '{path}' is a folder; give a .journal file path")
+        _check_writable(path)
         if file_head(path, 1) not in (b"", b"{"):
             raise AutotuneError(
                 f"storage '{path}' is not an Optuna journal (its first byte is not a JSON "
@@ -73,6 +75,30 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
             "(e.g. sqlite:///autotune.db, postgresql://user@host/db)"
         )
     return _rdb(url), url
+
+
+def _check_writable(path: Path) -> None:
+    """A journal is written from its first use (its lock is a link beside it, a study's
+    every trial is appended): its folder, and the file when there is one, must be writable.
+
+    Raises:
+        AutotuneError: a read-only file system, or no permission.
+    """
+    where = path if path.exists() else path.parent
+    if os.access(path.parent, os.W_OK | os.X_OK) and os.access(where, os.W_OK):
+        return
+    why = "is on a read-only file system" if _read_only(where) else "cannot be written"
+    raise AutotuneError(
+        f"storage '{path}': {'it' if where == path else 'its folder'} {why}; give a --storage "
+        "in a folder you can write (copy the journal there to resume it)"
+    )
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def journal_path(url: str | None) -> Path | None:

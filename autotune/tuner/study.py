@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 
 from autotune.exceptions import AutotuneError
-from autotune.tuner.config import TuneConfig
+from autotune.tuner.config import SAMPLERS, SEEDS, TuneConfig
 from autotune.tuner.journal import BatchedJournalStorage, OwnedLock, mend_journal
 from autotune.tuner.leases import heartbeat_kwargs
 from costmodel.spec import Target
@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
 DEFAULT_STORAGE = "autotune.journal"
 PSYCOPG = "postgresql+psycopg"  # SQLAlchemy's dialect for psycopg 3
 CONNECT_TIMEOUT_S = 10
@@ -184,7 +183,7 @@ def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.sampl
     Raises:
         AutotuneError: unknown sampler, or one whose optional dependency is missing.
     """
-    s = seed + offset
+    s = (seed + offset) % SEEDS  # any seed a study was started with, however far it went
     if name == "tpe":
         with warnings.catch_warnings():  # `group` is marked experimental; it is what we need
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -245,6 +244,7 @@ def open_study(
         AutotuneError: an existing study of that name with other directions.
     """
     directions = [optuna.study.StudyDirection.MINIMIZE] * (2 if config.multi else 1)
+    make_sampler(config.sampler, config.seed, 0, config.multi)  # one it cannot make: no study
     try:
         probe = optuna.create_study(
             storage=storage, study_name=name, directions=directions, load_if_exists=True

@@ -5,7 +5,9 @@ by outcome.
     cd experiments && ../.venv/bin/python bad_inputs.py      # -> results/bad_inputs.csv
 
 Outcomes: ``accepted`` (exit 0, as expected), ``clear error`` (exit 1 with one error line
-holding the expected phrase), ``usage error`` (exit 2, the CLI framework's), and the defects:
+holding the expected phrase), ``usage error`` (exit 2, the CLI framework's), ``interrupted``
+(Ctrl-C: exit 130 and the one line ``interrupted``), ``skipped`` (a corpus file this machine
+cannot make: a read-only mount needs root), and the defects:
 ``traceback``, ``wrong outcome`` (another exit status or phrase), ``left output`` (a failure
 that left a file behind) and ``input changed`` (a corpus file written over).
 """
@@ -31,16 +33,19 @@ def main() -> None:
         work.mkdir(parents=True)
         corpus = build_corpus(Path(root) / "corpus", work)
         counts: dict[str, Counter[str]] = {}
-        bad = []
+        bad: list[str] = []
+        skipped: list[str] = []
         for i, case in enumerate(ALL):
             tmp = Path(root) / f"case{i}"
             tmp.mkdir()
-            got, _ = outcome(case, corpus, tmp)
+            got, where = outcome(case, corpus, tmp)
             counts.setdefault(case.category, Counter())[got] += 1
-            if got not in EXPECTED.values():
+            if got == "skipped":
+                skipped.append(f"skipped {where}")
+            elif got not in EXPECTED.values():
                 bad.append(f"{case.id}: {got}")
-    cols = ("accepted", "clear error", "usage error", "traceback", "wrong outcome",
-            "left output", "input changed")  # fmt: skip
+    cols = ("accepted", "clear error", "usage error", "interrupted", "skipped", "traceback",
+            "wrong outcome", "left output", "input changed")  # fmt: skip
     rows = [
         {"category": cat, "cases": sum(c.values()), **{k: c.get(k, 0) for k in cols}}
         for cat, c in counts.items()
@@ -52,7 +57,7 @@ def main() -> None:
         {"category": "all", "cases": sum(total.values()), **{k: total.get(k, 0) for k in cols}}
     )
     emit(rows, RESULTS / "bad_inputs.csv", width=13)
-    print("\n".join(bad) if bad else "every case as expected")
+    print("\n".join([*skipped, *bad]) if bad else "\n".join([*skipped, "every case as expected"]))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.vocabulary import VERSION, plan_latency, schema
-from search_space.atomic import atomic_write_text
+from search_space.atomic import atomic_write_text, file_head
 from search_space.exceptions import check
 from search_space.ir import Graph
 from search_space.space import FusionPlan, PlanError
@@ -116,9 +116,19 @@ def read_plan(path: str | os.PathLike[str], graph: Graph | None = None) -> Fusio
     """
     p = Path(path)
     check(p.is_file(), f"plan file '{p}' not found", PlanError)
+    if file_head(p, 4) == b"PAR1":
+        raise PlanError(
+            f"plan file '{p}' is a measurements table (Parquet), not a plan; give the plan "
+            "(JSON) that `autotune tune -o` wrote"
+        )
     try:
         data = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise PlanError(f"plan file '{p}' is not valid JSON: {err}") from None
+    except RecursionError:  # the parser recurses once per level
+        raise PlanError(
+            f"plan file '{p}' is nested too deeply to be a plan; give the plan that "
+            "`autotune tune -o` wrote"
+        ) from None
     check(isinstance(data, dict), f"plan file '{p}' does not hold a JSON object", PlanError)
     return plan_from_json(data, graph)

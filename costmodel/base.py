@@ -250,3 +250,8 @@ def read_model_doc(path: str | Path) -> dict[str, Any]:
         return doc
     except (OSError, ValueError, EOFError) as err:
         raise CostModelError(f"cannot read cost model file '{path}': {err}") from None
+    except RecursionError:  # the parser recurses once per level
+        raise CostModelError(
+            f"cannot read cost model file '{path}': nested too deeply to be a cost model; give "
+            "one `autotune calibrate --fit` wrote"
+        ) from None

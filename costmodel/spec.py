@@ -279,6 +279,8 @@ def _read_toml(target: str) -> tuple[dict[str, Any], str]:
             return tomllib.loads(path.read_text()), str(path)
         except tomllib.TOMLDecodeError as err:
             raise SpecError(f"hardware spec '{target}' is not valid TOML: {err}") from None
+        except RecursionError:  # the parser recurses once per level
+            raise SpecError(f"hardware spec '{target}' is nested too deeply: not a spec") from None
     names = available_targets()
     if target not in names:
         raise SpecError(

@@ -62,6 +62,7 @@ def dask_executor(
             client = stack.enter_context(Client(cluster))
             log.info("started a local Dask cluster at %s", cluster.scheduler_address)
         else:
+            _handshake(address, timeout)
             try:
                 client = stack.enter_context(Client(address, timeout=timeout))
             except (OSError, TimeoutError, ValueError, TypeError) as exc:
@@ -75,3 +76,43 @@ def dask_executor(
                 f"the Dask cluster lost every worker that ran a task, more times than its "
                 f"distributed.scheduler.allowed-failures allows: {exc}"
             ) from None
+
+
+def _handshake(address: str, timeout: float) -> None:
+    """Connect to ``address`` (Dask retries for ``timeout`` seconds) and exchange Dask's
+    handshake, all within twice ``timeout``. Dask's client bounds the connect but waits for
+    the handshake's answer for as long as the other end keeps the connection open, and reads
+    what another server sends as frame lengths (one that answers junk had numpy allocate
+    exabytes).
+
+    Raises:
+        AutotuneError: nothing at ``address`` answers as a Dask scheduler in time.
+    """
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def shake() -> None:
+        comm = await asyncio.wait_for(connect(address, timeout=timeout), 2 * timeout)
+        await comm.close()
+
+    try:
+        asyncio.run(shake())
+    except TimeoutError:  # asyncio's too, since Python 3.11
+        raise AutotuneError(
+            f"no Dask scheduler answered at '{address}' in {2 * timeout:g} s (twice "
+            "--dask-timeout: something took the connection and said nothing); check the address"
+        ) from None
+    except OSError as exc:  # refused, unreachable, closed (retried until the timeout)
+        raise AutotuneError(
+            f"cannot connect to a Dask scheduler at '{address}': {_first_line(exc)}"
+        ) from None
+    except Exception:  # junk for an answer: whatever Dask's reader makes of it
+        raise AutotuneError(
+            f"what answers at '{address}' is not a Dask scheduler (its answer is not Dask's "
+            "protocol); check the address and port"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]

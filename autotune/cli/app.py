@@ -15,6 +15,7 @@ import typer
 
 from autotune.cli import codegen, costmodel, dashboard, explore, plans, tuning
 from autotune.cli.common import out, say_log_lines
+from autotune.startup import starting
 
 __all__ = ["app", "main"]
 
@@ -67,5 +68,7 @@ app.add_typer(zoo_app, name="zoo")
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run the command line: a Ctrl-C before a command runs ends in one line (exit status
+    130; :mod:`autotune.startup`), one after it is the command's to handle."""
+    starting()
     app()

@@ -23,6 +23,7 @@ from rich.markup import escape
 from autotune.cli.console import err, out, printable, say_log_lines
 from autotune.cli.flags import FLAGS, FUSION_FLAGS, POLICY_FLAGS
 from autotune.exceptions import AutotuneError, StorageWriteError
+from autotune.startup import command_started
 from autotune.vocabulary import VERSION
 from search_space import AutofusionError, Graph
 from search_space.rules import Policy, load_policy
@@ -90,6 +91,7 @@ def user_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        command_started()  # Ctrl-C from here on is the command's (below)
         try:
             return fn(*args, **kwargs)
         except (AutofusionError, StorageWriteError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -23,7 +24,7 @@ from autotune.cli.common import (
     out,
     user_errors,
 )
-from autotune.cli.flags import ForceOpt
+from autotune.cli.flags import SEED_MAX, ForceOpt
 from autotune.exceptions import AutotuneError
 
 __all__ = ["calibrate", "costmodel_eval"]
@@ -111,13 +112,16 @@ def calibrate(
             "--models", help="zoo:NAME, an ONNX file or 'synthetic' (repeat); default: all."
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Sampling seed, 0 .. 2^32-1.", min=0, max=SEED_MAX)
+    ] = 0,
     warm: Annotated[
         float,
         typer.Option(help="Share of rows run after their plan's previous kernels (warm L2)."),
     ] = 0.2,
     jobs: Annotated[
-        int, typer.Option(help="Simulator worker processes (with --dask local: workers).")
+        int,
+        typer.Option(help="Simulator worker processes (with --dask local: workers).", min=0),
     ] = 0,
     dask: Annotated[
         str | None,
@@ -187,14 +191,14 @@ def calibrate(
         raise AutotuneError(f"--samples must be >= 1, but got {samples}")
     if not 0.0 <= warm <= 1.0:
         raise AutotuneError(f"--warm must be a fraction in [0, 1], but got {warm}")
-    if hardware_weight is not None and not hardware_weight > 0:
-        raise AutotuneError(f"--hardware-weight must be > 0, but got {hardware_weight}")
+    if hardware_weight is not None and not 0 < hardware_weight < math.inf:
+        raise AutotuneError(f"--hardware-weight must be a number > 0, but got {hardware_weight}")
     if dask is not None and from_msprof is not None:
         raise AutotuneError("--dask runs simulations; --from-msprof reads measurements instead")
     if context not in ("in-situ", "isolated"):
         raise AutotuneError(f"--context {context!r} is not one of: in-situ, isolated")
-    if not dask_timeout > 0:
-        raise AutotuneError(f"--dask-timeout must be > 0, but got {dask_timeout}")
+    if not 0 < dask_timeout < math.inf:
+        raise AutotuneError(f"--dask-timeout must be seconds > 0, but got {dask_timeout}")
     tgt = load_target(target, tuple(set_ or ()), precision)
     hardware = from_msprof is not None
     read: dict[str, str | Path | None] = {

@@ -28,7 +28,7 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
-from autotune.cli.flags import ForceOpt
+from autotune.cli.flags import SEED_MAX, ForceOpt
 from autotune.exceptions import AutotuneError
 from search_space import Graph
 from search_space.atomic import atomic_write_text, output_path
@@ -150,7 +150,7 @@ def estimate(
         ),
     ] = "none",
     json_out: JsonOpt = False,
-    top: Annotated[int, typer.Option(help="Kernels to list, slowest first.")] = 15,
+    top: Annotated[int, typer.Option(help="Kernels to list, slowest first.", min=0)] = 15,
 ) -> None:
     """Estimate a model's latency on an Ascend target under a plan."""
     from autotune.estimate import estimate_graph
@@ -315,7 +315,9 @@ def zoo_export(
     name: Annotated[str, typer.Argument(help="Zoo model name (see `autotune zoo list`).")],
     opts: ModelOptions,
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx file.")],
-    seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed for random weights, 0 .. 2^32-1.", min=0, max=SEED_MAX)
+    ] = 0,
     force: ForceOpt = False,
 ) -> None:
     """Write a zoo model to an ONNX file."""

@@ -10,7 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
-__all__ = ["FLAGS", "FUSION_FLAGS", "POLICY_FLAGS", "ForceOpt"]
+__all__ = ["FLAGS", "FUSION_FLAGS", "POLICY_FLAGS", "SEED_MAX", "ForceOpt"]
+
+# every --seed: what numpy's legacy seeding (Optuna's samplers) takes, for every command alike
+SEED_MAX = 2**32 - 1
 
 # every bundled flag once: (parameter, default, typer annotation)
 FLAGS: dict[str, tuple[Any, Any]] = {

@@ -25,7 +25,7 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
-from autotune.cli.flags import ForceOpt
+from autotune.cli.flags import SEED_MAX, ForceOpt
 
 __all__ = ["apply", "report", "verify"]
 
@@ -178,7 +178,9 @@ def verify(
     policy: PolicyFlags,
     plan: PlanArg,
     json_out: JsonOpt = False,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the random inputs, 0 .. 2^32-1.", min=0, max=SEED_MAX)
+    ] = 0,
     codegen: CodegenOpt = False,
     target: PlanTargetOpt = None,
     precision: PlanPrecisionOpt = None,

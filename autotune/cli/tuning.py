@@ -24,7 +24,7 @@ from autotune.cli.common import (
     policy_options,
     user_errors,
 )
-from autotune.cli.flags import ForceOpt
+from autotune.cli.flags import SEED_MAX, ForceOpt
 
 if TYPE_CHECKING:  # annotations only: the commands import what they run
     from autotune.tuner import Safety, TuneConfig, TuneResult
@@ -82,12 +82,12 @@ def tune(
             "name takes a -2, -3... suffix; the old study is kept).",
         ),
     ] = False,
-    seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
+    seed: Annotated[int, typer.Option(help="Sampler seed, 0 .. 2^32-1.", min=0, max=SEED_MAX)] = 0,
     measure_every: Annotated[
         int, typer.Option("--measure-every", help="Simulate the best plans every K trials.")
     ] = 20,
     pick: Annotated[
-        int | None, typer.Option(help="Pareto trial number to save (latency,memory).")
+        int | None, typer.Option(help="Pareto trial number to save (latency,memory).", min=0)
     ] = None,
     cost: Annotated[
         str,

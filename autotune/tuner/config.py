@@ -9,12 +9,22 @@ from autotune.exceptions import AutotuneError
 from autotune.tuner.evaluator import COSTS
 from search_space.rules import Policy
 
-__all__ = ["AUTO_PATIENCE", "AUTO_TRIALS", "OBJECTIVES", "TuneConfig", "trials_arg"]
+__all__ = [
+    "AUTO_PATIENCE",
+    "AUTO_TRIALS",
+    "OBJECTIVES",
+    "SAMPLERS",
+    "SEEDS",
+    "TuneConfig",
+    "trials_arg",
+]
 
 AUTO_TRIALS = 400  # --trials auto: at most this many trials...
 AUTO_PATIENCE = 30  # ...stopping once this many in a row gained nothing
 
 OBJECTIVES = ("latency", "latency,memory")
+SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
+SEEDS = 2**32  # a seed is < this: numpy's legacy seeding, which Optuna's samplers use
 
 
 @dataclass(frozen=True)
@@ -74,8 +84,21 @@ class TuneConfig:
             raise AutotuneError(f"--polish must be >= 0, but got {self.polish}")
         if self.retrain_every < 1:
             raise AutotuneError(f"--retrain-every must be >= 1, but got {self.retrain_every}")
+        if not 0 <= self.seed < SEEDS:
+            raise AutotuneError(f"--seed must be in 0 .. 2^32-1, but got {self.seed}")
+        self._check_sampler()
         if self.cost not in COSTS:
             raise AutotuneError(f"unknown cost model '{self.cost}'; available: {', '.join(COSTS)}")
+
+    def _check_sampler(self) -> None:
+        """A sampler the study can make (its optional packages are checked as it is made):
+        checked before the storage opens, so a typo leaves no empty study behind."""
+        if self.sampler not in SAMPLERS:
+            raise AutotuneError(
+                f"unknown sampler '{self.sampler}'; available: {', '.join(SAMPLERS)}"
+            )
+        if self.sampler == "cmaes" and self.multi:
+            raise AutotuneError("cmaes is single-objective; use nsga2 or tpe for latency,memory")
 
 
 def trials_arg(text: str) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileSymlinkLock
+from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 from optuna.storages.journal._storage import JournalOperation
 
 from autotune.exceptions import AutotuneError
@@ -162,7 +162,7 @@ def mend_journal(path: Path) -> str | None:
     try:
         lines = path.read_bytes().split(b"\n")
         body, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline
-        bad = [i for i, line in enumerate(body) if line.strip() and not _is_json(line)]
+        bad = [i for i, line in enumerate(body) if not _is_json(line)]  # a blank one too
         if bad and (bad != [len(body) - 1] or tail):
             raise AutotuneError(
                 f"storage '{path}': line {bad[0] + 1} of {len(body)} is damaged, not only the "
@@ -203,12 +203,24 @@ class BatchedJournalStorage(JournalStorage):
     its own copy; a sampler reads finished trials), so another worker sees them a moment
     later, and a worker killed while its trial draws them leaves that trial with none (as
     one killed a moment earlier).
+
+    Raises:
+        AutotuneError: (on opening) a line of valid JSON that is no Optuna operation (no or
+            an unknown ``op_code``, fields missing), named by its number (``path``).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, backend: BaseJournalBackend, path: str | os.PathLike[str] = "") -> None:
         self._batch: list[dict[str, Any]] | None = None
         self._batch_thread = 0
+        try:  # Optuna replays every record now, and reads a record it cannot apply as a bug
+            super().__init__(backend)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, AssertionError):
+            line = self._replay_result.log_number_read  # counted before a record is applied
+            raise AutotuneError(
+                f"storage '{path or 'journal'}': line {line} is not an Optuna journal operation "
+                "(valid JSON, but no record Optuna writes); it cannot be resumed: move it aside "
+                "and start a new study"
+            ) from None
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

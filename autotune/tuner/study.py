@@ -4,6 +4,7 @@ resuming it (the loop itself is :mod:`autotune.tuner.loop`)."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import optuna
 
 from autotune.exceptions import AutotuneError
-from autotune.tuner.config import TuneConfig
+from autotune.tuner.config import SAMPLERS, SEEDS, TuneConfig
 from autotune.tuner.journal import BatchedJournalStorage, OwnedLock, mend_journal
 from autotune.tuner.leases import heartbeat_kwargs
 from costmodel.spec import Target
@@ -35,7 +36,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
 DEFAULT_STORAGE = "autotune.journal"
 PSYCOPG = "postgresql+psycopg"  # SQLAlchemy's dialect for psycopg 3
 CONNECT_TIMEOUT_S = 10
@@ -54,6 +54,7 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
             raise AutotuneError(f"storage folder '{path.parent}' does not exist; create it first")
         if path.is_dir():
             raise AutotuneError(f"storage '{path}' is a folder; give a .journal file path")
+        _check_writable(path)
         if file_head(path, 1) not in (b"", b"{"):
             raise AutotuneError(
                 f"storage '{path}' is not an Optuna journal (its first byte is not a JSON "
@@ -65,7 +66,7 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
         if mended:
             log.warning(mended)
         backend = WholeAppendBackend(str(path), lock_obj=OwnedLock(path))
-        return BatchedJournalStorage(backend), str(path)
+        return BatchedJournalStorage(backend, path), str(path)
     assert url is not None
     if "://" not in url:
         raise AutotuneError(
@@ -73,6 +74,30 @@ def open_storage(url: str | None) -> tuple[optuna.storages.BaseStorage | str, st
             "(e.g. sqlite:///autotune.db, postgresql://user@host/db)"
         )
     return _rdb(url), url
+
+
+def _check_writable(path: Path) -> None:
+    """A journal is written from its first use (its lock is a link beside it, a study's
+    every trial is appended): its folder, and the file when there is one, must be writable.
+
+    Raises:
+        AutotuneError: a read-only file system, or no permission.
+    """
+    where = path if path.exists() else path.parent
+    if os.access(path.parent, os.W_OK | os.X_OK) and os.access(where, os.W_OK):
+        return
+    why = "is on a read-only file system" if _read_only(where) else "cannot be written"
+    raise AutotuneError(
+        f"storage '{path}': {'it' if where == path else 'its folder'} {why}; give a --storage "
+        "in a folder you can write (copy the journal there to resume it)"
+    )
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def journal_path(url: str | None) -> Path | None:
@@ -158,7 +183,7 @@ def make_sampler(name: str, seed: int, offset: int, multi: bool) -> optuna.sampl
     Raises:
         AutotuneError: unknown sampler, or one whose optional dependency is missing.
     """
-    s = seed + offset
+    s = (seed + offset) % SEEDS  # any seed a study was started with, however far it went
     if name == "tpe":
         with warnings.catch_warnings():  # `group` is marked experimental; it is what we need
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -219,6 +244,7 @@ def open_study(
         AutotuneError: an existing study of that name with other directions.
     """
     directions = [optuna.study.StudyDirection.MINIMIZE] * (2 if config.multi else 1)
+    make_sampler(config.sampler, config.seed, 0, config.multi)  # one it cannot make: no study
     try:
         probe = optuna.create_study(
             storage=storage, study_name=name, directions=directions, load_if_exists=True

@@ -237,6 +237,11 @@ def load_policy(
             doc = tomllib.loads(p.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise PolicyError(f"config file '{p}' is not valid TOML: {err}") from None
+        except RecursionError:  # the parser recurses once per level
+            raise PolicyError(
+                f"config file '{p}' is nested too deeply to be a config; it holds the tables "
+                "[policy], [[rules]] and [tune]"
+            ) from None
         unknown = sorted(set(doc) - {"policy", "rules", "tune"})
         if unknown:
             raise PolicyError(

@@ -201,5 +201,7 @@ class FusionPlan:
             data = json.loads(p.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise PlanError(f"plan file '{p}' is not valid JSON: {err}") from None
+        except RecursionError:  # the parser recurses once per level
+            raise PlanError(f"plan file '{p}' is nested too deeply to be a plan") from None
         check(isinstance(data, dict), f"plan file '{p}' does not hold a JSON object", PlanError)
         return cls.from_json(data, graph)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from cases import Case
 from corpus import build
+from input_runs import Ran, invoke, unavailable
 from output_helpers import broken_files, digests, prepared, raw_controls, temp_files
 from typer.testing import CliRunner
 
@@ -49,19 +50,21 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-EXPECTED = {0: "accepted", 1: "clear error", 2: "usage error"}  # outcome by exit status
+# outcome by exit status; 130: Ctrl-C, the one line `interrupted`
+EXPECTED = {0: "accepted", 1: "clear error", 2: "usage error", 130: "interrupted"}
 # each outcome in the totals the issue asks for (experiments/bad_inputs.py)
 CLASSES = {
     "accepted": "ok",
     "clear error": "ok",
     "usage error": "ok",
+    "interrupted": "ok",
     "traceback": "traceback",
     "wrong outcome": "accepted-bad",  # another exit status or phrase (a refusal missed...)
     "left output": "accepted-bad",  # a failure left a file, or a write its temporary file
     "raw control": "accepted-bad",  # a control character reached the terminal
     "input changed": "data-loss",  # a corpus file, or a file the case had to keep, not whole
     "hang": "hang",  # still running when the guard expired
-    "skipped": "skipped",  # cannot run here (a tmpfs needs root)
+    "skipped": "skipped",  # cannot run here (a tmpfs or a read-only mount needs root)
 }
 
 
@@ -69,11 +72,12 @@ class Hang(BaseException):
     """The per-run guard expired (not an ``Exception``: nothing in the tool catches it)."""
 
 
-def _invoke(argv: list[str], limit_s: float | None) -> Any:
-    """Run the CLI in-process on ``argv``; with ``limit_s``, raise :class:`Hang` in it when it
-    runs longer (SIGALRM: a loop or a blocking call in Python is interrupted)."""
+def _invoke(case: Case, argv: list[str], tmp: Path, limit_s: float | None) -> Ran:
+    """Run ``argv`` as ``case`` says (:func:`input_runs.invoke`: in-process, or a real
+    process sent Ctrl-C); with ``limit_s``, raise :class:`Hang` in it when it runs longer
+    (SIGALRM: a loop or a blocking call in Python is interrupted)."""
     if limit_s is None:
-        return CliRunner().invoke(app, argv)
+        return invoke(case, argv, tmp)
 
     def expire(signum: int, frame: Any) -> None:
         raise Hang()
@@ -81,7 +85,7 @@ def _invoke(argv: list[str], limit_s: float | None) -> Any:
     old = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, limit_s)
     try:
-        return CliRunner().invoke(app, argv)
+        return invoke(case, argv, tmp)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -92,6 +96,9 @@ def outcome(
 ) -> tuple[str, str]:
     """Run one case in-process: its outcome (``EXPECTED`` of its exit status when it behaved,
     else one of the defects of :data:`CLASSES`) and the command with what it printed."""
+    why = unavailable(case)
+    if why is not None:
+        return "skipped", f"{case.id}: {why}"
     names = {k: str(v) for k, v in corpus.items()}
     argv = [a.format(tmp=tmp, **names) for a in case.argv]
     where = f"{case.id}: autotune {' '.join(argv)!r}"
@@ -101,7 +108,7 @@ def outcome(
         before = {k: _digest(p) for k, p in corpus.items()}
         kept = digests(case, tmp)
         try:
-            res = _invoke(argv, limit_s)
+            res = _invoke(case, argv, tmp, limit_s)
         except Hang:
             return "hang", f"{where}\nstill running after {limit_s} s"
         where = f"{where}\n{res.output}"
@@ -122,6 +129,9 @@ def outcome(
         errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
         if len(errors) != 1 or case.says not in errors[0].lower():
             return "wrong outcome", where
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    if case.code == 130 and lines != ["interrupted"]:
+        return "wrong outcome", where
     if left or (
         case.code and any(Path(o.format(tmp=tmp, **names)).exists() for o in case.outputs)
     ):

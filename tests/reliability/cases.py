@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cases_input
 from cases_output import OUTPUT
 
 __all__ = ["ALL", "Case"]
@@ -26,6 +27,7 @@ class Case:
     code: int
     says: str = ""  # lower-case phrase the error line holds (exit 1)
     outputs: tuple[str, ...] = ()  # files the command would write (absent after a failure)
+    how: str = ""  # "": in-process; "sigint:<lib>": a real process, Ctrl-C once <lib> loads
 
 
 # -- models: every command that reads a model ----------------------------------------------------
@@ -442,4 +444,6 @@ CLI: list[Case] = [
     Case("unknown_command", "cli", ("frobnicate",), 2),
 ]
 
-ALL: list[Case] = _model_cases() + _plan_cases() + _spec_cases() + CLI + OUTPUT
+ALL: list[Case] = (
+    _model_cases() + _plan_cases() + _spec_cases() + CLI + OUTPUT + cases_input.input_cases()
+)

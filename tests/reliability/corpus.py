@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from corpus_input import build_input
 from corpus_output import build_output
 from onnx import TensorProto, helper, numpy_helper
 
@@ -275,7 +276,13 @@ def _others(d: Path) -> dict[str, Path]:
     return out
 
 
-BUILDERS: tuple[Callable[[Path], dict[str, Path]], ...] = (_models, _specs, _others, build_output)
+BUILDERS: tuple[Callable[[Path], dict[str, Path]], ...] = (
+    _models,
+    _specs,
+    _others,
+    build_output,
+    build_input,
+)
 
 
 def build(folder: Path, plan: Path | None = None) -> dict[str, Path]:

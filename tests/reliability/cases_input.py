@@ -140,13 +140,13 @@ def _nesting(case: type[Case]) -> list[Case]:
 
 def _start_up(case: type[Case]) -> list[Case]:
     """Ctrl-C to a real ``autotune tune`` as it starts: once it has loaded numpy (the
-    command line's imports) and once scikit-learn (``--trials``'s check, as the command line
-    is read); either way before the study."""
+    command line's imports) and once pandas (``--trials``'s check, as the command line is
+    read); either way before the study."""
     written = ("{tmp}/p.json", "{tmp}/s.journal")
     argv = ("tune", "{valid}", "--cost", "analytic", "--trials", "50", *FRESH)
     return [
         case("sigint_in_imports", "start-up", argv, 130, "", written, "sigint:_multiarray_umath"),
-        case("sigint_reading_flags", "start-up", argv, 130, "", written, "sigint:sklearn/"),
+        case("sigint_reading_flags", "start-up", argv, 130, "", written, "sigint:pandas/_libs"),
     ]
 
 

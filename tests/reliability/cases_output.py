@@ -33,6 +33,7 @@ class OutputCase:
     disk: str = ""  # "full" or "ro": {tmp}/disk is a small tmpfs, filled or read-only
     kept: tuple[str, ...] = ()  # files that must be byte for byte as before
     appended: tuple[str, ...] = ()  # files that must be their old bytes then whole records
+    how: str = ""  # always in-process (:class:`cases.Case`'s)
 
 
 TUNE = ("tune", "{valid}", "--trials", "1", "--cost", "analytic", "--polish", "0")

@@ -15,9 +15,9 @@ if TYPE_CHECKING:  # what __getattr__ imports on first use, named for type check
     from autotune.api import Plan, load_plan, tune
     from autotune.exceptions import AutotuneError
     from autotune.frontend import OptimizedModule, optimize
-    from autotune.zoo import ZooOptions, load_model_spec
     from search_space import AutofusionError, Graph, load_graph
     from search_space.space import PlanError
+    from search_space.zoo import ZooOptions, load_model_spec
 
 __all__ = [
     "AutofusionError",
@@ -43,8 +43,8 @@ _HOMES = {
     "AutotuneError": "autotune.exceptions",
     "optimize": "autotune.frontend",  # the PyTorch front end: needs the [torch] extra
     "OptimizedModule": "autotune.frontend",
-    "ZooOptions": "autotune.zoo",
-    "load_model_spec": "autotune.zoo",
+    "ZooOptions": "search_space.zoo",
+    "load_model_spec": "search_space.zoo",
     "AutofusionError": "search_space",
     "Graph": "search_space",
     "load_graph": "search_space",

@@ -13,9 +13,9 @@ import onnx
 from autotune.plan_file import read_plan, save_plan
 from autotune.tuner import TuneConfig, TuneResult, tune_graph
 from autotune.vocabulary import describe, plan_latency
-from autotune.zoo import ZooOptions, resolve_model
 from search_space.onnx import ModelSource, load_graph, read_model, read_model_with_data
 from search_space.space import FusionPlan
+from search_space.zoo import ZooOptions, resolve_model
 
 __all__ = ["Plan", "load_plan", "tune"]
 

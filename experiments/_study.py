@@ -12,9 +12,9 @@ from pathlib import Path
 
 from autotune.tuner import TuneConfig, TuneResult, make_safety, tune_graph
 from autotune.tuner.session import Session
-from autotune.zoo import ZooOptions
 from costmodel.spec import Target, load_target
 from search_space import Graph
+from search_space.zoo import ZooOptions
 
 
 @dataclass(frozen=True)

@@ -102,10 +102,10 @@ def throughput(model: AnalyticModel, configs: int, zoo: str, repeat: int) -> lis
         _row("predict_batch, matmul 4096 by hand", len(batch), sec, f"{feasible} feasible")
     )
     try:
-        from autotune.zoo import build
         from costmodel.lower import Lowering
         from search_space import load_graph
         from search_space.ir import singleton_groups
+        from search_space.zoo import build
     except ImportError as err:  # the lowering is optional for this benchmark
         print(f"skipping lowered batches: {err}")
         return rows

@@ -32,9 +32,9 @@ from pandas.testing import assert_frame_equal
 
 from autotune.calibrate import calibrate_tables
 from autotune.calibrate.cluster import dask_executor
-from autotune.zoo import ZooOptions, load_model_spec
 from costmodel.calibration import read_table
 from costmodel.spec import load_target
+from search_space.zoo import ZooOptions, load_model_spec
 
 MODES = (("jobs 1", 1, False), ("jobs 2", 2, False), ("dask local x2", 2, True))
 

@@ -51,11 +51,11 @@ from autotune import tune
 from autotune.codegen.ascend_rules import check_ascend
 from autotune.codegen.generate import Generated, generate
 from autotune.estimate import plan_target
-from autotune.zoo import build, list_models
 from costmodel.spec import Target, load_target
 from search_space import Graph, load_graph
 from search_space.onnx import read_model_with_data
 from search_space.rules import Policy
+from search_space.zoo import build, list_models
 
 sys.path.append(str(Path(__file__).parent.parent / "tests"))  # the exports and their shapes
 from conftest import EXPORT_FILES, EXPORTS, export_shapes

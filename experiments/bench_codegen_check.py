@@ -28,7 +28,7 @@ t0 = time.perf_counter()
 from autotune.codegen.check import check_package
 from autotune.codegen.generate import generate
 from autotune.tuner.safety_codegen import CODEGEN_CHECK_FLOPS, CODEGEN_CHECK_OPS
-from autotune.zoo import build
+from search_space.zoo import build
 from costmodel.spec import load_target
 from search_space import load_graph
 name, scale, layers, plan = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]

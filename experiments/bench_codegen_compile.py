@@ -32,9 +32,9 @@ from autotune.codegen.compile_check import code_shape, compile_package
 from autotune.codegen.generate import generate
 from autotune.codegen.kernel_text import footprint
 from autotune.codegen.program import Program, Step
-from autotune.zoo import build, list_models
 from costmodel.spec import load_target
 from search_space import load_graph
+from search_space.zoo import build, list_models
 
 
 def _heavy(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -30,11 +30,11 @@ import numpy as np
 from _study import fresh_study
 from _table import RESULTS, emit
 
-from autotune.zoo import ZooOptions, resolve_model
-from autotune.zoo.builder import WEIGHT_INPUTS_KEY, ZOO_KEY
 from costmodel.lower.common import mem_itemsize
 from search_space import load_graph
 from search_space.space import SpacePlan
+from search_space.zoo import ZooOptions, resolve_model
+from search_space.zoo.builder import WEIGHT_INPUTS_KEY, ZOO_KEY
 
 MODEL = "llama3-8b-decode"
 

@@ -28,9 +28,9 @@ from autotune.candidates import analyse_candidates
 from autotune.graph_dot import dot_source, render_svg
 from autotune.graph_page import block, page
 from autotune.graph_view import candidates_view
-from autotune.zoo import build
 from costmodel.spec import load_target
 from search_space import load_graph
+from search_space.zoo import build
 
 MODELS = ("mobilenetv3", "bert-base", "gpt2", "llama3-8b", "llama3-8b-decode")
 

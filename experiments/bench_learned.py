@@ -16,7 +16,6 @@ from pathlib import Path
 
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.zoo import build
 from costmodel.analytic import AnalyticModel
 from costmodel.learned import LearnedModel
 from costmodel.lower import Lowering
@@ -26,6 +25,7 @@ from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.rules import Policy
 from search_space.space import baseline_plan
+from search_space.zoo import build
 
 
 def main() -> None:

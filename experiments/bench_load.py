@@ -19,7 +19,7 @@ from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 CHILD = r"""
 import json, resource, sys, time
-from autotune.zoo import build
+from search_space.zoo import build
 from search_space import load_graph
 name, layers = sys.argv[1], (int(sys.argv[2]) if sys.argv[2] != "-" else None)
 t0 = time.perf_counter()

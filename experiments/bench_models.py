@@ -29,10 +29,10 @@ from _study import fresh_study
 from _table import RESULTS, emit
 
 from autotune.tuner import Candidate
-from autotune.zoo import ZooOptions, list_models, resolve_model
 from costmodel.roofline import roofline_us
 from search_space import load_graph
 from search_space.space import OptimalUnavailable, baseline_plan
+from search_space.zoo import ZooOptions, list_models, resolve_model
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 CNNS = sorted(p.stem for p in LIGHT.glob("light_*.onnx"))

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.space import OptimalUnavailable, optimal_partition
+from search_space.zoo import build
 
 CASES = [
     "bert-base@scale=0.1",

@@ -16,9 +16,9 @@ import time
 import numpy as np
 from _table import RESULTS, emit
 
-from autotune.zoo import build
 from search_space import load_graph
 from search_space.fusion import FusionContext
+from search_space.zoo import build
 
 
 def bench(name: str, sets: int, rounds: int) -> dict[str, object]:

@@ -28,9 +28,9 @@ from _table import RESULTS, emit  # experiments/_table.py (scripts run from this
 from autotune.exceptions import AutotuneError
 from autotune.tuner import TuneConfig, steps
 from autotune.tuner.session import Session
-from autotune.zoo import build
 from search_space import load_graph
 from search_space.space import baseline_plan, plan_cost
+from search_space.zoo import build
 
 CASES = [
     ("bert-base", {"layers": 1}),

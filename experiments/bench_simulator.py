@@ -108,10 +108,10 @@ def run(case: str, kernels: list[Kernel], spec: HardwareSpec, fast: bool) -> dic
 def zoo_plan(name: str, layers: int | None) -> list[Kernel] | None:
     """The ``none`` plan of a zoo model, lowered with default configs (None if unavailable)."""
     try:
-        from autotune.zoo import build
         from costmodel.lower import Lowering
         from search_space import load_graph
         from search_space.ir import singleton_groups
+        from search_space.zoo import build
 
         graph = load_graph(build(name, weights="inputs", layers=layers).SerializeToString())
         return Lowering(graph, load_target("ascend910b")).kernels(singleton_groups(graph))

@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.rules import Policy, match, rule_registry
 from search_space.space import SearchSpace
+from search_space.zoo import build
 
 
 def space_row(name: str, layers: int | None) -> dict[str, object]:

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from autotune.zoo import build, list_models
 from costmodel.analytic import AnalyticModel
 from costmodel.lower import Lowering
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import singleton_groups
+from search_space.zoo import build, list_models
 
 
 def main() -> None:

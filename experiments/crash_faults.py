@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relia
 
 from crash_helpers import FAULTS, RUNNING, lost, plan_whole, run, trials, tune_args
 
-from autotune.zoo import build
+from search_space.zoo import build
 
 KILLED = -signal.SIGKILL
 COLUMNS = (

@@ -45,8 +45,8 @@ CLI = "from autotune.cli import app; app()"
 
 
 def _op_types(name: str, layers: int | None) -> dict[str, str]:
-    from autotune.zoo import build
     from search_space import load_graph
+    from search_space.zoo import build
 
     graph = load_graph(build(name, weights="inputs", layers=layers))
     return {op.name: op.op_type for op in graph.ops}
@@ -98,12 +98,12 @@ def compare(old: Path, new: Path, out: Path) -> None:
 def margin(old: Path, new: Path, out: Path) -> None:
     """Both versions' plans costed by this code's analytic model, each kernel at its best
     config: how much the other version's plan loses under this version's model."""
-    from autotune.zoo import build
     from costmodel.oracle import CostOracle
     from costmodel.spec import load_target
     from search_space import load_graph
     from search_space.fusion import FusionContext
     from search_space.ir import make_group
+    from search_space.zoo import build
 
     plans = [json.loads(p.read_text()) for p in (old, new)]
     rows = []

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 from _table import RESULTS, emit
 
-from autotune.zoo import ZooOptions
-from autotune.zoo.resolve import load_model_spec
 from costmodel import load_target, make_cost_model
 from costmodel.lower import Lowering
 from costmodel.lower.common import mem_itemsize
 from search_space.ir import is_compile_time, make_group
+from search_space.zoo import ZooOptions
+from search_space.zoo.resolve import load_model_spec
 
 MODELS = {"llama3-8b-decode": 2048, "gpt2-decode": 1023}  # model -> cache length
 RANKED = 6  # configs simulated per matmul: the analytic model's best few

@@ -20,9 +20,9 @@ from pathlib import Path
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.tuner import TuneConfig, tune_graph
-from autotune.zoo import build, list_models
 from search_space import load_graph
 from search_space.rules import Policy
+from search_space.zoo import build, list_models
 
 
 def main() -> None:

@@ -18,7 +18,6 @@ import numpy as np
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
 from autotune.tuner import TuneConfig, tune_graph
-from autotune.zoo import build, list_models
 from costmodel.lower import Lowering
 from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
@@ -28,6 +27,7 @@ from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.rules import Policy
 from search_space.space import baseline_plan
+from search_space.zoo import build, list_models
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ GOLDEN = Path(__file__).parent / "golden" / "zoo.json"
 
 def models() -> tuple[str, ...]:
     """Every zoo model (a new one fails the test until the file is regenerated)."""
-    from autotune.zoo import list_models
+    from search_space.zoo import list_models
 
     return tuple(m.name for m in list_models())
 

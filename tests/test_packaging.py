@@ -84,7 +84,7 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
         text=True,
         check=True,
     )
-    from autotune.zoo import list_models
+    from search_space.zoo import list_models
 
     assert len(json.loads(proc.stdout)["models"]) == len(list_models())
     code = (

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from autotune.exceptions import AutotuneError
-from autotune.zoo import load_model_spec
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
 from costmodel.calibration import measured_pipes, measurement_rows, update_manifest, write_table
@@ -48,6 +47,7 @@ from costmodel.residency import written_tensors
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
 from search_space.ir import Graph
+from search_space.zoo import load_model_spec
 
 __all__ = [
     "CANN_TYPES",

@@ -15,7 +15,7 @@ from functools import partial
 import onnx
 from onnx import TensorProto
 
-from autotune.zoo import BuildArgs, Builder
+from search_space.zoo import BuildArgs, Builder
 
 __all__ = ["synthetic_models"]
 

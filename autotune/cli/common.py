@@ -32,9 +32,9 @@ if TYPE_CHECKING:  # annotations only: loading a model and a plan imports what i
     # (onnx, the zoo), so that --help, --version and completion do not
     import onnx
 
-    from autotune.zoo import ZooOptions
     from costmodel.spec import Target
     from search_space.space import FusionPlan
+    from search_space.zoo import ZooOptions
 
 __all__ = [
     "FUSION_FLAGS",
@@ -152,7 +152,7 @@ class ModelOptions:
             from search_space.onnx import load_graph
 
             return load_graph(python_source(model), input_shapes=self.input_shapes)
-        from autotune.zoo import load_model_spec
+        from search_space.zoo import load_model_spec
 
         return load_model_spec(model, self.input_shapes, self.zoo)
 
@@ -177,7 +177,7 @@ class ModelOptions:
         ``python:package.module:factory`` exported (ModelProtos)."""
         if model.startswith(PYTHON):
             return python_source(model)
-        from autotune.zoo import resolve_model
+        from search_space.zoo import resolve_model
 
         return resolve_model(model, self.zoo)
 
@@ -241,8 +241,8 @@ def model_options(weights: str | None = "inputs", shapes: bool = True) -> Callab
     flags = {f: weights if f == "weights" else FLAGS[f][0] for f in names}
 
     def make(v: dict[str, Any]) -> ModelOptions:
-        from autotune.zoo import ZooOptions
         from search_space.onnx import parse_input_shapes
+        from search_space.zoo import ZooOptions
 
         zoo = ZooOptions(
             v.get("weights") or "random",

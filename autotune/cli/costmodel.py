@@ -33,8 +33,8 @@ __all__ = ["calibrate", "costmodel_eval"]
 def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
     """(source, family, graph) for each --models entry; ``synthetic`` expands to its set."""
     from autotune.calibrate import synthetic_models
-    from autotune.zoo import load_model_spec
     from search_space import load_graph
+    from search_space.zoo import load_model_spec
 
     found = []
     for spec in models:
@@ -50,7 +50,7 @@ def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
         family = spec[4:] if spec.startswith("zoo:") else Path(spec).stem
         found.append((spec, family, load_model_spec(spec)))
         if spec.startswith("zoo:"):  # a small variant too: other shapes of the same family
-            from autotune.zoo import ZooOptions
+            from search_space.zoo import ZooOptions
 
             small = load_model_spec(spec, zoo=ZooOptions(scale=0.25))
             found.append((f"{spec}@0.25", family, small))

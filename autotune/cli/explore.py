@@ -293,7 +293,7 @@ def _check_graph_page(html: Path, read: dict[str, Any], force: bool) -> None:
 @user_errors
 def zoo_list(json_out: JsonOpt = False) -> None:
     """List the built-in models."""
-    from autotune.zoo import list_models
+    from search_space.zoo import list_models
 
     infos = list_models()
     if json_out:
@@ -321,8 +321,8 @@ def zoo_export(
     force: ForceOpt = False,
 ) -> None:
     """Write a zoo model to an ONNX file."""
-    from autotune.zoo import build
     from search_space.onnx import save_model
+    from search_space.zoo import build
 
     output_path(output, None, "onnx", force)  # before building: a refusal costs nothing
 

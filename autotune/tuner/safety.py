@@ -16,13 +16,13 @@ from typing import Any
 import onnx
 
 from autotune.verify import KernelVerdict, safe_groups, verify_kernels
-from autotune.zoo import ZooError, ZooOptions, resolve_model
 from costmodel.lower import Lowering
 from costmodel.spec import Target
 from search_space.ir import Graph, make_group
 from search_space.onnx import read_model
 from search_space.rules import Policy
 from search_space.space import PlanGroup, SpacePlan
+from search_space.zoo import ZooError, ZooOptions, resolve_model
 
 __all__ = ["Checked", "Safety", "make_safety", "replanned"]
 

@@ -22,9 +22,9 @@ from onnx import external_data_helper, inliner, numpy_helper
 
 from autotune.verify.numerics import stable_rng
 from autotune.verify.slices import slice_values
-from autotune.zoo import INPUT_RANGES_KEY
 from search_space.ir import Graph, Op, OpClass, alias_root, is_compile_time
 from search_space.onnx import attributes_of, evaluate, node_names
+from search_space.zoo import INPUT_RANGES_KEY
 
 __all__ = ["ModelSource", "np_dtype"]
 

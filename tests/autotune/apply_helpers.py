@@ -12,13 +12,13 @@ import onnxruntime as ort
 from onnx import helper
 
 from autotune.apply import FUSED_DOMAIN, apply_plan
-from autotune.zoo import INPUT_RANGES_KEY, build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import Graph
 from search_space.fusion import FusionContext
 from search_space.onnx import node_names
 from search_space.space import PlanGroup
+from search_space.zoo import INPUT_RANGES_KEY, build
 
 IDENT = re.compile(r"^[A-Za-z_]\w*$", re.ASCII)
 

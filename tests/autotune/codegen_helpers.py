@@ -89,7 +89,7 @@ def check_zoo_model(name: str, plan: str, folder: Path, **zoo: int) -> None:
     """A zoo model at small scale under ``plan``: the package reproduces onnxruntime, and its
     steps compute every op of the graph that does work, each group's ops in that group's steps
     (a group that runs as several kernels still computes all of them, none twice)."""
-    from autotune.zoo.catalog import build
+    from search_space.zoo.catalog import build
 
     model = build(name, weights="random", scale=0.05, batch=1, **zoo)
     gen, result = check_plan(model, plan, folder)

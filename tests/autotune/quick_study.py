@@ -57,7 +57,7 @@ def quick_config(folder: Path, trials: int, **changes: Any) -> Any:
 
 def small_graph() -> Any:
     """The small model's graph (for ``tune_graph``)."""
-    from autotune.zoo import build
     from search_space import load_graph
+    from search_space.zoo import build
 
     return load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))

@@ -9,9 +9,9 @@ from conftest import EXPORT_FILES, EXPORTS, export_shapes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.zoo import build, list_models
 from search_space import load_graph
 from search_space.space import PlanGroup, baseline_plan
+from search_space.zoo import build, list_models
 
 ZOO = [info.name for info in list_models()]
 

@@ -21,13 +21,13 @@ from autotune.calibrate import (
     synthetic_models,
 )
 from autotune.cli import app
-from autotune.zoo import build
 from costmodel.analytic import AnalyticModel
 from costmodel.calibration import kernel_from_json, read_table
 from costmodel.learned import LearnedModel
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 from search_space import load_graph
+from search_space.zoo import build
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "msprof" / "op_summary_bert_layer0.csv"
 T = load_target("ascend910b")

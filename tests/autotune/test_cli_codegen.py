@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.estimate import plan_kernels
 from autotune.verify import draw_inputs
-from autotune.zoo import build
 from costmodel.spec import load_target
 from search_space import load_graph
+from search_space.zoo import build
 
 runner = CliRunner()
 BERT = ("zoo:bert-base", "--scale", "0.1", "--layers", "1")

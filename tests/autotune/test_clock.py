@@ -49,9 +49,9 @@ def test_phases_are_exclusive_and_add_up_to_the_run(run) -> None:
 def test_a_study_tells_its_phases_as_it_enters_them(tmp_path) -> None:
     """What the progress bar shows: every phase the study times, told as it starts."""
     from autotune.tuner import TuneConfig, tune_graph
-    from autotune.zoo import build
     from search_space import load_graph
     from search_space.rules import Policy
+    from search_space.zoo import build
 
     graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.25))
     told: list[str] = []

@@ -30,10 +30,10 @@ from autotune.codegen.generate import generate
 from autotune.codegen.kernel_text import footprint
 from autotune.codegen.program import Program, Step
 from autotune.codegen.templates.common import KernelSource, Launch, Scratch
-from autotune.zoo.catalog import build
 from costmodel.spec import Target, load_target
 from search_space import load_graph
 from search_space.ir import Graph, KernelConfig
+from search_space.zoo.catalog import build
 
 CASES = [
     ("bert-base", "none"),

@@ -113,7 +113,7 @@ def test_integers_and_booleans_keep_their_type(precision: str) -> None:
 
 @pytest.mark.parametrize(("name", "plan"), [("llama3-8b", "max"), ("bert-base", "none")])
 def test_zoo_models_at_fp16_reproduce_onnxruntimes_float32(name: str, plan: str, tmp_path) -> None:
-    from autotune.zoo.catalog import build
+    from search_space.zoo.catalog import build
 
     model = build(name, weights="random", scale=0.05, batch=1, layers=1)
     gen, result = check_plan(model, plan, tmp_path / "pkg", precision="fp16")

@@ -201,8 +201,8 @@ def test_a_config_with_more_programs_than_cores_is_refused_naming_the_group() ->
     from autotune.codegen import CodegenError
     from autotune.codegen.generate import check_cores
     from autotune.estimate import plan_kernels
-    from autotune.zoo.catalog import build
     from costmodel.spec import load_target
+    from search_space.zoo.catalog import build
 
     graph = load_graph(build("bert-base", weights="random", scale=0.05, layers=1, seq_len=8))
     target = load_target("ascend910b", (), "auto")

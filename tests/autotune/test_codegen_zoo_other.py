@@ -10,8 +10,8 @@ from codegen_helpers import check_plan, check_zoo_model, describe
 from conftest import EXPORTS, export_shapes
 
 from autotune import tune
-from autotune.zoo.catalog import build
 from search_space.onnx import read_model_with_data
+from search_space.zoo.catalog import build
 
 MODELS = {
     "bert-base": {"layers": 1, "seq_len": 8},

@@ -8,10 +8,10 @@ import pytest
 from autotune.apply import apply_plan
 from autotune.tuner import TuneConfig, tune_graph
 from autotune.verify import graph_equivalence, verify_kernels
-from autotune.zoo import build, list_models
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.rules import Policy
+from search_space.zoo import build, list_models
 
 SMALL = {"llama3-8b": {"scale": 0.05, "layers": 2}}
 

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from autotune.tuner import TuneConfig
 from autotune.tuner.session import Session
-from autotune.zoo import build
 from search_space import load_graph
 from search_space.rules import Policy
 from search_space.space import SpacePlan
+from search_space.zoo import build
 
 
 @pytest.fixture(scope="module")

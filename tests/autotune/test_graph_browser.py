@@ -13,8 +13,8 @@ from quick_study import MODEL, run
 from test_browser import ARTIFACTS, _errors, _until, browser  # noqa: F401 (the fixture)
 
 from autotune.graph_view import candidates_view
-from autotune.zoo import build
 from search_space import load_graph
+from search_space.zoo import build
 
 ROOT = "#gv-candidates"
 

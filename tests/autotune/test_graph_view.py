@@ -20,9 +20,9 @@ from autotune.candidates import analyse_candidates
 from autotune.graph_dot import Cluster, Drawing, dot_source, render_svg
 from autotune.graph_page import block
 from autotune.graph_view import VERDICT_COLOURS, candidates_view, fused_view
-from autotune.zoo import build
 from costmodel.spec import load_target
 from search_space import load_graph
+from search_space.zoo import build
 
 SVG = "{http://www.w3.org/2000/svg}"
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 (y grows downwards)

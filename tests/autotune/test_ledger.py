@@ -40,8 +40,8 @@ def _tune(tmp_path: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
-    from autotune.zoo import build
     from search_space import load_graph
+    from search_space.zoo import build
 
     graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.1))
     tmp = tmp_path_factory.mktemp("ledger")
@@ -82,8 +82,8 @@ def test_a_later_run_picks_from_what_the_storage_holds(tmp_path: Path) -> None:
     """A plan another worker measured (planted here with a latency below anything real) is
     what the next run on the storage picks, though this run never measured it; one measured
     on another spec is left out."""
-    from autotune.zoo import build
     from search_space import load_graph
+    from search_space.zoo import build
 
     graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.1))
     cfg = _cfg(tmp_path, cost="analytic", trials=4, study="st", polish=0)
@@ -112,9 +112,9 @@ def test_a_later_run_picks_from_what_the_storage_holds(tmp_path: Path) -> None:
 
 
 def _key_of(record) -> str:  # type: ignore[no-untyped-def]
-    from autotune.zoo import build
     from search_space import load_graph
     from search_space.ir import KernelConfig, make_group
+    from search_space.zoo import build
 
     graph = load_graph(build("bert-base", weights="inputs", layers=1, scale=0.1))
     groups = tuple(make_group(graph, g.ops, g.kind) for g in record.groups)

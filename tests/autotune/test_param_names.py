@@ -59,9 +59,9 @@ def test_candidates_are_named_as_kernels_are() -> None:
     import onnx
 
     from autotune.candidates import analyse_candidates
-    from autotune.zoo import build
     from costmodel.spec import load_target
     from search_space import load_graph
+    from search_space.zoo import build
 
     model = build("bert-base", weights="inputs", layers=1, scale=0.25)
     for blank in (False, True):

@@ -23,7 +23,7 @@ from pg_server import PgServer, find_bin, pg_server
 from autotune import load_plan
 from autotune.tuner.leases import RETRY_OF
 from autotune.tuner.study import open_storage
-from autotune.zoo import build
+from search_space.zoo import build
 
 COMPLETE, RUNNING, FAIL, WAITING = (
     optuna.trial.TrialState.COMPLETE,

@@ -15,10 +15,10 @@ from autotune.cli import app
 from autotune.plan_file import read_plan
 from autotune.report_html import figures
 from autotune.tuner.study import open_storage
-from autotune.zoo import build
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
+from search_space.zoo import build
 
 ZOO = ["--layers", "1", "--scale", "0.25"]
 

@@ -16,11 +16,11 @@ import pytest
 import autotune.verify.check as check_module
 from autotune.tuner import TuneConfig, make_safety, steps, tune_graph
 from autotune.tuner.session import Session
-from autotune.zoo import ZooOptions, build
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.rules import Policy
 from search_space.space import SpacePlan
+from search_space.zoo import ZooOptions, build
 
 ZOO = ZooOptions(weights="inputs", scale=0.1, layers=1)
 

@@ -21,13 +21,13 @@ from autotune.tuner import TuneConfig, make_safety, tune_graph
 from autotune.tuner.session import FORBIDDEN, Session
 from autotune.verify import verify_kernels
 from autotune.verify.check import Status
-from autotune.zoo import ZooOptions, build
 from costmodel.lower import Lowering
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import Graph, make_group
 from search_space.rules import Policy
 from search_space.space import PlanGroup, SpacePlan
+from search_space.zoo import ZooOptions, build
 
 ZOO = ZooOptions(weights="inputs", scale=0.1, layers=1)
 KNOB = (("stats_fp16", 1),)

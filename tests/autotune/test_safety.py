@@ -9,13 +9,13 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.tuner import make_safety
-from autotune.zoo import ZooOptions, build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.rules import Policy
 from search_space.space import SpacePlan, baseline_plan
+from search_space.zoo import ZooOptions, build
 
 
 def test_planted_fp16_statistics_are_caught_and_unfused() -> None:

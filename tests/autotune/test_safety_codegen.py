@@ -22,13 +22,13 @@ import autotune.tuner.safety_codegen as safety_codegen
 from autotune.cli import app
 from autotune.exceptions import AutotuneError
 from autotune.tuner import TuneConfig, TuneResult, make_safety, tune_graph
-from autotune.zoo import ZooOptions, build
 from costmodel.lower import Lowering
 from costmodel.spec import load_target
 from search_space import Graph, load_graph
 from search_space.ir import make_group, singleton_groups
 from search_space.rules import Policy, PolicyError, load_policy
 from search_space.space import FusionPlan, SpacePlan
+from search_space.zoo import ZooOptions, build
 
 ZOO = ZooOptions(weights="inputs", scale=0.1, layers=1)
 CODEGEN = "unfused: codegen check: generated kernel "

@@ -21,9 +21,9 @@ import pytest
 
 from autotune.tuner import TuneConfig, steps
 from autotune.tuner.session import Session
-from autotune.zoo import build
 from search_space import load_graph
 from search_space.space import baseline_plan, plan_cost
+from search_space.zoo import build
 
 TRIALS = 60
 

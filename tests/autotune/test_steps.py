@@ -12,12 +12,12 @@ import pytest
 from autotune.exceptions import AutotuneError
 from autotune.tuner import Candidate, MeasureResult, TuneConfig, TuneResult, steps, tune_graph
 from autotune.tuner.session import Session
-from autotune.zoo import build
 from costmodel.exceptions import SimulationError
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.rules import Policy
 from search_space.space import peak_live_bytes
+from search_space.zoo import build
 
 WAITING = optuna.trial.TrialState.WAITING
 

@@ -14,9 +14,9 @@ import search_space.space.optimal as optimal
 from autotune.tuner import TuneConfig
 from autotune.tuner.annotate import describe_study
 from autotune.tuner.session import Session
-from autotune.zoo import build
 from search_space import load_graph
 from search_space.rules import Policy
+from search_space.zoo import build
 
 
 def _recorded_optimum(folder: Path) -> float | None:

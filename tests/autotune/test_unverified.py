@@ -14,7 +14,6 @@ import search_space
 from autotune.tuner import make_safety
 from autotune.verify import ModelSource, Status, extract_group, safe_groups, verify_kernels
 from autotune.verify.shrink import plan_shrinks
-from autotune.zoo import build
 from costmodel.lower import Lowering
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
@@ -22,6 +21,7 @@ from search_space.fusion import FusionContext
 from search_space.ir import make_group
 from search_space.rules import Policy
 from search_space.space import PlanGroup, SpacePlan, baseline_plan
+from search_space.zoo import build
 
 
 def _too_large_to_check() -> tuple[onnx.ModelProto, search_space.Graph]:

@@ -17,9 +17,9 @@ from quick_study import small_graph
 from autotune.tuner import TuneConfig, make_safety, tune_graph
 from autotune.tuner import verdict_store as store
 from autotune.verify import check
-from autotune.zoo import ZooOptions
 from costmodel.spec import load_target
 from search_space.rules import Policy
+from search_space.zoo import ZooOptions
 
 ZOO = ZooOptions(weights="inputs", layers=1, scale=0.25)
 

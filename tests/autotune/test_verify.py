@@ -35,13 +35,13 @@ from autotune.verify import (
     verify_kernels,
 )
 from autotune.verify.numerics import numerics_key
-from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph, KernelConfig, make_group
 from search_space.rules import Policy
 from search_space.space import PlanGroup, baseline_plan
+from search_space.zoo import build
 
 NAMES = [
     "bert-base",

@@ -19,12 +19,12 @@ from onnx import numpy_helper
 
 import search_space
 from autotune.verify import Status, compare, judge, safe_groups, verify_kernels
-from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space.fusion import FusionContext
 from search_space.rules import Policy
 from search_space.space import PlanGroup, baseline_plan
+from search_space.zoo import build
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 finite = st.floats(-100, 100, allow_nan=False, width=32)

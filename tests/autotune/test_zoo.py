@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from autotune.zoo import (
+from search_space.zoo import (
     INPUT_RANGES_KEY,
     WEIGHT_INPUTS_KEY,
     ZOO_KEY,

@@ -23,7 +23,8 @@ from test_zoo import dynamic_tensors, meta, run_ort, shape_of
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.zoo import (
+from search_space import load_graph
+from search_space.zoo import (
     INPUT_RANGES_KEY,
     WEIGHT_INPUTS_KEY,
     ZOO_KEY,
@@ -31,7 +32,6 @@ from autotune.zoo import (
     build,
     list_models,
 )
-from search_space import load_graph
 
 FORMS = ("static", "concat")
 PREFILL = {"gpt2-decode": "gpt2", "llama3-8b-decode": "llama3-8b"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.tuner import TuneConfig
-from autotune.zoo import build
 from search_space import load_graph
+from search_space.zoo import build
 
 
 def bert_graph():

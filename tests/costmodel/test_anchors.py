@@ -68,7 +68,7 @@ def test_a_1kb_kernel_costs_the_gap_plus_heads(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_nothing_beats_the_roofline_on_zoo_plans(kind: str) -> None:
-    from autotune.zoo import build
+    from search_space.zoo import build
 
     for name in ("bert-base", "resnet50"):
         graph = load_graph(build(name, weights="inputs", scale=0.25))

@@ -8,7 +8,6 @@ import pytest
 from conftest import make, weight_matmul
 from onnx import TensorProto, helper, numpy_helper
 
-from autotune.zoo import build
 from costmodel import compulsory_bytes
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
@@ -18,6 +17,7 @@ from costmodel.simulator import SimulatorModel
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import Graph, is_inplace_update, make_group, singleton_groups
+from search_space.zoo import build
 
 T910B = load_target("ascend910b")
 SPEC = T910B.spec

@@ -281,7 +281,7 @@ def test_feasibility_by_signature_is_the_lowerings_own(
 def _bert_ctx() -> FusionContext:
     """Two small BERT layers (made once): matmuls with LayerNorm and GELU epilogues."""
     if not _BERT:
-        from autotune.zoo import build
+        from search_space.zoo import build
 
         graph = load_graph(build("bert-base", weights="inputs", layers=2, scale=0.25))
         _BERT.append(FusionContext(graph))

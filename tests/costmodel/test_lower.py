@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from autotune.zoo import build, list_models
 from costmodel.analytic import AnalyticModel
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import KernelConfig
@@ -21,6 +20,7 @@ from costmodel.simulator import SimulatorModel
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import Graph, alias_root, make_group, singleton_groups
+from search_space.zoo import build, list_models
 
 T910B = load_target("ascend910b")
 

@@ -7,11 +7,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autotune.estimate import plan_kernels
-from autotune.zoo import build
 from costmodel.registry import make_cost_model
 from costmodel.roofline import compulsory_bytes, roofline_us
 from costmodel.spec import load_target
 from search_space import load_graph
+from search_space.zoo import build
 
 
 def _conv(weights_in_graph: bool):

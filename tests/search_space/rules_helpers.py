@@ -30,7 +30,7 @@ def export_ctx(name: str) -> FusionContext:
 
 @functools.cache
 def zoo_ctx(name: str, scale: float, layers: int | None = None) -> FusionContext:
-    from autotune.zoo import build
+    from search_space.zoo import build
 
     return FusionContext(load_graph(build(name, weights="inputs", scale=scale, layers=layers)))
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.zoo import build, list_models
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.rules import Policy, greedy, rule_registry
 from search_space.space import baseline_plan, plan_cost
+from search_space.zoo import build, list_models
 
 SMALL = {"llama3-8b": {"scale": 0.05, "layers": 2}}
 

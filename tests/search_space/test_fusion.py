@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from onnx import TensorProto as T
 from onnx import helper
 
-from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.space import SearchSpace
+from search_space.zoo import build
 
 D = 64
 KINDS = [

@@ -85,7 +85,7 @@ def test_embedding_gather_counts_rows_not_the_table() -> None:
 
 
 def test_fingerprint_does_not_depend_on_how_weights_are_stored() -> None:
-    from autotune.zoo import build
+    from search_space.zoo import build
 
     a = load_graph(build("gpt2", weights="inputs", scale=0.1)).fingerprint()
     b = load_graph(build("gpt2", weights="random", scale=0.1)).fingerprint()

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fusion import random_dags
 
-from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
@@ -21,6 +20,7 @@ from search_space.ir import Graph
 from search_space.rules import Policy
 from search_space.space import SearchSpace, baseline_plan, kernel_names
 from search_space.space.names import NAME_CHARS
+from search_space.zoo import build
 
 NAMINGS = ("kept", "blank", "scoped")
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from onnx import TensorProto as T
 from onnx import helper
 
-from autotune.zoo import build
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
@@ -23,6 +22,7 @@ from search_space.exceptions import AutofusionError, GraphError
 from search_space.fusion import FusionContext
 from search_space.ir import Graph
 from search_space.space import OptimalUnavailable, connected_subsets, optimal_partition
+from search_space.zoo import build
 
 D = 32
 Group = frozenset[str]

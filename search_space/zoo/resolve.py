@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import onnx
 
-from autotune.zoo.catalog import build
-from search_space import Graph, load_graph
+from search_space.ir import Graph
+from search_space.onnx import load_graph
+from search_space.zoo.catalog import build
 
 __all__ = ["ZooOptions", "load_model_spec", "resolve_model"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from autotune.zoo import cnn, decode, decoders, transformers
-from autotune.zoo.builder import (
+from search_space.zoo import cnn, decode, decoders, transformers
+from search_space.zoo.builder import (
     CACHE_FORMS,
     WEIGHT_MODES,
     ZOO_KEY,

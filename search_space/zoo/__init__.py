@@ -5,15 +5,15 @@ random initializers (`weights="random"`) or as shape-only graph inputs (`weights
 names listed as JSON under the `ai.autofusion.weight_inputs` metadata key), so that even the
 Llama-3-8B stack costs almost no memory. ``zoo:NAME`` on the command line is resolved by
 :func:`resolve_model`. ``gpt2-decode`` and ``llama3-8b-decode`` are one LLM decode step over
-a KV cache (``cache_len``, ``cache_form``; see :mod:`autotune.zoo.decode`).
+a KV cache (``cache_len``, ``cache_form``; see :mod:`search_space.zoo.decode`).
 
-    >>> from autotune.zoo import build, list_models
+    >>> from search_space.zoo import build, list_models
     >>> model = build("bert-base", scale=0.1)
 """
 
 from __future__ import annotations
 
-from autotune.zoo.builder import (
+from search_space.zoo.builder import (
     INPUT_RANGES_KEY,
     WEIGHT_INPUTS_KEY,
     ZOO_KEY,
@@ -22,8 +22,8 @@ from autotune.zoo.builder import (
     ModelSpec,
     ZooError,
 )
-from autotune.zoo.catalog import ZooInfo, build, list_models
-from autotune.zoo.resolve import ZooOptions, load_model_spec, resolve_model
+from search_space.zoo.catalog import ZooInfo, build, list_models
+from search_space.zoo.resolve import ZooOptions, load_model_spec, resolve_model
 
 __all__ = [
     "INPUT_RANGES_KEY",

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from autotune.exceptions import AutotuneError
+from search_space.exceptions import AutofusionError
 
 OPSET = 17
 IR_VERSION = 8
@@ -29,7 +29,7 @@ FLOAT_MIN = float(np.finfo(np.float32).min)
 Init = Literal["normal", "one", "var"]
 
 
-class ZooError(AutotuneError, ValueError):
+class ZooError(AutofusionError, ValueError):
     """A zoo model was asked for with an unknown name or arguments outside their rules."""
 
 
@@ -41,7 +41,7 @@ def check(cond: bool, msg: str) -> None:
 
 @dataclass(frozen=True)
 class BuildArgs:
-    """Validated arguments of `autotune.zoo.build`, handed to each model's builder."""
+    """Validated arguments of `search_space.zoo.build`, handed to each model's builder."""
 
     name: str
     weights: str
@@ -337,7 +337,7 @@ class Builder:
             graph,
             opset_imports=[helper.make_opsetid("", OPSET)],
             ir_version=IR_VERSION,
-            producer_name="autotune.zoo",
+            producer_name="search_space.zoo",
             doc_string=doc,
         )
         if self.args.weights == "random":

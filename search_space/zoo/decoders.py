@@ -1,7 +1,7 @@
 """Decoder-only language models: GPT-2 small and a Llama-3-8B layer stack.
 
 The dimensions, embeddings, layers and heads are shared with the decode-step models of
-:mod:`autotune.zoo.decode`: a layer takes an optional KV-cache hook, so both build the same
+:mod:`search_space.zoo.decode`: a layer takes an optional KV-cache hook, so both build the same
 weights in the same order (the same seed gives the same weights).
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from autotune.zoo.builder import BuildArgs, Builder, ModelSpec, scaled, scaled_heads
-from autotune.zoo.layers import (
+from search_space.zoo.builder import BuildArgs, Builder, ModelSpec, scaled, scaled_heads
+from search_space.zoo.layers import (
     attention_core,
     causal_mask,
     gelu_tanh,

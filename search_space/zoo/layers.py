@@ -7,7 +7,7 @@ import math
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
-from autotune.zoo.builder import FLOAT_MIN, Builder
+from search_space.zoo.builder import FLOAT_MIN, Builder
 
 
 def linear(b: Builder, x: str, d_in: int, d_out: int, name: str, *, bias: bool = True) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import onnx
 
-from autotune.zoo.builder import BuildArgs, Builder, ModelSpec, make_divisible, scaled
-from autotune.zoo.layers import gemm
+from search_space.zoo.builder import BuildArgs, Builder, ModelSpec, make_divisible, scaled
+from search_space.zoo.layers import gemm
 
 
 def conv(

@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from autotune.zoo.builder import BuildArgs, Builder, ModelSpec, scaled, scaled_heads
-from autotune.zoo.layers import (
+from search_space.zoo.builder import BuildArgs, Builder, ModelSpec, scaled, scaled_heads
+from search_space.zoo.layers import (
     attention_core,
     causal_mask,
     gelu_erf,

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from autotune.zoo.builder import BuildArgs, Builder, ModelSpec, scaled
-from autotune.zoo.decoders import (
+from search_space.zoo.builder import BuildArgs, Builder, ModelSpec, scaled
+from search_space.zoo.decoders import (
     INT64,
     DecoderDims,
     KvCache,

@@ -5,7 +5,7 @@ See :mod:`costmodel.analytic.model` for the formulas; this module evaluates them
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +79,169 @@ class _Transfers:
         )
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """One step's stages, cycles per config, in dependency order: the cube side's loads,
+    MTE1, Mmad, its per-step FixPipe store, the vector side's loads, vector work and its
+    per-step MTE3 store; with a tile's vector epilogue, the cross-core syncs per tile and
+    per step, a store's latency, whether the group feeds the cube (a prologue) and whether
+    it spans a split chip's AIC and AIVs."""
+
+    ld_c: np.ndarray
+    mte1: np.ndarray
+    cube: np.ndarray
+    fix: np.ndarray
+    ld_v: np.ndarray
+    vector: np.ndarray
+    mte3: np.ndarray
+    v_tile: np.ndarray
+    sync: np.ndarray
+    sync_step: np.ndarray
+    lat3: float
+    feeds: bool
+    sides: bool
+
+    @property
+    def stages(self) -> list[np.ndarray]:
+        return [self.ld_c, self.mte1, self.cube, self.fix, self.ld_v, self.vector, self.mte3]
+
+
+def _steps(
+    spec: HardwareSpec, c: AnalyticConstants, batch: KernelBatch, t: _Transfers, sides: bool
+) -> _Steps:
+    mte1 = batch.mte1_l0a_bytes / (spec.l1_to_l0a_bytes_per_cycle * c.mte1) + (
+        batch.mte1_l0b_bytes / (spec.l1_to_l0b_bytes_per_cycle * c.mte1)
+    )
+    sync_cycles = spec.cross_core_sync_cycles * c.sync
+    feeds = bool(prologue_handoffs(batch.streams))
+    # a prologue syncs once per step inside its loop; what is left is per tile
+    step_syncs = np.minimum(batch.steps, batch.cross_core_syncs) if feeds else 0
+    return _Steps(
+        ld_c=t.step["MTE2c"],
+        mte1=mte1,
+        cube=batch.cube_cycles / c.cube,
+        fix=t.step["FIX"],
+        ld_v=t.step["MTE2v"],
+        vector=batch.vector_cycles_step / c.vector,
+        mte3=t.step["MTE3"],
+        v_tile=batch.vector_cycles_tile / c.vector,
+        sync=(batch.cross_core_syncs - step_syncs) * sync_cycles,
+        sync_step=np.where(np.asarray(step_syncs) > 0, sync_cycles, 0.0),
+        lat3=t.store_latency,
+        feeds=feeds,
+        sides=sides,
+    )
+
+
+def _step_chain(t: _Transfers, s: _Steps) -> list[np.ndarray]:
+    """A step's stages, each with the latency its queue exposes, in the order an item goes
+    through them. A prologue: the vector side loads its sources, computes the operand block,
+    stores it and syncs; the cube reads it back, then MTE1 and Mmad. On a coupled core both
+    sides queue on its one MTE2: the sources wait behind the cube's loads of the step before,
+    so their stage is the queue's whole step; the read-back is the cube's own."""
+    if s.feeds:
+        src, back = t.side_step["vector"], t.side_step["cube"]
+        if not s.sides:
+            src = np.where(src > 0, s.ld_c, 0.0)
+        return [
+            src + np.where(src > 0, t.lat_side["vector"], 0.0),
+            s.vector,
+            _plus(s.mte3, s.lat3 + s.sync_step),
+            back + np.where(back > 0, t.lat_side["cube"], 0.0),
+            s.mte1,
+            s.cube,
+            _plus(s.fix, s.lat3),
+        ]
+    lat_c = np.where(s.ld_c > 0, t.lat_step, 0.0)
+    lat_v = np.where((s.ld_c == 0) & (s.ld_v > 0), t.lat_step, 0.0)
+    return [
+        s.ld_c + lat_c,
+        s.mte1,
+        s.cube,
+        _plus(s.fix, s.lat3),
+        s.ld_v + lat_v,
+        s.vector,
+        _plus(s.mte3, s.lat3),
+    ]
+
+
+def _tile_pairs(t: _Transfers, s: _Steps, steps: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A tile's stages (its own loads, its steps at a period, its stores and epilogue) as a
+    function of the step period: their slowest adjacent pair (:func:`_pairs`). A tile's own
+    loads go out with its first step's (one group, one queue), so their first-byte latency
+    hides behind that queue's step loads' own (on a coupled core a prologue's go out after
+    the steps, on their own)."""
+    queue_lat = t.lat_side["cube"] if s.sides else t.lat_step
+    with_step = np.where((s.ld_c > 0) & (s.sides or not s.feeds), queue_lat, 0.0)
+    pre_lat_c = np.where(t.tile["MTE2c"] > 0, np.maximum(t.lat_pre - with_step, 0.0), 0.0)
+    pre_lat_v = np.where(t.tile["MTE2c"] > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
+
+    def pairs(step_period: np.ndarray) -> np.ndarray:
+        return _pairs(
+            [
+                t.tile["MTE2c"] + pre_lat_c,
+                steps * step_period,
+                _plus(t.tile["FIX"], s.lat3),
+                t.tile["MTE2v"] + pre_lat_v,
+                s.v_tile,
+                _plus(t.tile["MTE3"], s.lat3),
+            ]
+        )
+
+    return pairs
+
+
+def _prologue_serial(t: _Transfers, s: _Steps, chain: list[np.ndarray]) -> np.ndarray:
+    """A prologue and an epilogue share the vector cores in program order: the next tile's
+    prologue waits for this tile's epilogue, which waits for this tile's last Mmad; its first
+    sources find no cube loads queued ahead of them. The serial part of a tile (0 without an
+    epilogue)."""
+    own = t.side_step["vector"]
+    step_chain = np.add.reduce([own + np.where(own > 0, t.lat_side["vector"], 0.0), *chain[1:-1]])
+    epi = _plus(t.tile["FIX"], s.lat3) + s.sync + t.tile["MTE2v"] + t.lat_pre + s.v_tile
+    return np.where(s.v_tile > 0, step_chain + epi, 0.0)
+
+
+def _busy(t: _Transfers, s: _Steps, steps: np.ndarray) -> dict[str, np.ndarray]:
+    """Each pipe's busy time over a tile: its steps' share and the tile's own."""
+    return {
+        "MTE2": np.maximum(steps * s.ld_c + t.tile["MTE2c"], steps * s.ld_v + t.tile["MTE2v"]),
+        "MTE1": steps * s.mte1,
+        "M": steps * s.cube,
+        "FIX": steps * s.fix + t.tile["FIX"],
+        "V": steps * s.vector + s.v_tile,
+        "MTE3": steps * s.mte3 + t.tile["MTE3"],
+    }
+
+
+def _fixed_cycles(spec: HardwareSpec, c: AnalyticConstants) -> float:
+    """The launch gap and the kernel's head and set-up. The fitted factor scales the spec's
+    own set-up; a library kernel's longer prologue is a measured task-time difference,
+    charged as it is (as the simulator does)."""
+    return (
+        spec.kernel_gap_s * c.gap * spec.clock_hz
+        + spec.kernel_head_cycles * c.head
+        + spec.kernel_setup_cycles * c.setup
+        + spec.library_prologue_cycles
+    )
+
+
+def _gm_paths(
+    spec: HardwareSpec,
+    c: AnalyticConstants,
+    batch: KernelBatch,
+    sides: bool,
+    sharing: np.ndarray,
+) -> tuple[float, np.ndarray]:
+    """A tile's read paths from GM, bytes per cycle: a core's own (capped; an AIC's may be
+    wider than an AIV's, and a split chip's mixed group reads through its AIC and AIVs), and
+    its share of the chip's HBM among ``sharing`` cores (write-backs share only that)."""
+    port = spec.gm_read_bytes_per_cycle("vector" if batch.unit == "vector" else "cube")
+    aivs = spec.aivs_per_aic if sides else 0
+    read_cap = (port + aivs * spec.gm_read_bytes_per_cycle("vector")) * c.core_gm
+    return read_cap, spec.hbm_bytes_per_cycle * c.hbm / sharing
+
+
 def score_wave(
     spec: HardwareSpec,
     c: AnalyticConstants,
@@ -91,143 +254,50 @@ def score_wave(
     fraction of its tensor already in L2), a tile's HBM share that of ``sharing`` cores
     (default: a full wave's; :func:`costmodel.analytic.waves.score` costs a short last
     wave's tiles at its own);
-    ``hits``: :func:`load_hits`, where the caller has them."""
-    # Long by design: the closed form over a batch of configs, one numpy expression per term of the
-    # model's docstring, in the order the formula reads; split, the terms would cross function
-    # boundaries as a dozen arrays.
+    ``hits``: :func:`load_hits`, where the caller has them. The steps: a tile's transfers,
+    a step's stages, the steady period of a tile double and single buffered, then a wave's
+    body and the fixed costs."""
     steps = batch.steps.astype(np.float64)
     tiles = batch.tiles.astype(np.float64)
     cores = active_cores(spec, batch)
     waves = np.ceil(tiles / cores)
     # a mixed group on a split chip is 1 AIC + 2 AIV: two MTE2 pipes, three GM paths
     sides = batch.unit == "mixed" and spec.is_split
-    # a core's GM read path is capped (an AIC's may be wider than an AIV's); write-backs only
-    # share the chip's HBM
-    port = spec.gm_read_bytes_per_cycle("vector" if batch.unit == "vector" else "cube")
-    aivs = spec.aivs_per_aic if sides else 0
-    read_cap = (port + aivs * spec.gm_read_bytes_per_cycle("vector")) * c.core_gm
-    sharing = cores if sharing is None else sharing
-    hbm_share = spec.hbm_bytes_per_cycle * c.hbm / sharing
+    read_cap, hbm_share = _gm_paths(spec, c, batch, sides, cores if sharing is None else sharing)
     hits = load_hits(spec, c, batch, resident) if hits is None else hits
     t = _transfers(spec, c, batch, resident, cores, sides, hbm_share, hits)
-
-    mte1 = batch.mte1_l0a_bytes / (spec.l1_to_l0a_bytes_per_cycle * c.mte1) + (
-        batch.mte1_l0b_bytes / (spec.l1_to_l0b_bytes_per_cycle * c.mte1)
-    )
-    cube = batch.cube_cycles / c.cube
-    v_step = batch.vector_cycles_step / c.vector
-    v_tile = batch.vector_cycles_tile / c.vector
-    sync_cycles = spec.cross_core_sync_cycles * c.sync
-    feeds = bool(prologue_handoffs(batch.streams))
-    # a prologue syncs once per step inside its loop; what is left is per tile
-    step_syncs = np.minimum(batch.steps, batch.cross_core_syncs) if feeds else 0
-    sync = (batch.cross_core_syncs - step_syncs) * sync_cycles
-    sync_step = np.where(np.asarray(step_syncs) > 0, sync_cycles, 0.0)
+    s = _steps(spec, c, batch, t, sides)
     hbm = np.maximum((t.miss_bytes + t.writeback) / hbm_share, t.miss_port_bytes / read_cap)
-
-    ld_c, ld_v, fix_s, mte3_s = (t.step[p] for p in ("MTE2c", "MTE2v", "FIX", "MTE3"))
-    stages = [ld_c, mte1, cube, fix_s, ld_v, v_step, mte3_s]  # in dependency order
-    step_sum, step_max = np.add.reduce(stages), np.maximum.reduce(stages)
-    busy = {
-        "MTE2": np.maximum(steps * ld_c + t.tile["MTE2c"], steps * ld_v + t.tile["MTE2v"]),
-        "MTE1": steps * mte1,
-        "M": steps * cube,
-        "FIX": steps * fix_s + t.tile["FIX"],
-        "V": steps * v_step + v_tile,
-        "MTE3": steps * mte3_s + t.tile["MTE3"],
-    }
+    step_sum, step_max = np.add.reduce(s.stages), np.maximum.reduce(s.stages)
+    busy = _busy(t, s, steps)
     pre = t.tile["MTE2c"] + t.tile["MTE2v"]
-    lat3 = t.store_latency
-    epilogue = t.tile["FIX"] + v_tile + t.tile["MTE3"] + lat3 + sync
+    epilogue = t.tile["FIX"] + s.v_tile + t.tile["MTE3"] + s.lat3 + s.sync
     # a queue of S slots lets its producer run S items ahead: an item's round trip through a
     # queue (producer with its latency, then consumer) is spread over S items, so the period
     # is at least the slowest adjacent pair over S (S = 1: the pair itself; loads expose
     # their first-byte latency, stores theirs)
-    if feeds:
-        # a prologue: the vector side loads its sources, computes the operand block, stores
-        # it and syncs; the cube reads it back, then MTE1 and Mmad. On a coupled core both
-        # sides queue on its one MTE2: the sources wait behind the cube's loads of the step
-        # before, so their stage is the queue's whole step; the read-back is the cube's own
-        src, back = t.side_step["vector"], t.side_step["cube"]
-        if not sides:
-            src = np.where(src > 0, ld_c, 0.0)
-        chain = [
-            src + np.where(src > 0, t.lat_side["vector"], 0.0),
-            v_step,
-            _plus(mte3_s, lat3 + sync_step),
-            back + np.where(back > 0, t.lat_side["cube"], 0.0),
-            mte1,
-            cube,
-            _plus(fix_s, lat3),
-        ]
-    else:
-        lat_c = np.where(ld_c > 0, t.lat_step, 0.0)
-        lat_v = np.where((ld_c == 0) & (ld_v > 0), t.lat_step, 0.0)
-        chain = [
-            ld_c + lat_c,
-            mte1,
-            cube,
-            _plus(fix_s, lat3),
-            ld_v + lat_v,
-            v_step,
-            _plus(mte3_s, lat3),
-        ]
+    chain = _step_chain(t, s)
     step_sb = _pairs(chain)
-    # a tile's own loads go out with its first step's (one group, one queue), so their
-    # first-byte latency hides behind that queue's step loads' own (on a coupled core a
-    # prologue's go out after the steps, on their own)
-    queue_lat = t.lat_side["cube"] if sides else t.lat_step
-    with_step = np.where((ld_c > 0) & (sides or not feeds), queue_lat, 0.0)
-    pre_lat_c = np.where(t.tile["MTE2c"] > 0, np.maximum(t.lat_pre - with_step, 0.0), 0.0)
-    pre_lat_v = np.where(t.tile["MTE2c"] > 0, 0.0, np.where(t.tile["MTE2v"] > 0, t.lat_pre, 0.0))
-
-    def tile_pairs(step_period: np.ndarray) -> np.ndarray:
-        return _pairs(
-            [
-                t.tile["MTE2c"] + pre_lat_c,
-                steps * step_period,
-                _plus(t.tile["FIX"], lat3),
-                t.tile["MTE2v"] + pre_lat_v,
-                v_tile,
-                _plus(t.tile["MTE3"], lat3),
-            ]
-        )
-
+    tile_pairs = _tile_pairs(t, s, steps)
     # double buffered: the slowest pipe, or a queue's round trip over its two slots; L0C
     # holds one tile's accumulator, so the next tile's Mmads also wait for this tile's FIX
     step_db = np.maximum(step_max, step_sb / 2.0)
     steady = np.maximum.reduce([steps * step_db + t.tile["FIX"], hbm, *busy.values()])
-    tile_db = np.maximum(steady, tile_pairs(step_db) / 2.0) + sync
+    tile_db = np.maximum(steady, tile_pairs(step_db) / 2.0) + s.sync
     first = np.maximum(t.lat_pre, t.lat_step)
     chain_db = first + pre + step_sum + (steps - 1) * step_db + epilogue
     # single buffered: a slot frees when its consumer finishes, so a queue's producer and
     # consumer alternate: the period is the slowest pair of adjacent stages
-    tile_sb = np.maximum(tile_pairs(step_sb), steady) + sync
-    if feeds and bool(np.any(v_tile > 0)):
-        # prologue and epilogue share the vector cores in program order: the next tile's
-        # prologue waits for this tile's epilogue, which waits for this tile's last Mmad; its
-        # first sources find no cube loads queued ahead of them
-        own = t.side_step["vector"]
-        step_chain = np.add.reduce(
-            [own + np.where(own > 0, t.lat_side["vector"], 0.0), *chain[1:-1]]
-        )
-        epi = _plus(t.tile["FIX"], lat3) + sync + t.tile["MTE2v"] + t.lat_pre + v_tile
-        serial = np.where(v_tile > 0, step_chain + epi, 0.0)
+    tile_sb = np.maximum(tile_pairs(step_sb), steady) + s.sync
+    if s.feeds and bool(np.any(s.v_tile > 0)):
+        serial = _prologue_serial(t, s, chain)
         tile_db = np.maximum(tile_db, serial + (steps - 1) * step_db)
         tile_sb = np.maximum(tile_sb, serial + (steps - 1) * step_sb)
     chain_sb = chain_db + (steps - 1) * (step_sb - step_db)
     body_db = waves * tile_db + np.maximum(chain_db - tile_db, 0.0)
     body_sb = waves * tile_sb + np.maximum(chain_sb - tile_sb, 0.0)
     body = np.where(batch.double_buffer, body_db, body_sb)
-
-    fixed = (
-        spec.kernel_gap_s * c.gap * spec.clock_hz
-        + spec.kernel_head_cycles * c.head
-        # the fitted factor scales the spec's own set-up; a library kernel's longer prologue
-        # is a measured task-time difference, charged as it is (as the simulator does)
-        + spec.kernel_setup_cycles * c.setup
-        + spec.library_prologue_cycles
-    )
+    fixed = _fixed_cycles(spec, c)
     loaded = t.raw_bytes * tiles
     return Breakdown(
         latency_us=(fixed + body) / spec.clock_hz * 1e6,

@@ -246,22 +246,29 @@ def _tile_elems(work: VectorWork, numel: int, rows: int, cols: int) -> int:
     return max(1, math.ceil(rows * cols * numel / work.elems))
 
 
-def lower_vector(
-    work: VectorWork,
-    configs: list[KernelConfig],
-    target: Target,
-    name: str,
-    ops: tuple[str, ...],
-    kind: str,
-    signature: str,
-) -> KernelBatch:
-    """Lower a vector group under many UB tilings at once."""
-    # Long by design: the vector template's streams, UB tiling and cycles, one numpy array per
-    # term.
+@dataclass(frozen=True)
+class _UbTiling:
+    """A vector group's UB tiling under each config (one array entry per config): rows and
+    columns a tile holds, the grid (``gi`` row blocks by ``gj`` column parts), steps per
+    tile, whether a row is split, and the elements a tile-step moves (edges averaged)."""
+
+    n: int
+    R: np.ndarray
+    C: np.ndarray
+    db: np.ndarray
+    split: np.ndarray
+    gi: np.ndarray
+    gj: np.ndarray
+    steps: np.ndarray
+    chunks: np.ndarray
+    avg: np.ndarray
+    passes: np.ndarray
+
+
+def _ub_tiling(work: VectorWork, configs: list[KernelConfig]) -> _UbTiling:
     n = len(configs)
     R = np.array([c.ub_rows for c in configs], dtype=np.int64)
     C = np.minimum(np.array([c.ub_cols for c in configs], dtype=np.int64), work.cols)
-    db = np.array([c.double_buffer for c in configs], dtype=bool)
     split = C < work.cols
     gi = ceil_div(work.rows, R)
     if work.reduce:
@@ -274,52 +281,74 @@ def lower_vector(
     else:
         gj = ceil_div(work.cols, C)
         steps = np.ones(n, dtype=np.int64)
-    tiles = gi * gj
-    chunks = tiles * steps
-    avg = work.elems / chunks  # elements moved per tile-step, edges averaged
-    # a split row is read twice when its full-size result needs the row's statistics (a norm,
-    # a softmax); a plain reduction streams it once
-    passes = np.where(split & work.reduce & work.normalise, 2, 1)
-    per = "step" if work.reduce else "tile"
-    streams = []
+    chunks = gi * gj * steps
+    return _UbTiling(
+        n=n,
+        R=R,
+        C=C,
+        db=np.array([c.double_buffer for c in configs], dtype=bool),
+        split=split,
+        gi=gi,
+        gj=gj,
+        steps=steps,
+        chunks=chunks,
+        avg=work.elems / chunks,  # elements moved per tile-step, edges averaged
+        # a split row is read twice when its full-size result needs the row's statistics (a
+        # norm, a softmax); a plain reduction streams it once
+        passes=np.where(split & work.reduce & work.normalise, 2, 1),
+    )
+
+
+def _input_streams(work: VectorWork, u: _UbTiling) -> list[StreamBatch]:
+    """Each input's loads: a gathered one by the output it feeds, a per-column or per-row
+    vector once a tile, the rest a chunk a tile-step (a split row's again, for the
+    normalising pass)."""
+    out = []
     for t, it, numel, gathered in work.inputs:
         ratio = min(1.0, numel / work.elems)
         reread = None
         if gathered:
             out_bytes = sum(o[1] * o[2] for o in work.outputs)
-            nbytes = np.maximum(it, out_bytes / chunks)
-            key, run = "ij", np.maximum(it, nbytes / np.maximum(R, 1))
+            nbytes = np.maximum(it, out_bytes / u.chunks)
+            key, run = "ij", np.maximum(it, nbytes / np.maximum(u.R, 1))
         elif numel == work.cols and work.rows > 1:
-            nbytes, key, run = C * it, ("jk" if work.reduce else "j"), C * it
+            nbytes, key, run = u.C * it, ("jk" if work.reduce else "j"), u.C * it
         elif numel == work.rows and work.cols > 1:
-            nbytes, key, run = R * it, "i", R * it
+            nbytes, key, run = u.R * it, "i", u.R * it
         else:
-            nbytes = np.maximum(it, avg * ratio * it) * passes
+            nbytes = np.maximum(it, u.avg * ratio * it) * u.passes
             key = "ijk" if work.reduce else "ij"
-            run = _runs(work, R, C, it)
-            if (passes > 1).any():  # the normalising pass reads the chunk again, moments later
-                reread = (passes - 1.0) / passes
-        streams.append(
+            run = _runs(work, u.R, u.C, it)
+            if (u.passes > 1).any():  # the normalising pass reads the chunk again, moments later
+                reread = (u.passes - 1.0) / u.passes
+        out.append(
             StreamBatch(
                 tensor=t,
                 pipe="MTE2",
                 bytes=np.ceil(nbytes).astype(np.int64),
                 row_bytes=np.ceil(run).astype(np.int64),
                 key=key,
-                per=per,
+                per="step" if work.reduce else "tile",
                 side="vector",
                 tensor_bytes=numel * it,
                 reread=reread,
             )
         )
+    return out
+
+
+def _output_streams(work: VectorWork, u: _UbTiling) -> list[StreamBatch]:
+    """Each output stored once a tile (one written slice by slice into the caller's buffer
+    in runs no longer than its slices)."""
     scattered = dict(work.scattered)
+    out = []
     for t, it, numel in work.outputs:
         ratio = min(1.0, numel / work.elems)
-        total = np.maximum(it, avg * ratio * it) * steps  # stored once per tile
-        run = _runs(work, R, C, it)
-        if t in scattered:  # written slice by slice into the caller's buffer
+        total = np.maximum(it, u.avg * ratio * it) * u.steps  # stored once per tile
+        run = _runs(work, u.R, u.C, it)
+        if t in scattered:
             run = np.minimum(run, scattered[t])
-        streams.append(
+        out.append(
             StreamBatch(
                 tensor=t,
                 pipe="MTE3",
@@ -331,20 +360,37 @@ def lower_vector(
                 tensor_bytes=numel * it,
             )
         )
+    return out
+
+
+def lower_vector(
+    work: VectorWork,
+    configs: list[KernelConfig],
+    target: Target,
+    name: str,
+    ops: tuple[str, ...],
+    kind: str,
+    signature: str,
+) -> KernelBatch:
+    """Lower a vector group under many UB tilings at once: the tiling, the input and output
+    streams, then the cycles of a tile-step."""
+    u = _ub_tiling(work, configs)
+    n, steps, gj = u.n, u.steps, u.gj
+    streams = _input_streams(work, u) + _output_streams(work, u)
     # bf16 data is computed in fp32 (see analyse_vector), with a cast pass per bf16 stream
     calc = max(work.item, 4) if work.casts else work.item
     touched: list[tuple[Op | str, np.ndarray]] = [
-        (op, avg * min(1.0, e / work.elems) * calc * passes) for op, e in work.ops
+        (op, u.avg * min(1.0, e / work.elems) * calc * u.passes) for op, e in work.ops
     ]
     if work.casts:
-        touched.append(("Cast", avg * work.casts * 4.0 * passes))
+        touched.append(("Cast", u.avg * work.casts * 4.0 * u.passes))
     vc = vector_cost(target, touched, opaque=work.opaque)
     # each loop iteration (tile-step) also runs the scalar unit's bookkeeping before its
     # vector instructions issue: queue and buffer hand-overs, DMA descriptors, flags
     cycles = vc.cycles + target.spec.scalar_iter_cycles
     zeros = np.zeros(n, dtype=np.int64)
     ub = np.array(
-        [_ub_bytes(work, int(r), int(c), bool(d)) for r, c, d in zip(R, C, db, strict=True)]
+        [_ub_bytes(work, int(r), int(c), bool(d)) for r, c, d in zip(u.R, u.C, u.db, strict=True)]
     )
     step_cycles = np.where(steps > 1, cycles, 0.0)
     tile_cycles = np.where(steps > 1, 0.0, cycles)
@@ -356,7 +402,7 @@ def lower_vector(
         kind=kind,
         unit="vector",
         configs=tuple(configs),
-        grid=np.stack([np.ones(n, dtype=np.int64), gi, gj], axis=1),
+        grid=np.stack([np.ones(n, dtype=np.int64), u.gi, gj], axis=1),
         steps=steps,
         streams=tuple(streams),
         mte1_l0a_bytes=zeros,

@@ -122,27 +122,34 @@ def _sharing(key: str, grid: tuple[int, int, int], cores: int) -> str:
 
 def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
     """Resolve a kernel's streams and cycles for the simulator (see kernel.py semantics)."""
-    # Long by design: resolves every stream of a kernel (sharing, waste, coefficients) into the
-    # program the event loop runs, in one pass.
     if kernel.unit not in ("cube", "vector", "mixed"):
         raise CostModelError(
             f"kernel '{kernel.name}': unit must be cube, vector or mixed, but got {kernel.unit!r}"
         )
-    grid = kernel.grid
-    steps = max(1, kernel.steps)
-    tiles = max(1, math.prod(grid))
-    mixed = kernel.unit == "mixed"
-    physical = spec.cube_cores if kernel.unit in ("cube", "mixed") else spec.vector_cores
-    cores = max(1, min(kernel.cores, physical))
-    aiv = spec.aivs_per_aic if mixed else 1
-    fix_tensors = {s.tensor for s in kernel.streams if s.pipe == "FIX" and s.side == "cube"}
-    handed = handoffs(kernel.streams)
-    l2.handoffs = frozenset(l2.tid(t) for t in handed)
-    fed_tensors = prologue_handoffs(kernel.streams) if mixed else set()
-    own: dict[str, int] = {}
-    own_bytes: dict[str, float] = {}
+    return _Compiler(kernel, spec, l2).program()
 
-    def resolve(s: Stream, copies: int) -> SStream:
+
+class _Compiler:
+    """One kernel made a :class:`Program`: each stream resolved (its channel, rates, waste,
+    block coefficients and sharing), the streams gathered into sides, the sides into the
+    program; the tensors it touches are recorded as they are resolved."""
+
+    def __init__(self, kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> None:
+        self.kernel, self.spec, self.l2 = kernel, spec, l2
+        self.steps = max(1, kernel.steps)
+        self.mixed = kernel.unit == "mixed"
+        physical = spec.cube_cores if kernel.unit in ("cube", "mixed") else spec.vector_cores
+        self.cores = max(1, min(kernel.cores, physical))
+        streams = kernel.streams
+        self.fix_tensors = {s.tensor for s in streams if s.pipe == "FIX" and s.side == "cube"}
+        self.handed = handoffs(streams)
+        l2.handoffs = frozenset(l2.tid(t) for t in self.handed)
+        self.fed_tensors = prologue_handoffs(streams) if self.mixed else set()
+        self.own: dict[str, int] = {}
+        self.own_bytes: dict[str, float] = {}
+
+    def stream(self, s: Stream, copies: int) -> SStream:
+        kernel, spec, grid = self.kernel, self.spec, self.kernel.grid
         chan = _PIPE_CODE.get(s.pipe, -1)
         if chan < 0 or s.per not in ("step", "tile") or set(s.key) - set("bijk"):
             raise CostModelError(
@@ -150,30 +157,21 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
                 f"per={s.per!r}, key={s.key!r}; pipes are MTE2, FIX, MTE3, per is step or "
                 "tile, keys use the letters bijk"
             )
-        cb, ci, cj, ck, blocks = _coeffs(s.key, grid, steps)
+        cb, ci, cj, ck, blocks = _coeffs(s.key, grid, self.steps)
         if s.per != "step":
             ck = 0
         tensor_bytes = float(s.tensor_bytes or s.bytes * blocks)
-        tid = l2.tid(s.tensor)
-        own.setdefault(s.tensor, tid)
-        own_bytes[s.tensor] = max(own_bytes.get(s.tensor, 0.0), tensor_bytes)
-        nd2nz = spec.nd2nz_rate if s.nd2nz else 1.0
-        if chan == LOAD:
-            rate = spec.l2_read_bytes_per_cycle * nd2nz
-            cap = spec.gm_read_bytes_per_cycle(s.side) * nd2nz
-        else:
-            rate = (
-                spec.fixpipe_bytes_per_cycle
-                if chan == STORE_FIX
-                else spec.l2_write_bytes_per_cycle
-            )
-            cap = min(rate, spec.core_gm_bytes_per_cycle)
+        tid = self.l2.tid(s.tensor)
+        self.own.setdefault(s.tensor, tid)
+        self.own_bytes[s.tensor] = max(self.own_bytes.get(s.tensor, 0.0), tensor_bytes)
+        rate, cap = self._rates(s, chan)
         payload = s.bytes / copies
         # back-to-back runs of a block of at least one line fill each other's bursts: the
         # port and HBM both move the payload (a smaller block shares its lines through the
         # L2's sectors, and its port still pays whole bursts)
         whole = s.packed and chan == LOAD and payload >= spec.l2_line_bytes
         waste = 1.0 if whole else _waste(s, spec)
+        load = chan == LOAD
         return SStream(
             tid=tid,
             chan=chan,
@@ -187,17 +185,29 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             ck=ck,
             rate=rate,
             cap=cap,
-            sharing=_sharing(s.key, grid, cores),
-            handoff=mixed and s.side == "vector" and chan == LOAD and s.tensor in fix_tensors,
+            sharing=_sharing(s.key, grid, self.cores),
+            handoff=self.mixed and s.side == "vector" and load and s.tensor in self.fix_tensors,
             readback=s.side != "vector"
-            and chan == LOAD
+            and load
             and s.per == "step"
-            and s.tensor in fed_tensors,
-            scratch=chan != LOAD and s.tensor in handed,
-            reread=s.reread if chan == LOAD else 0.0,
+            and s.tensor in self.fed_tensors,
+            scratch=not load and s.tensor in self.handed,
+            reread=s.reread if load else 0.0,
         )
 
-    def side(kind: str, streams: list[Stream], copies: int) -> Side:
+    def _rates(self, s: Stream, chan: int) -> tuple[float, float]:
+        """A stream's rate through L2 and its cap through the core's own GM path."""
+        spec = self.spec
+        nd2nz = spec.nd2nz_rate if s.nd2nz else 1.0
+        if chan == LOAD:
+            return spec.l2_read_bytes_per_cycle * nd2nz, spec.gm_read_bytes_per_cycle(
+                s.side
+            ) * nd2nz
+        rate = spec.fixpipe_bytes_per_cycle if chan == STORE_FIX else spec.l2_write_bytes_per_cycle
+        return rate, min(rate, spec.core_gm_bytes_per_cycle)
+
+    def side(self, kind: str, streams: list[Stream], copies: int) -> Side:
+        kernel, spec = self.kernel, self.spec
         mte1_cycles = cube_cycles = vector_cycles = epilogue_cycles = 0.0
         if kind in ("core", "cube"):
             mte1_cycles = (
@@ -210,14 +220,14 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             # pair); only the stream bytes are per AIC+2AIV group and divided here
             vector_cycles = kernel.vector_cycles_step
             epilogue_cycles = kernel.vector_cycles_tile
-        rs = [resolve(s, copies) for s in streams]
-        fed_ids = {l2.tid(t) for t in fed_tensors}
+        rs = [self.stream(s, copies) for s in streams]
+        fed_ids = {self.l2.tid(t) for t in self.fed_tensors}
         per_step_work = (
             mte1_cycles > 0 or cube_cycles > 0 or vector_cycles > 0 or any(s.per_step for s in rs)
         )
         return Side(
             kind=kind,
-            steps=steps if per_step_work else 1,
+            steps=self.steps if per_step_work else 1,
             loads_tile=tuple(s for s in rs if s.chan == LOAD and not s.per_step),
             loads_step=tuple(s for s in rs if s.chan == LOAD and s.per_step),
             fix=tuple(s for s in rs if s.chan == STORE_FIX and not s.per_step),
@@ -232,28 +242,30 @@ def compile_kernel(kernel: Kernel, spec: HardwareSpec, l2: L2Cache) -> Program:
             copies=copies,
         )
 
-    if mixed:
-        cube = side("cube", [s for s in kernel.streams if s.side != "vector"], 1)
-        vec = side("vector", [s for s in kernel.streams if s.side == "vector"], aiv)
-        sides: tuple[Side, ...] = (cube, vec)
-        # one sync for a tile hand-off (cube -> vector after the tile), the rest per step
-        syncs = max(0, kernel.cross_core_syncs)
-        tile_syncs = min(syncs, 1) if any(s.handoff for s in vec.loads_tile) else 0
-        tile_delay = tile_syncs * spec.cross_core_sync_cycles
-        step_delay = (syncs - tile_syncs) * spec.cross_core_sync_cycles / steps
-    else:
-        kind = "core"
-        sides = (side(kind, list(kernel.streams), 1),)
-        tile_delay = step_delay = 0.0
-    return Program(
-        grid=grid,
-        tiles=tiles,
-        cores=cores,
-        slots=2 if kernel.config.double_buffer else 1,
-        sides=sides,
-        tile_delay=tile_delay,
-        step_delay=step_delay,
-        own=tuple(own.values()),
-        own_bytes=tuple(own_bytes[t] for t in own),
-        shared_dma=mixed and not spec.is_split,
-    )
+    def program(self) -> Program:
+        kernel, spec, steps = self.kernel, self.spec, self.steps
+        if self.mixed:
+            aiv = spec.aivs_per_aic
+            cube = self.side("cube", [s for s in kernel.streams if s.side != "vector"], 1)
+            vec = self.side("vector", [s for s in kernel.streams if s.side == "vector"], aiv)
+            sides: tuple[Side, ...] = (cube, vec)
+            # one sync for a tile hand-off (cube -> vector after the tile), the rest per step
+            syncs = max(0, kernel.cross_core_syncs)
+            tile_syncs = min(syncs, 1) if any(s.handoff for s in vec.loads_tile) else 0
+            tile_delay = tile_syncs * spec.cross_core_sync_cycles
+            step_delay = (syncs - tile_syncs) * spec.cross_core_sync_cycles / steps
+        else:
+            sides = (self.side("core", list(kernel.streams), 1),)
+            tile_delay = step_delay = 0.0
+        return Program(
+            grid=kernel.grid,
+            tiles=max(1, math.prod(kernel.grid)),
+            cores=self.cores,
+            slots=2 if kernel.config.double_buffer else 1,
+            sides=sides,
+            tile_delay=tile_delay,
+            step_delay=step_delay,
+            own=tuple(self.own.values()),
+            own_bytes=tuple(self.own_bytes[t] for t in self.own),
+            shared_dma=self.mixed and not spec.is_split,
+        )

@@ -9,6 +9,7 @@ analytic stage times are among the features (docs/cost-model.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,50 +71,30 @@ FEATURES: tuple[str, ...] = (
 )
 
 
-def kernel_features(
-    spec: HardwareSpec,
-    batch: KernelBatch,
-    b: Breakdown,
-    flops: np.ndarray | None = None,
-    cube_flops: np.ndarray | None = None,
-    compulsory: np.ndarray | None = None,
-) -> np.ndarray:
-    """The ``(len(batch), len(FEATURES))`` feature matrix of a batch of kernels.
+@dataclass(frozen=True)
+class _Traffic:
+    """What a batch's streams move over the kernel, bytes per row: loaded and stored, loads
+    of what the kernel itself stores (a prologue's operand to the cube, an epilogue's
+    accumulator to the vector side, handed over through L2), one tile's bytes, bytes moved in
+    runs shorter than a burst or off the UB's alignment, and loads converted ND -> NZ."""
 
-    Args:
-        spec: the hardware the kernels were lowered for.
-        batch: the kernels (one layout; configs of one group or kernels of one shape class).
-        b: the analytic breakdown of ``batch`` (``costmodel.analytic.score``).
-        flops, cube_flops, compulsory: per-row values when the rows are different kernels
-            (a stacked batch keeps only the first kernel's); default: the batch's own.
-    """
-    # Long by design: the feature matrix column by column, in the order of FEATURES, so a column
-    # and its name sit together.
+    loaded: np.ndarray
+    stored: np.ndarray
+    to_cube: np.ndarray
+    to_vector: np.ndarray
+    tile_bytes: np.ndarray
+    short: np.ndarray
+    conv: np.ndarray
+
+
+def _traffic(
+    spec: HardwareSpec, batch: KernelBatch, steps: np.ndarray, tiles: np.ndarray
+) -> _Traffic:
     n = len(batch)
     one = np.ones(n)
-    flops = one * batch.flops if flops is None else np.asarray(flops, dtype=np.float64)
-    cube_flops = one * batch.cube_flops if cube_flops is None else np.asarray(cube_flops, float)
-    compulsory = (
-        one * batch.compulsory_bytes if compulsory is None else np.asarray(compulsory, float)
-    )
-    log = np.log1p
-    body = np.maximum(b.body, 1e-9)
-    busy = [b.busy[p] for p in PIPES]
-    waves = np.ceil(batch.tiles / batch.cores)
-    phys = spec.vector_cores if batch.unit == "vector" else spec.cube_cores
-    steps = batch.steps.astype(np.float64)
-    tiles = batch.tiles.astype(np.float64)
-
-    loaded = np.zeros(n)
-    stored = np.zeros(n)
-    # loads of what the kernel itself stores: a prologue's operand (vector -> cube) or an
-    # epilogue's accumulator (cube -> vector), handed over through L2 within the kernel
+    loaded, stored, to_cube, to_vector = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    tile_bytes, short, conv = np.zeros(n), np.zeros(n), np.zeros(n)
     own = {s.tensor for s in batch.streams if s.pipe != "MTE2"}
-    to_cube = np.zeros(n)
-    to_vector = np.zeros(n)
-    tile_bytes = np.zeros(n)
-    short = np.zeros(n)
-    conv = np.zeros(n)
     burst, align = float(spec.gm_burst_bytes), float(spec.ub_align_bytes)
     for s in batch.streams:
         reps = steps if s.per == "step" else one
@@ -132,12 +113,17 @@ def kernel_features(
         run = s.row_bytes.astype(np.float64)
         bad = (run > 0) & ((run < burst) | (np.mod(run, align) != 0))
         short += np.where(bad, moved, 0.0)
-    moved_all = np.maximum(loaded + stored, 1.0)
-    # L2: the distinct bytes the loads touch, how often they are re-read, and what one wave of
-    # cores works on at once, against the L2 size
-    unique = np.zeros(n)
-    wave_set = np.zeros(n)
-    biggest = np.zeros(n)
+    return _Traffic(loaded, stored, to_cube, to_vector, tile_bytes, short, conv)
+
+
+def _l2_reach(
+    batch: KernelBatch, steps: np.ndarray, tiles: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the loads reach in L2, bytes per row: the distinct bytes they touch (a re-read's
+    second pass hits), what one wave of cores works on at once, and the largest load."""
+    n = len(batch)
+    one = np.ones(n)
+    unique, wave_set, biggest = np.zeros(n), np.zeros(n), np.zeros(n)
     cores = batch.cores.astype(np.float64)
     extents = {"b": batch.grid[:, 0], "i": batch.grid[:, 1], "j": batch.grid[:, 2], "k": steps}
     for s in batch.streams:
@@ -151,6 +137,45 @@ def kernel_features(
         unique += first * blocks
         wave_set += s.bytes * cores
         biggest = np.maximum(biggest, s.bytes * reps * tiles)
+    return unique, wave_set, biggest
+
+
+def kernel_features(
+    spec: HardwareSpec,
+    batch: KernelBatch,
+    b: Breakdown,
+    flops: np.ndarray | None = None,
+    cube_flops: np.ndarray | None = None,
+    compulsory: np.ndarray | None = None,
+) -> np.ndarray:
+    """The ``(len(batch), len(FEATURES))`` feature matrix of a batch of kernels.
+
+    Args:
+        spec: the hardware the kernels were lowered for.
+        batch: the kernels (one layout; configs of one group or kernels of one shape class).
+        b: the analytic breakdown of ``batch`` (``costmodel.analytic.score``).
+        flops, cube_flops, compulsory: per-row values when the rows are different kernels
+            (a stacked batch keeps only the first kernel's); default: the batch's own.
+    """
+    # Long by design: the feature matrix column by column, in the order of FEATURES, so a column
+    # and its name sit together (the traffic and L2 sums it reads are their own steps).
+    n = len(batch)
+    one = np.ones(n)
+    flops = one * batch.flops if flops is None else np.asarray(flops, dtype=np.float64)
+    cube_flops = one * batch.cube_flops if cube_flops is None else np.asarray(cube_flops, float)
+    compulsory = (
+        one * batch.compulsory_bytes if compulsory is None else np.asarray(compulsory, float)
+    )
+    log = np.log1p
+    body = np.maximum(b.body, 1e-9)
+    busy = [b.busy[p] for p in PIPES]
+    waves = np.ceil(batch.tiles / batch.cores)
+    phys = spec.vector_cores if batch.unit == "vector" else spec.cube_cores
+    steps = batch.steps.astype(np.float64)
+    tiles = batch.tiles.astype(np.float64)
+    m = _traffic(spec, batch, steps, tiles)
+    loaded, stored, moved_all = m.loaded, m.stored, np.maximum(m.loaded + m.stored, 1.0)
+    unique, wave_set, biggest = _l2_reach(batch, steps, tiles)
     l2 = float(spec.l2_bytes)
     cols = [
         np.log(np.maximum(b.latency_us, 1e-9)),
@@ -171,9 +196,9 @@ def kernel_features(
         log(loaded),
         log(stored),
         log(flops / moved_all),
-        log(tile_bytes),
-        short / moved_all,
-        conv / np.maximum(loaded, 1.0),
+        log(m.tile_bytes),
+        m.short / moved_all,
+        m.conv / np.maximum(loaded, 1.0),
         *(log(batch.grid[:, i].astype(np.float64)) for i in range(3)),
         log(steps),
         log(tiles),
@@ -191,8 +216,8 @@ def kernel_features(
         log(loaded / np.maximum(unique, 1.0)),
         log(wave_set / l2),
         biggest / np.maximum(loaded, 1.0),
-        to_cube / np.maximum(loaded, 1.0),
-        to_vector / np.maximum(loaded, 1.0),
+        m.to_cube / np.maximum(loaded, 1.0),
+        m.to_vector / np.maximum(loaded, 1.0),
         b.resident_share,
         *(
             batch.footprint.get(buf, np.zeros(n)) / float(getattr(spec, f"{buf}_bytes"))

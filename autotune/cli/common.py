@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # annotations only: loading a model and a plan imports what i
     import onnx
 
     from costmodel.spec import Target
+    from search_space.shapes import BucketGraphs, ShapeSource
     from search_space.space import FusionPlan
     from search_space.zoo import ZooOptions
 
@@ -139,12 +140,55 @@ PrecisionOpt = Annotated[str, typer.Option(help="auto, fp32, fp16, bf16 or mixed
 
 
 @dataclass(frozen=True)
+class ShapeFlags:
+    """``--shape-range``, ``--buckets`` and ``--traffic`` as given (none: one shape)."""
+
+    ranges: tuple[str, ...] = ()
+    buckets: tuple[str, ...] = ()
+    traffic: Path | None = None
+
+
+@dataclass(frozen=True)
 class ModelOptions:
-    """How a command reads MODEL: static shapes for a file's dynamic inputs, and how to build
-    a ``zoo:NAME`` model (ignored for files)."""
+    """How a command reads MODEL: static shapes for a file's dynamic inputs, how to build
+    a ``zoo:NAME`` model (ignored for files), and the shape ranges it is read over."""
 
     input_shapes: Mapping[str, Sequence[int]]
     zoo: ZooOptions
+    shaped: ShapeFlags = ShapeFlags()
+
+    @property
+    def ranged(self) -> bool:
+        """Shape ranges were given (``--buckets`` and ``--traffic`` need them)."""
+        return bool(self.shaped.ranges)
+
+    def bucket_graphs(self, model: str) -> BucketGraphs:
+        """MODEL at every bucket of its ranges (weighted by ``--traffic``).
+
+        Raises:
+            AutofusionError: a bad range, bucket list or traffic file; a zoo flag that fixes
+                a ranged dim; a range on a dim the model does not have as dynamic.
+        """
+        from search_space.shapes import ShapeRanges, bucket_graphs, read_traffic
+
+        ranges = ShapeRanges.parse(self.shaped.ranges, self.shaped.buckets)
+        counts = None if self.shaped.traffic is None else read_traffic(self.shaped.traffic, ranges)
+        return bucket_graphs(self._shape_source(model, ranges.names), ranges, counts)
+
+    def _shape_source(self, model: str, ranged: Sequence[str]) -> ShapeSource:
+        from search_space.shapes import OnnxShapes, ZooShapes
+
+        if model.startswith("zoo:"):
+            fixed = {"batch": self.zoo.batch, "seq": self.zoo.seq_len, "cache": self.zoo.cache_len}
+            flag = {"batch": "--batch", "seq": "--seq-len", "cache": "--cache-len"}
+            both = [n for n in ranged if fixed.get(n) is not None]
+            if both:
+                raise AutotuneError(
+                    f"{flag[both[0]]} and --shape-range {both[0]}=... both set {both[0]}; give one"
+                )
+            return ZooShapes(model[4:], self.zoo)
+        source = python_source(model) if model.startswith(PYTHON) else model
+        return OnnxShapes(source, self.input_shapes)
 
     def graph(self, model: str) -> Graph:
         """MODEL as a static graph."""
@@ -230,14 +274,17 @@ def _bundle(
     return decorate
 
 
-def model_options(weights: str | None = "inputs", shapes: bool = True) -> Callable[[F], F]:
+def model_options(
+    weights: str | None = "inputs", shapes: bool = True, ranges: bool = False
+) -> Callable[[F], F]:
     """Give a command the MODEL flags: ``--input-shape`` (unless not ``shapes``: a command
     that takes a zoo name, not MODEL) and the zoo's ``--weights`` (default ``weights``;
     ``None``: no flag, always random), ``--scale``, ``--layers``, ``--batch``, ``--seq-len``,
-    ``--cache-len``, ``--cache-form``. The command takes them as one parameter
-    ``opts: ModelOptions``."""
+    ``--cache-len``, ``--cache-form``; with ``ranges``, ``--shape-range``, ``--buckets`` and
+    ``--traffic``. The command takes them as one parameter ``opts: ModelOptions``."""
     names = [*(["input_shape"] if shapes else []), *(["weights"] if weights else [])]
     names += ["scale", "layers", "batch", "seq_len", "cache_len", "cache_form"]
+    names += ["shape_range", "buckets", "traffic"] if ranges else []
     flags = {f: weights if f == "weights" else FLAGS[f][0] for f in names}
 
     def make(v: dict[str, Any]) -> ModelOptions:
@@ -253,7 +300,10 @@ def model_options(weights: str | None = "inputs", shapes: bool = True) -> Callab
             v["cache_len"],
             v["cache_form"],
         )
-        return ModelOptions(parse_input_shapes(v.get("input_shape") or []), zoo)
+        shaped = ShapeFlags(
+            tuple(v.get("shape_range") or ()), tuple(v.get("buckets") or ()), v.get("traffic")
+        )
+        return ModelOptions(parse_input_shapes(v.get("input_shape") or []), zoo, shaped)
 
     return _bundle("opts", flags, make)
 

@@ -126,7 +126,7 @@ def _print_inspect(graph: Graph, s: dict[str, Any], per_op: bool) -> None:
 
 
 @user_errors
-@model_options()
+@model_options(ranges=True)
 @policy_options("preset")
 def estimate(
     model: ModelArg,
@@ -159,6 +159,13 @@ def estimate(
 
     if resident not in CONTEXTS:
         raise AutotuneError(f"--resident {resident!r} is not one of: {', '.join(CONTEXTS)}")
+    if opts.ranged:
+        _estimate_range(
+            model, opts, policy, target, set_ or [], precision, plan, cost, resident, json_out
+        )
+        return
+    if opts.shaped.buckets or opts.shaped.traffic:
+        raise AutotuneError("--buckets and --traffic divide a --shape-range; give one")
     graph = opts.graph(model)
     result = estimate_graph(
         graph,
@@ -194,6 +201,54 @@ def estimate(
     for name, k in slowest[:top]:
         table.add_row(escape(name), k.kind, k.config.short(), f"{k.latency_us:.1f}", k.bound)
     out.print(table)
+
+
+def _estimate_range(
+    model: str,
+    opts: ModelOptions,
+    policy: PolicyFlags,
+    target: str,
+    sets: list[str],
+    precision: str,
+    plan: str,
+    cost: str,
+    resident: str,
+    json_out: bool,
+) -> None:
+    """``estimate --shape-range``: one grouping at every bucket, and the weighted sum."""
+    from autotune.estimate_range import estimate_range
+
+    result = estimate_range(
+        opts.bucket_graphs(model),
+        model_name=model,
+        target=target,
+        sets=sets,
+        precision=precision,
+        plan=plan,
+        cost=cost,
+        policy=policy.load(),
+        resident=resident,
+    )
+    if json_out:
+        emit_json(result.to_json())
+        return
+    first = result.buckets[0][1]
+    table = Table(
+        title=f"{model} over {result.ranges} on {first.target} ({first.precision}), plan "
+        f"{plan}, {cost} model" + (", inputs in L2" if resident == "inputs" else "")
+    )
+    for col in ("bucket", "weight", "kernels", "us", "roofline us"):
+        table.add_column(col, justify="left" if col == "bucket" else "right")
+    for bucket, e in result.buckets:
+        table.add_row(
+            bucket.label,
+            f"{bucket.weight:.3f}",
+            str(len(e.kernels)),
+            f"{e.latency_us:.1f}",
+            f"{e.roofline_us:.1f}",
+        )
+    out.print(table)
+    out.print(f"weighted latency: {result.latency_us:.1f} us over {len(result.buckets)} buckets")
 
 
 @user_errors

@@ -57,6 +57,39 @@ FLAGS: dict[str, tuple[Any, Any]] = {
             ),
         ],
     ),
+    "shape_range": (
+        None,
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--shape-range",
+                help="A dynamic dim over a range, NAME=LO..HI (its dim_param; a zoo model's "
+                "batch, seq or cache), e.g. seq=16..512 (repeat per dim).",
+            ),
+        ],
+    ),
+    "buckets": (
+        None,
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--buckets",
+                help="A ranged dim's bucket edges: pow2 (default) or NAME=E1,E2,... ending at "
+                "its HI (repeat per dim).",
+            ),
+        ],
+    ),
+    "traffic": (
+        None,
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--traffic",
+                help="CSV of observed shapes (a column per ranged dim, and count) that "
+                "weights the buckets; equal weights without it.",
+            ),
+        ],
+    ),
     "config": (
         None,
         Annotated[

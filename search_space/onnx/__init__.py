@@ -7,6 +7,7 @@ from search_space.onnx.fold import FOLD_LIMIT, attributes_of, evaluate
 from search_space.onnx.io import (
     MIN_OPSET,
     ModelSource,
+    declared_dims,
     default_opset,
     node_names,
     parse_input_shapes,
@@ -24,6 +25,7 @@ __all__ = [
     "WEIGHT_INPUTS_KEY",
     "ModelSource",
     "attributes_of",
+    "declared_dims",
     "default_opset",
     "evaluate",
     "load_graph",

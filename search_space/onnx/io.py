@@ -24,6 +24,7 @@ from search_space.onnx.dims import example_dim
 __all__ = [
     "MIN_OPSET",
     "ModelSource",
+    "declared_dims",
     "default_opset",
     "node_names",
     "parse_input_shapes",
@@ -283,7 +284,9 @@ def parse_input_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
+def declared_dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
+    """A graph input's dims as the model declares them: ints, dim_param strings (``?`` for an
+    unnamed dynamic dim), or None without a tensor shape."""
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
         return None
@@ -321,7 +324,7 @@ def static_input_dims(
             f"graph input '{vi.name}' is not a tensor (sequence/map inputs are not supported)",
             ModelLoadError,
         )
-        dims = _dims(vi)
+        dims = declared_dims(vi)
         if vi.name in input_shapes:
             given = tuple(input_shapes[vi.name])
             check(

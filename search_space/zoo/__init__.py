@@ -22,7 +22,7 @@ from search_space.zoo.builder import (
     ModelSpec,
     ZooError,
 )
-from search_space.zoo.catalog import ZooInfo, build, list_models
+from search_space.zoo.catalog import ZooInfo, build, list_models, model_axes
 from search_space.zoo.resolve import ZooOptions, load_model_spec, resolve_model
 
 __all__ = [
@@ -38,5 +38,6 @@ __all__ = [
     "build",
     "list_models",
     "load_model_spec",
+    "model_axes",
     "resolve_model",
 ]

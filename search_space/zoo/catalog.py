@@ -27,7 +27,7 @@ from search_space.zoo.builder import (
     check,
 )
 
-__all__ = ["ZooInfo", "build", "list_models"]
+__all__ = ["ZooInfo", "build", "list_models", "model_axes"]
 
 _SPECS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -87,6 +87,17 @@ def _info(name: str) -> ZooInfo:
         spec.has_seq,
         spec.has_cache,
     )
+
+
+def model_axes(name: str) -> tuple[str, ...]:
+    """The dims a zoo model can be built at (a shape range may span them): ``batch``, then
+    ``seq`` for a model with a sequence axis and ``cache`` for a decode step.
+
+    Raises:
+        ZooError: an unknown model.
+    """
+    spec = _spec(name)
+    return ("batch", *(("seq",) if spec.has_seq else ()), *(("cache",) if spec.has_cache else ()))
 
 
 def list_models() -> list[ZooInfo]:

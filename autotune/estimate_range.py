@@ -1,0 +1,153 @@
+"""``autotune estimate --shape-range``: one fusion plan costed at every bucket of a range.
+
+A served model compiles one fused graph and runs it at many shapes, so the groups are the
+same at every bucket: they are chosen once, on the top bucket's graph (a baseline: none,
+greedy, max or optimal), and each bucket's kernels take that bucket's own configs (the
+baseline's rule at its shapes: the default config for none and greedy, the model's best for
+max and optimal). The range's latency is the traffic-weighted sum of the buckets'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.estimate import Estimate, KernelEstimate, plan_kernels
+from autotune.exceptions import AutotuneError
+from autotune.vocabulary import kind_of, latency, schema
+from costmodel.exceptions import InfeasibleConfig
+from costmodel.kernel import Kernel
+from costmodel.oracle import CostOracle
+from costmodel.registry import make_cost_model
+from costmodel.residency import resident_context
+from costmodel.roofline import roofline_us
+from costmodel.spec import Target, load_target
+from search_space.fusion import FusionContext
+from search_space.ir import FusionGroup, Graph, make_group
+from search_space.rules import Policy
+from search_space.shapes import Bucket, BucketGraphs
+from search_space.space import BASELINES
+
+__all__ = ["RangeEstimate", "bucket_kernels", "estimate_range"]
+
+_BEST = ("max", "optimal")  # baselines whose groups run at the model's best config
+
+
+def bucket_kernels(
+    graph: Graph, groups: Sequence[FusionGroup], plan: str, target: Target, policy: Policy
+) -> list[Kernel]:
+    """The top bucket's ``groups`` on another bucket's ``graph``, each lowered at that
+    bucket's config under the baseline's rule.
+
+    Raises:
+        InfeasibleConfig: a group no config of which fits a buffer at this bucket.
+    """
+    ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
+    oracle = CostOracle(graph, target, ctx=ctx)
+    mine = [make_group(graph, g.ops, g.kind) for g in groups]
+    configs = []
+    for g in mine:
+        if plan in _BEST:
+            config, cost = oracle.best(g)
+            if cost == float("inf"):
+                raise InfeasibleConfig(f"no config of kernel {g.ops[0]!r} fits at this shape")
+        else:
+            config = oracle.default(g)
+        configs.append(config)
+    return [oracle.lowering.kernel(g, c) for g, c in zip(mine, configs, strict=True)]
+
+
+@dataclass(frozen=True)
+class RangeEstimate:
+    """A plan costed at every bucket of a model's shape ranges."""
+
+    ranges: str
+    buckets: tuple[tuple[Bucket, Estimate], ...]
+
+    @property
+    def latency_us(self) -> float:
+        """The traffic-weighted latency over the buckets."""
+        return float(sum(b.weight * e.latency_us for b, e in self.buckets))
+
+    def to_json(self) -> dict[str, Any]:
+        """The document ``autotune.estimate_range`` (``docs/json.md``)."""
+        first = self.buckets[0][1]
+        return {
+            "schema": schema("estimate_range"),
+            "latency": latency(self.latency_us, kind_of(first.cost_model), first.cost_model),
+            "model": first.model,
+            "target": first.target,
+            "precision": first.precision,
+            "plan": first.plan,
+            "cost_model": first.cost_model,
+            "resident": first.resident,
+            "shape_ranges": self.ranges,
+            "buckets": [
+                {"dims": b.values, "weight": b.weight, **e.to_json()} for b, e in self.buckets
+            ],
+        }
+
+
+def estimate_range(
+    graphs: BucketGraphs,
+    *,
+    model_name: str,
+    target: str = "ascend910b",
+    sets: Sequence[str] | Mapping[str, Any] = (),
+    precision: str = "auto",
+    plan: str = "none",
+    cost: str = "analytic",
+    policy: Policy | None = None,
+    resident: str = "none",
+) -> RangeEstimate:
+    """Cost one baseline's grouping (chosen on the top bucket) at every bucket.
+
+    Raises:
+        AutotuneError: a plan file (a plan holds one shape); InfeasibleConfig: a group that
+            fits no config at some bucket; CostModelError: an unknown cost model.
+    """
+    if plan not in BASELINES:
+        raise AutotuneError(
+            f"--plan {plan!r} with --shape-range: a plan file holds one shape; give a "
+            f"baseline ({', '.join(BASELINES)}) or drop --shape-range"
+        )
+    policy = policy or Policy()
+    tgt = load_target(target, sets, precision)
+    groups, _ = plan_kernels(graphs.reference, plan, tgt, policy)
+    model = make_cost_model(cost, tgt)
+    out = []
+    for bucket, graph in zip(graphs.buckets, graphs.graphs, strict=True):
+        try:
+            kernels = bucket_kernels(graph, groups, plan, tgt, policy)
+        except InfeasibleConfig as err:
+            raise InfeasibleConfig(f"bucket {bucket.label}: {err}") from None
+        run, warm = resident_context(resident, graph, tgt)
+        costs = (model if run is tgt else make_cost_model(cost, run)).evaluate(kernels, warm)
+        found = tuple(
+            KernelEstimate(k.ops, k.kind, k.unit, k.config, c)
+            for k, c in zip(kernels, costs, strict=True)
+        )
+        out.append((bucket, _estimate(model_name, tgt, plan, cost, resident, graph, found)))
+    return RangeEstimate(", ".join(map(str, graphs.ranges.ranges)), tuple(out))
+
+
+def _estimate(
+    name: str,
+    tgt: Target,
+    plan: str,
+    cost: str,
+    resident: str,
+    graph: Graph,
+    kernels: tuple[KernelEstimate, ...],
+) -> Estimate:
+    return Estimate(
+        model=name,
+        target=tgt.spec.name,
+        precision=tgt.precision,
+        plan=plan,
+        cost_model=cost,
+        resident=resident,
+        roofline_us=roofline_us(graph, tgt),
+        kernels=kernels,
+    )

@@ -7,6 +7,7 @@ does: one line, ``interrupted``, exit status 130. A command takes Ctrl-C over as
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import FrameType
@@ -15,8 +16,13 @@ __all__ = ["command_started", "starting"]
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
+    """End the process now: nothing is written before a command starts, so there is nothing
+    to clean up. An exception would not do: raised inside an extension module's import (the
+    CLI's flag callbacks import onnx) it was swallowed by the module's C++ code, so the run
+    went on, or it unwound a half-initialised module into a crash at exit (SIGSEGV)."""
     sys.stderr.write("interrupted\n")
-    raise SystemExit(130)  # no traceback; `finally` blocks still run
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def starting() -> None:

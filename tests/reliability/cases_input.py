@@ -146,7 +146,9 @@ def _start_up(case: type[Case]) -> list[Case]:
     argv = ("tune", "{valid}", "--cost", "analytic", "--trials", "50", *FRESH)
     return [
         case("sigint_in_imports", "start-up", argv, 130, "", written, "sigint:_multiarray_umath"),
-        case("sigint_reading_flags", "start-up", argv, 130, "", written, "sigint:pandas/_libs"),
+        case(
+            "sigint_reading_flags", "start-up", argv, 130, "", written, "sigint:onnx_cpp2py_export"
+        ),
     ]
 
 

@@ -104,15 +104,35 @@ def tune(
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     zoo: ZooOptions | None = None,
+    shape_ranges: Sequence[str] = (),
+    buckets: Sequence[str] = (),
+    traffic: str | os.PathLike[str] | None = None,
     **options: Any,
 ) -> Plan:
     """Tune a model (a path, a ModelProto, or ``zoo:NAME``); ``options`` are
-    :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...)."""
+    :class:`autotune.tuner.TuneConfig` fields (``trials``, ``sampler``, ``storage``...).
+    ``shape_ranges`` (``["batch=1..64", "seq=16..512"]``), ``buckets`` and ``traffic`` are
+    the CLI's ``--shape-range``, ``--buckets`` and ``--traffic`` (docs/tuning.md): one plan
+    for every bucket, a config table per bucket."""
     from autotune.tuner import make_safety
     from costmodel.spec import load_target
+    from search_space.shapes import (
+        ShapeRanges,
+        ZooShapes,
+        bucket_graphs,
+        read_traffic,
+        shape_source,
+    )
 
+    ranged = None
+    if shape_ranges:
+        ranges = ShapeRanges.parse(shape_ranges, buckets)
+        counts = None if traffic is None else read_traffic(Path(traffic), ranges)
+        ranged = bucket_graphs(shape_source(model, zoo, input_shapes), ranges, counts)
+        if isinstance(model, str) and model.startswith("zoo:"):  # safe mode's: the top's
+            zoo = ZooShapes(model[4:], zoo or ZooOptions()).options_at(ranged.buckets[-1].values)
     source = resolve_model(model, zoo) if isinstance(model, str) else model
-    graph = load_graph(source, input_shapes=input_shapes)
+    graph = load_graph(source, input_shapes=input_shapes) if ranged is None else ranged.reference
     name = model.removeprefix("zoo:") if isinstance(model, str) else "model"
     config = TuneConfig(**options)
     target = load_target(config.target, config.sets, config.precision)
@@ -121,5 +141,5 @@ def tune(
     else:
         ref = str(model) if isinstance(model, os.PathLike) else read_model(model)[0]
     safety = make_safety(graph, ref, zoo, config.policy, target)
-    result = tune_graph(graph, config, name=Path(name).stem, safety=safety)
+    result = tune_graph(graph, config, name=Path(name).stem, safety=safety, buckets=ranged)
     return Plan(result.plan, None, result)

@@ -51,6 +51,11 @@ def plan_report(plan: FusionPlan) -> dict[str, Any]:
         "study": meta.get("study"),
         "trials": meta.get("trials"),
     }
+    if plan.buckets:  # a plan over shape ranges: each bucket's figures (the kernels: the top's)
+        out["shape_ranges"] = list(plan.shape_ranges)
+        out["buckets"] = [
+            {k: v for k, v in b.to_json().items() if k != "configs"} for b in plan.buckets
+        ]
     predicted = meta.get("baseline_predicted_us", {})
     for base, mine, kind in (
         (simulated, plan.measured_us, "simulated"),

@@ -162,6 +162,19 @@ class ModelOptions:
         """Shape ranges were given (``--buckets`` and ``--traffic`` need them)."""
         return bool(self.shaped.ranges)
 
+    def ranged_graphs(self, model: str) -> BucketGraphs | None:
+        """MODEL at every bucket of its ranges, or None without ``--shape-range``.
+
+        Raises:
+            AutofusionError: ``--buckets`` or ``--traffic`` without a range, and what
+                :meth:`bucket_graphs` raises.
+        """
+        if self.ranged:
+            return self.bucket_graphs(model)
+        if self.shaped.buckets or self.shaped.traffic:
+            raise AutotuneError("--buckets and --traffic divide a --shape-range; give one")
+        return None
+
     def bucket_graphs(self, model: str) -> BucketGraphs:
         """MODEL at every bucket of its ranges (weighted by ``--traffic``).
 
@@ -175,8 +188,18 @@ class ModelOptions:
         counts = None if self.shaped.traffic is None else read_traffic(self.shaped.traffic, ranges)
         return bucket_graphs(self._shape_source(model, ranges.names), ranges, counts)
 
+    def zoo_at(self, model: str, values: Mapping[str, int]) -> ZooOptions:
+        """The zoo options that build MODEL at a bucket's ``values`` (as given for a file)."""
+        from search_space.shapes import ZooShapes
+
+        return (
+            ZooShapes(model[4:], self.zoo).options_at(values)
+            if model.startswith("zoo:")
+            else self.zoo
+        )
+
     def _shape_source(self, model: str, ranged: Sequence[str]) -> ShapeSource:
-        from search_space.shapes import OnnxShapes, ZooShapes
+        from search_space.shapes import shape_source
 
         if model.startswith("zoo:"):
             fixed = {"batch": self.zoo.batch, "seq": self.zoo.seq_len, "cache": self.zoo.cache_len}
@@ -186,9 +209,8 @@ class ModelOptions:
                 raise AutotuneError(
                     f"{flag[both[0]]} and --shape-range {both[0]}=... both set {both[0]}; give one"
                 )
-            return ZooShapes(model[4:], self.zoo)
         source = python_source(model) if model.startswith(PYTHON) else model
-        return OnnxShapes(source, self.input_shapes)
+        return shape_source(source, self.zoo, self.input_shapes)
 
     def graph(self, model: str) -> Graph:
         """MODEL as a static graph."""

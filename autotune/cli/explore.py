@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -32,6 +32,9 @@ from autotune.cli.flags import SEED_MAX, ForceOpt
 from autotune.exceptions import AutotuneError
 from search_space import Graph
 from search_space.atomic import atomic_write_text, output_path
+
+if TYPE_CHECKING:  # annotations only: the commands import what they run
+    from search_space.shapes import BucketGraphs
 
 __all__ = ["candidates", "estimate", "inspect", "zoo_export", "zoo_list"]
 
@@ -159,13 +162,11 @@ def estimate(
 
     if resident not in CONTEXTS:
         raise AutotuneError(f"--resident {resident!r} is not one of: {', '.join(CONTEXTS)}")
-    if opts.ranged:
-        _estimate_range(
-            model, opts, policy, target, set_ or [], precision, plan, cost, resident, json_out
-        )
+    buckets = opts.ranged_graphs(model)
+    if buckets is not None:
+        args = (plan, cost, resident, json_out)
+        _estimate_range(model, buckets, policy, target, set_ or [], precision, *args)
         return
-    if opts.shaped.buckets or opts.shaped.traffic:
-        raise AutotuneError("--buckets and --traffic divide a --shape-range; give one")
     graph = opts.graph(model)
     result = estimate_graph(
         graph,
@@ -205,7 +206,7 @@ def estimate(
 
 def _estimate_range(
     model: str,
-    opts: ModelOptions,
+    buckets: BucketGraphs,
     policy: PolicyFlags,
     target: str,
     sets: list[str],
@@ -219,7 +220,7 @@ def _estimate_range(
     from autotune.estimate_range import estimate_range
 
     result = estimate_range(
-        opts.bucket_graphs(model),
+        buckets,
         model_name=model,
         target=target,
         sets=sets,

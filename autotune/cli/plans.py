@@ -73,6 +73,8 @@ def report(
             if (key := f"speedup_vs_{base}_{kind}") in rep:
                 head.add_row(f"speedup vs {base} ({kind})", f"{rep[key]:.2f}x")
     out.print(head)
+    if "buckets" in rep:
+        _print_buckets(rep)
     rows = folded_kernels(record, rep["kernels"])
     table = Table(title=f"kernels ({len(record.groups)}; repeated ones folded: x N)")
     table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=24)
@@ -94,6 +96,17 @@ def report(
             k["bound"],
             k["verdict"],
         )
+    out.print(table)
+
+
+def _print_buckets(rep: dict[str, Any]) -> None:
+    """A range plan's buckets: each one's weight and latency (the kernels below: the top's)."""
+    table = Table(title=f"buckets over {', '.join(rep['shape_ranges'])} (kernels below: the last)")
+    for col in ("bucket", "weight", "us predicted", "us simulated"):
+        table.add_column(col, justify="left" if col == "bucket" else "right")
+    for b in rep["buckets"]:
+        label = ",".join(f"{k}={v}" for k, v in b["dims"].items())
+        table.add_row(label, f"{b['weight']:.3f}", _us(b["predicted_us"]), _us(b["simulated_us"]))
     out.print(table)
 
 

@@ -29,6 +29,7 @@ from autotune.cli.flags import SEED_MAX, ForceOpt
 if TYPE_CHECKING:  # annotations only: the commands import what they run
     from autotune.tuner import Safety, TuneConfig, TuneResult
     from search_space.ir import Graph
+    from search_space.shapes import BucketGraphs
 
 __all__ = ["tune"]
 
@@ -49,7 +50,7 @@ def _trials_word(ctx: typer.Context, value: str) -> str:
 
 
 @user_errors
-@model_options()
+@model_options(ranges=True)
 @policy_options(*POLICY_FLAGS)
 def tune(
     model: ModelArg,
@@ -146,7 +147,8 @@ def tune(
         output_path(dataset, {**read, "plan": output})
         if not force:
             _check_dataset(dataset)
-    graph = opts.graph(model)
+    buckets = opts.ranged_graphs(model)
+    graph = opts.graph(model) if buckets is None else buckets.reference
     extra = {"share_repeated": False} if no_share else {}
     if unsafe:
         extra["safe_mode"] = False
@@ -175,8 +177,9 @@ def tune(
     )
     name = opts.name(model)
     tgt = load_target(target, cfg.sets, precision)
-    safety = make_safety(graph, opts.reference(model), opts.zoo, cfg.policy, tgt)
-    result = _run_with_progress(graph, cfg, name, safety)
+    zoo = opts.zoo if buckets is None else opts.zoo_at(model, buckets.buckets[-1].values)
+    safety = make_safety(graph, opts.reference(model), zoo, cfg.policy, tgt)
+    result = _run_with_progress(graph, cfg, name, safety, buckets)
     path = save_plan(result.plan, output)
     if result.study:  # for `autotune dashboard` (a model with no work opens no study)
         upload_artifact_file(result.storage, result.study, path)
@@ -206,7 +209,7 @@ def _check_dataset(path: Path) -> None:
 
 
 def _run_with_progress(
-    graph: Graph, cfg: TuneConfig, name: str, safety: Safety | None
+    graph: Graph, cfg: TuneConfig, name: str, safety: Safety | None, buckets: BucketGraphs | None
 ) -> TuneResult:
     """Run the study: on a terminal under a progress bar (phase, trials, best, time and the
     trials' ETA) that stays when the run ends; elsewhere (a log, nohup, CI) with a line per
@@ -219,7 +222,7 @@ def _run_with_progress(
     from autotune.tuner import tune_graph
 
     if not err.is_terminal:
-        return tune_graph(graph, cfg, name=name, safety=safety)
+        return tune_graph(graph, cfg, name=name, safety=safety, buckets=buckets)
     columns = (
         TextColumn("[bold]tuning[/] {task.description}: {task.fields[phase]}"),
         BarColumn(),
@@ -239,7 +242,13 @@ def _run_with_progress(
             bar.update(task, phase=now)
 
         result = tune_graph(
-            graph, cfg, name=name, progress=progress, safety=safety, on_phase=phase
+            graph,
+            cfg,
+            name=name,
+            progress=progress,
+            safety=safety,
+            on_phase=phase,
+            buckets=buckets,
         )
         bar.update(task, phase="done")
         return result

@@ -37,6 +37,7 @@ from autotune.tuner.safety_codegen import codegen_safe, require_codegen_extra
 from autotune.tuner.session import Session
 from autotune.tuner.study import check_params, opening
 from search_space.ir import Graph, empty_tensors
+from search_space.shapes import BucketGraphs
 
 __all__ = ["since_best", "tune_graph"]
 
@@ -77,12 +78,15 @@ def tune_graph(
     progress: Callable[[int, float], None] | None = None,
     safety: Safety | None = None,
     on_phase: Callable[[str], None] | None = None,
+    buckets: BucketGraphs | None = None,
 ) -> TuneResult:
     """Run (or resume) a study on ``graph`` and return the best measured plan (a model with
     an empty tensor does no work: each op alone, no study).
 
     Args:
-        graph, config: the model; study settings.
+        graph, config: the model (with ``buckets``, the top bucket's graph); study settings.
+        buckets: shape ranges: one set of fusion decisions for every bucket, each bucket at
+            its own configs, the objective their traffic-weighted sum (:mod:`.ranges`).
         name: a readable model name for the study and the plan.
         progress, on_phase: told (trials done, best predicted) after each trial; the phase
             (both are also logged: :mod:`autotune.progress`).
@@ -100,8 +104,10 @@ def tune_graph(
         require_codegen_extra(config.policy)
     if empty_tensors(graph):
         return no_work(graph, config, name)
+    if buckets is not None and graph is not buckets.reference:
+        raise ValueError("with buckets, graph must be the top bucket's (buckets.reference)")
     with one_blas_thread():
-        return _open_and_tune(graph, config, name, progress, safety, on_phase)
+        return _open_and_tune(graph, config, name, progress, safety, on_phase, buckets)
 
 
 def one_blas_thread() -> contextlib.AbstractContextManager[object]:
@@ -122,6 +128,7 @@ def _open_and_tune(
     progress: Callable[[int, float], None] | None,
     safety: Safety | None,
     on_phase: Callable[[str], None] | None,
+    buckets: BucketGraphs | None = None,
 ) -> TuneResult:
     """Open (or resume) the study, then run it (:func:`_tune`), its studies dropped again
     where it fails before any trial of a study it made completes."""
@@ -129,7 +136,7 @@ def _open_and_tune(
     told = Teller(config.trials, on_phase, progress)  # and logged, for those without a bar
     clock = Clock(told.phase)
     with clock.phase("setup"):
-        s = Session.open(graph, config, name, safety)
+        s = Session.open(graph, config, name, safety, buckets)
     with s.dropped_on_failure():  # before "resuming": a study of another space is the one line
         check_params(s.study, set(s.space.param_of.values()))
     logging.getLogger(LOGGER).info(opening(s.study, s.storage_name, s.done))

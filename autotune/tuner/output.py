@@ -9,13 +9,14 @@ from typing import Any
 from autotune.candidates import CandidateVerdict, analyse_candidates
 from autotune.graph_view import kernel_graph
 from autotune.tuner.config import TuneConfig
+from autotune.tuner.ranges import RangeEvaluator
 from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.session import Session
 from costmodel.spec import load_target
 from search_space.ir import Graph, empty_tensors, singleton_groups
-from search_space.space import FusionPlan, PlanGroup, SpacePlan, op_hashes
+from search_space.space import FusionPlan, PlanBucket, PlanGroup, SpacePlan, op_hashes
 
-__all__ = ["census", "graph_record", "kernel_rows", "no_work", "plan_record"]
+__all__ = ["bucket_table", "census", "graph_record", "kernel_rows", "no_work", "plan_record"]
 
 
 def kernel_rows(s: Session, plan: SpacePlan) -> list[dict[str, Any]]:
@@ -104,6 +105,7 @@ def plan_record(
         PlanGroup(g.ops, g.kind, c, verdicts.get(g.ops, ""))
         for g, c in zip(plan.groups, plan.configs, strict=True)
     )
+    ranges, buckets = bucket_table(s, plan)
     return FusionPlan(
         fingerprint=s.graph.fingerprint(),
         target=s.target.spec.name,
@@ -114,7 +116,25 @@ def plan_record(
         measured_us=winner.latency_us,
         cost_model=cfg.cost,
         meta=meta,
+        shape_ranges=ranges,
+        buckets=buckets,
     ).named(s.graph)
+
+
+def bucket_table(s: Session, plan: SpacePlan) -> tuple[tuple[str, ...], tuple[PlanBucket, ...]]:
+    """A range study's dispatch table: every bucket's configs for the plan's groups as they
+    were simulated, with the bucket's predicted and simulated latency (none for one shape)."""
+    ev = s.ev
+    if s.buckets is None or not isinstance(ev, RangeEvaluator):
+        return (), ()
+    ev.measure(plan)  # a plan another worker measured: simulated here too (cached)
+    rows = []
+    for (bp, simulated), b in zip(ev.measured_at.get(plan.key(), []), ev.buckets, strict=True):
+        at = bp.plan
+        configs = tuple(at.configs) if at is not None else (None,) * len(plan.groups)
+        predicted = b.ev.score(at) if at is not None else None
+        rows.append(PlanBucket(bp.bucket.dims, bp.bucket.weight, configs, predicted, simulated))
+    return tuple(str(r) for r in s.buckets.ranges.ranges), tuple(rows)
 
 
 def no_work(graph: Graph, config: TuneConfig, name: str) -> TuneResult:

@@ -23,6 +23,7 @@ from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.evaluator import Evaluator, make_study_model
 from autotune.tuner.leases import reap
+from autotune.tuner.ranges import RangeEvaluator, range_suffix
 from autotune.tuner.records import Candidate
 from autotune.tuner.safety import Safety
 from autotune.tuner.study import (
@@ -35,11 +36,13 @@ from autotune.tuner.study import (
     study_name,
 )
 from autotune.verify import KernelVerdict
+from costmodel.base import CostModel
 from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph
+from search_space.shapes import BucketGraphs
 from search_space.space import SearchSpace, SpacePlan, baseline_plan, build_space, peak_live_bytes
 
 __all__ = ["FORBIDDEN", "RESCORE", "Session", "dropped_on_failure"]
@@ -61,7 +64,7 @@ class Session:
     name: str
     target: Target
     ctx: FusionContext
-    ev: Evaluator
+    ev: Evaluator | RangeEvaluator
     oracle: CostOracle
     space: SearchSpace
     study: optuna.Study
@@ -80,13 +83,20 @@ class Session:
     interrupted: bool = False  # Ctrl-C ended the trials (the plan is the best so far)
     storage: optuna.storages.BaseStorage | str | None = None  # where the study lives
     checks: dict[str, dict[str, int]] = field(default_factory=dict)  # plan key -> verdicts
+    buckets: BucketGraphs | None = None  # shape ranges: the graph is the top bucket's
 
     @classmethod
     def open(
-        cls, graph: Graph, config: TuneConfig, name: str, safety: Safety | None = None
+        cls,
+        graph: Graph,
+        config: TuneConfig,
+        name: str,
+        safety: Safety | None = None,
+        buckets: BucketGraphs | None = None,
     ) -> Session:
         """Build the space and the models, open (or resume) the study (with the signatures
-        it has forbidden so far). ``safety``: safe mode's check, run on every plan measured.
+        it has forbidden so far). ``safety``: safe mode's check, run on every plan measured;
+        ``buckets``: shape ranges (``graph`` is the top bucket's; :mod:`.ranges`).
 
         Raises:
             AutotuneError: a storage, study or cost model that cannot be opened.
@@ -95,10 +105,10 @@ class Session:
         policy = config.policy
         ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
         model = make_study_model(config.cost, target, config.cost_model_file)
-        sname = config.study or study_name(graph, target, config, name)
-        ev = Evaluator(
-            graph, target, model, retrain_every=config.retrain_every, family=name, study=sname
-        )  # before the storage: a model that cannot be costed leaves no journal behind
+        suffix = "" if buckets is None else range_suffix(buckets)
+        sname = config.study or study_name(graph, target, config, name) + suffix
+        # before the storage: a model that cannot be costed leaves no journal behind
+        ev = _evaluator(graph, target, model, config, name, sname, buckets)
         if config.trials == 0:  # nothing to pick from: before the storage, none is made
             _require_file(config)
         storage, storage_name = open_storage(config.storage)
@@ -146,6 +156,7 @@ class Session:
                 swaps=space.swap_moves(),
                 safety=safety if policy.safe_mode else None,
                 storage=storage,
+                buckets=buckets,
             )
             out.sync_forbidden()
             reap(study)  # trials a killed worker left RUNNING: failed, retried once
@@ -278,6 +289,22 @@ class Session:
         if key not in self.measured:
             self.measured[key] = self.measure(plan, source)
         return self.measured[key]
+
+
+def _evaluator(
+    graph: Graph,
+    target: Target,
+    model: CostModel,
+    config: TuneConfig,
+    name: str,
+    sname: str,
+    buckets: BucketGraphs | None,
+) -> Evaluator | RangeEvaluator:
+    """The study's evaluator: of one graph, or of every bucket of its shape ranges."""
+    kw: dict[str, Any] = {"retrain_every": config.retrain_every, "family": name, "study": sname}
+    if buckets is None:
+        return Evaluator(graph, target, model, **kw)
+    return RangeEvaluator(buckets, target, model, config.policy, **kw)
 
 
 _NO_STUDY = (

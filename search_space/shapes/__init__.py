@@ -9,6 +9,7 @@ from search_space.shapes.instances import (
     ShapeSource,
     ZooShapes,
     bucket_graphs,
+    shape_source,
 )
 from search_space.shapes.ranges import (
     Bucket,
@@ -35,4 +36,5 @@ __all__ = [
     "parse_range",
     "pow2_edges",
     "read_traffic",
+    "shape_source",
 ]

@@ -21,7 +21,14 @@ from search_space.onnx.loader import WEIGHT_INPUTS_KEY
 from search_space.shapes.ranges import Bucket, ShapeRangeError, ShapeRanges
 from search_space.zoo import ZooOptions, load_model_spec, model_axes
 
-__all__ = ["BucketGraphs", "OnnxShapes", "ShapeSource", "ZooShapes", "bucket_graphs"]
+__all__ = [
+    "BucketGraphs",
+    "OnnxShapes",
+    "ShapeSource",
+    "ZooShapes",
+    "bucket_graphs",
+    "shape_source",
+]
 
 
 class ShapeSource(Protocol):
@@ -86,15 +93,29 @@ class ZooShapes:
     def dynamic_dims(self) -> tuple[str, ...]:
         return model_axes(self.name)
 
-    def graph(self, values: Mapping[str, int]) -> Graph:
+    def options_at(self, values: Mapping[str, int]) -> ZooOptions:
+        """The zoo options that build the model at ``values``."""
         o = self.options
-        built = dataclasses.replace(
+        return dataclasses.replace(
             o,
             batch=values.get("batch", o.batch),
             seq_len=values.get("seq", o.seq_len),
             cache_len=values.get("cache", o.cache_len),
         )
-        return load_model_spec(f"zoo:{self.name}", zoo=built)
+
+    def graph(self, values: Mapping[str, int]) -> Graph:
+        return load_model_spec(f"zoo:{self.name}", zoo=self.options_at(values))
+
+
+def shape_source(
+    model: str | ModelSource,
+    zoo: ZooOptions | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> OnnxShapes | ZooShapes:
+    """MODEL (a path, a ModelProto or ``zoo:NAME``) as a source of bucket graphs."""
+    if isinstance(model, str) and model.startswith("zoo:"):
+        return ZooShapes(model[4:], zoo or ZooOptions())
+    return OnnxShapes(model, dict(input_shapes or {}))
 
 
 @dataclass(frozen=True)

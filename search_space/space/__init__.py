@@ -15,7 +15,7 @@ from search_space.space.optimal import (
     fusion_adjacency,
     optimal_partition,
 )
-from search_space.space.plan import SCHEMA_VERSION, FusionPlan, PlanError, PlanGroup
+from search_space.space.plan import SCHEMA_VERSION, FusionPlan, PlanBucket, PlanError, PlanGroup
 from search_space.space.search import (
     STRATEGIES,
     GroupOracle,
@@ -33,6 +33,7 @@ __all__ = [
     "GroupOracle",
     "OptimalResult",
     "OptimalUnavailable",
+    "PlanBucket",
     "PlanError",
     "PlanGroup",
     "SearchSpace",

@@ -20,7 +20,7 @@ from search_space.fusion import FusionContext
 from search_space.ir import GROUP_KINDS, Graph, KernelConfig
 from search_space.space.names import kernel_names
 
-__all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanError", "PlanGroup"]
+__all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanBucket", "PlanError", "PlanGroup"]
 
 SCHEMA_VERSION = 1
 
@@ -76,6 +76,46 @@ class PlanGroup:
 
 
 @dataclass(frozen=True)
+class PlanBucket:
+    """One bucket of a plan over shape ranges: its dims (each ranged dim's edge), its share
+    of the traffic, a config per group (in the plan's group order: the dispatch table's row)
+    and what its kernels cost there (None: not simulated, a bucket of weight 0)."""
+
+    dims: tuple[tuple[str, int], ...]
+    weight: float
+    configs: tuple[KernelConfig | None, ...]
+    predicted_us: float | None = None
+    simulated_us: float | None = None
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.dims)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dims": dict(self.dims),
+            "weight": self.weight,
+            "predicted_us": self.predicted_us,
+            "simulated_us": self.simulated_us,
+            "configs": [None if c is None else c.to_json() for c in self.configs],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PlanBucket:
+        """A bucket as :meth:`to_json` writes it.
+
+        Raises:
+            KeyError, TypeError, ValueError: a missing or bad field.
+        """
+        dims = tuple((str(k), int(v)) for k, v in dict(data["dims"]).items())
+        configs = tuple(None if c is None else KernelConfig.from_json(c) for c in data["configs"])
+        weight = float(data["weight"])
+        if not weight >= 0:
+            raise ValueError(f"bucket {dims} has weight {weight}")
+        return cls(dims, weight, configs, data.get("predicted_us"), data.get("simulated_us"))
+
+
+@dataclass(frozen=True)
 class FusionPlan:
     """Groups + configs for one model on one target, with what was predicted and measured."""
 
@@ -90,8 +130,20 @@ class FusionPlan:
     tool_version: str = "0.1.0"
     schema_version: int = SCHEMA_VERSION
     meta: Mapping[str, Any] = field(default_factory=dict)
+    # shape ranges (``batch=1..64``) and their buckets, the last the top (the groups' own
+    # configs and the fingerprint are its); none for a plan of one shape
+    shape_ranges: tuple[str, ...] = ()
+    buckets: tuple[PlanBucket, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        ranged = (
+            {
+                "shape_ranges": list(self.shape_ranges),
+                "buckets": [b.to_json() for b in self.buckets],
+            }
+            if self.buckets
+            else {}
+        )
         return {
             "schema_version": self.schema_version,
             "tool_version": self.tool_version,
@@ -103,6 +155,7 @@ class FusionPlan:
             "predicted_us": self.predicted_us,
             "measured_us": self.measured_us,
             "groups": [g.to_json() for g in self.groups],
+            **ranged,
             "meta": dict(self.meta),
         }
 
@@ -136,9 +189,16 @@ class FusionPlan:
                 tool_version=str(data.get("tool_version", "")),
                 schema_version=version,
                 meta=dict(data.get("meta", {})),
+                shape_ranges=tuple(str(r) for r in data.get("shape_ranges", ())),
+                buckets=tuple(PlanBucket.from_json(b) for b in data.get("buckets", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise PlanError(f"plan is missing or has a bad field: {err}") from None
+        check(
+            all(len(b.configs) == len(plan.groups) for b in plan.buckets),
+            "plan has a bucket whose configs do not match its groups one for one",
+            PlanError,
+        )
         seen: set[str] = set()
         for g in plan.groups:  # checked without the model too (``report`` reads no model)
             for op in g.ops:

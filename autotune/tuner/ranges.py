@@ -1,0 +1,255 @@
+"""A study over shape ranges: one set of fusion decisions, a config table per bucket.
+
+The study's space, baselines and trials live on the top bucket's graph (the session's
+``graph``): a trial's groups are the one fused graph a serving engine compiles once. Each
+bucket runs those groups at its own configs, each group's best under the study's model at the
+bucket's shapes (as Triton's autotune keys configs on shapes); the top bucket keeps the
+trial's own. A plan's score and its measurement are the traffic-weighted sums of the buckets'
+(buckets of weight 0 get configs but cost nothing to the objective). :class:`RangeEvaluator`
+answers what a session asks of an :class:`~autotune.tuner.evaluator.Evaluator`, with one
+per bucket under it sharing the study's model: the rows every bucket measures refit it
+together, and every bucket's configs follow the refit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.tuner.evaluator import Evaluator
+from autotune.tuner.records import MeasureResult
+from costmodel.base import CostModel
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import Kernel
+from costmodel.oracle import CostOracle
+from costmodel.registry import make_cost_model
+from costmodel.spec import Target
+from search_space.fusion import FusionContext
+from search_space.ir import FusionGroup, Graph, make_group
+from search_space.rules import Policy
+from search_space.shapes import Bucket, BucketGraphs
+from search_space.space import SpacePlan
+
+__all__ = ["BucketPlan", "RangeEvaluator", "range_suffix"]
+
+
+def range_suffix(graphs: BucketGraphs) -> str:
+    """What a range study's default name adds: a digest of its buckets and their weights
+    (a study of other ranges, buckets or traffic scores other sums, and is another study)."""
+    text = ";".join(f"{b.label}:{b.weight:.6g}" for b in graphs.buckets)
+    return "-r" + hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """A plan at one bucket: its groups on the bucket's graph at the bucket's configs (None:
+    a group fits no config at these shapes, and the plan cannot run here)."""
+
+    bucket: Bucket
+    plan: SpacePlan | None
+
+
+class _Bucket:
+    """One bucket's graph, its evaluator and the oracle that picks its configs."""
+
+    def __init__(
+        self,
+        bucket: Bucket,
+        graph: Graph,
+        target: Target,
+        model: CostModel,
+        policy: Policy,
+        **kw: Any,
+    ) -> None:
+        self.bucket, self.graph = bucket, graph
+        self.ev = Evaluator(graph, target, model, **kw)
+        ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
+        rank = make_cost_model("analytic", target)
+        self.oracle = CostOracle(graph, target, model=model, ctx=ctx, rank_model=rank)
+        self._groups: dict[tuple[str, ...], FusionGroup] = {}
+
+    def group(self, g: FusionGroup) -> FusionGroup:
+        """The top bucket's group on this bucket's graph (the same ops)."""
+        if g.ops not in self._groups:
+            self._groups[g.ops] = make_group(self.graph, g.ops, g.kind)
+        return self._groups[g.ops]
+
+    def at(self, plan: SpacePlan) -> SpacePlan | None:
+        """``plan``'s groups here, each at its best config here (None where one fits none)."""
+        groups = tuple(self.group(g) for g in plan.groups)
+        try:
+            best = [self.oracle.best(g) for g in groups]
+        except CostModelError:
+            return None
+        if any(not math.isfinite(cost) for _, cost in best):
+            return None
+        return SpacePlan(groups, tuple(c for c, _ in best))
+
+
+class RangeEvaluator:
+    """Scores and measures a top-bucket plan at every bucket (module docstring).
+
+    Args:
+        graphs: the buckets and their graphs (the last, the top bucket, is the study's).
+        target, model: the target; the study's model, shared by every bucket.
+        policy: what limits a bucket's groups (as the study's).
+        retrain_every: refit a learned model after this many new rows (every bucket's).
+        family, study: provenance written on every row.
+    """
+
+    def __init__(
+        self,
+        graphs: BucketGraphs,
+        target: Target,
+        model: CostModel,
+        policy: Policy,
+        *,
+        retrain_every: int = 32,
+        family: str = "model",
+        study: str = "",
+    ) -> None:
+        kw = {"retrain_every": retrain_every, "family": family, "study": study}
+        self.buckets = [
+            _Bucket(b, g, target, model, policy, **kw)
+            for b, g in zip(graphs.buckets, graphs.graphs, strict=True)
+        ]
+        self.top = self.buckets[-1].ev  # the study's graph: its kernels are the report's
+        self.model, self.target = model, target
+        self.retrain_every = retrain_every
+        self.refits = 0
+        self._fed = [0] * len(self.buckets)
+        self._plans: dict[str, list[BucketPlan]] = {}
+        self._measured: dict[str, MeasureResult] = {}
+        # plan key -> what was simulated: each bucket's plan and latency (None: not run)
+        self.measured_at: dict[str, list[tuple[BucketPlan, float | None]]] = {}
+
+    # -- what a session asks ---------------------------------------------------------------
+    @property
+    def study(self) -> str:
+        return self.top.study
+
+    @study.setter
+    def study(self, name: str) -> None:
+        for b in self.buckets:
+            b.ev.study = name
+
+    @property
+    def simulator(self) -> CostModel:
+        return self.top.simulator
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for b in self.buckets for r in b.ev.rows]
+
+    def kernels(self, plan: SpacePlan) -> list[Kernel]:
+        """The top bucket's kernels (the study's graph)."""
+        return self.top.kernels(plan)
+
+    def kernel_latencies(self, plan: SpacePlan) -> list[float]:
+        """Each kernel's predicted latency at the top bucket."""
+        return self.top.kernel_latencies(plan)
+
+    def expand(self, plan: SpacePlan) -> list[BucketPlan]:
+        """The plan at every bucket: the top bucket's as given, each other's at its configs."""
+        key = plan.key()
+        if key not in self._plans:
+            *rest, _ = self.buckets
+            self._plans[key] = [BucketPlan(b.bucket, b.at(plan)) for b in rest] + [
+                BucketPlan(self.buckets[-1].bucket, plan)
+            ]
+        return self._plans[key]
+
+    def score(self, plan: SpacePlan) -> float:
+        """The traffic-weighted predicted latency (us) under the current model."""
+        return self._weighted(plan, lambda ev, p: ev.score(p))
+
+    def prior_score(self, plan: SpacePlan) -> float:
+        """As :meth:`score`, under the study model's prior."""
+        return self._weighted(plan, lambda ev, p: ev.prior_score(p))
+
+    def bucket_scores(self, plan: SpacePlan) -> list[float]:
+        """Each bucket's predicted latency (``inf`` where the plan cannot run)."""
+        return [
+            math.inf if bp.plan is None else b.ev.score(bp.plan)
+            for b, bp in zip(self.buckets, self.expand(plan), strict=True)
+        ]
+
+    def _weighted(self, plan: SpacePlan, one: Any) -> float:
+        total = 0.0
+        for b, bp in zip(self.buckets, self.expand(plan), strict=True):
+            if bp.bucket.weight == 0:
+                continue
+            if bp.plan is None:
+                return math.inf
+            total += bp.bucket.weight * one(b.ev, bp.plan)
+        return total
+
+    def prefetch(self, plans: Sequence[SpacePlan], prior: bool = False) -> None:
+        """Score many plans at once at every bucket that weighs (each bucket's new groups'
+        grids first, in one call of the model)."""
+        for i, b in enumerate(self.buckets):
+            if b.bucket.weight == 0:
+                continue
+            if b.ev is not self.top:
+                b.oracle.prefetch(b.group(g) for p in plans for g in p.groups)
+            here = [self.expand(p)[i].plan for p in plans]
+            b.ev.prefetch([p for p in here if p is not None], prior)
+
+    def measure(self, plan: SpacePlan) -> MeasureResult:
+        """The plan simulated at every bucket that weighs; its latency the weighted sum (a
+        bucket that fails, or where the plan cannot run, fails the measurement)."""
+        key = plan.key()
+        if key not in self._measured:
+            self._measured[key] = self._measure(plan, key)
+        return self._measured[key]
+
+    def _measure(self, plan: SpacePlan, key: str) -> MeasureResult:
+        total, each = 0.0, list[tuple[BucketPlan, float | None]]()
+        for b, bp in zip(self.buckets, self.expand(plan), strict=True):
+            if bp.bucket.weight == 0:
+                each.append((bp, None))
+                continue
+            if bp.plan is None:
+                return MeasureResult(None, f"bucket {bp.bucket.label}: a group fits no config")
+            got = b.ev.measure(bp.plan)
+            if not got.ok:
+                return MeasureResult(None, f"bucket {bp.bucket.label}: {got.error}")
+            assert got.latency_us is not None
+            each.append((bp, got.latency_us))
+            total += bp.bucket.weight * got.latency_us
+        self.measured_at[key] = each
+        return MeasureResult(total)
+
+    def retrain(self, force: bool = False) -> bool:
+        """Refit a model that learns on every bucket's new rows together (and every bucket's
+        configs follow it)."""
+        pending = [
+            r for b, fed in zip(self.buckets, self._fed, strict=True) for r in b.ev.rows[fed:]
+        ]
+        if not self.model.learns or not pending:
+            return False
+        if len(pending) < self.retrain_every and not force:
+            return False
+        before = self.model.version
+        self.model.update(pending)
+        self._fed = [len(b.ev.rows) for b in self.buckets]
+        if self.model.version == before:
+            return False
+        self.refits += 1
+        self._plans.clear()  # each bucket's best configs under the refitted model
+        for b in self.buckets:
+            b.oracle.refresh()
+        return True
+
+    def load_rows(self, path: Path) -> int:
+        """Rows an earlier run of this study measured (every bucket's, held by the top's)."""
+        return self.top.load_rows(path)
+
+    def save_rows(self, path: Path) -> None:
+        """Every bucket's rows, merged into the run's dataset."""
+        for b in self.buckets:
+            b.ev.save_rows(path)

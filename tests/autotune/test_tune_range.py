@@ -1,0 +1,153 @@
+"""A study over shape ranges: one grouping, a config table per bucket, the weighted objective
+(issue 49, item 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quick_study import FAST, MODEL, run
+
+from autotune.estimate import estimate_graph
+from autotune.plan_file import read_plan
+from search_space.ir import KernelConfig
+from search_space.rules import Policy
+from search_space.space import FusionPlan, PlanBucket, PlanError, PlanGroup
+from search_space.zoo import ZooOptions, load_model_spec
+
+RANGES = ("--shape-range", "batch=1..2", "--shape-range", "seq=16..32")
+
+
+def _tune(folder: Path, *extra: str, trials: int = 4) -> dict[str, Any]:
+    res = run(
+        "tune", *MODEL, *RANGES, *extra, "--trials", str(trials), *FAST,
+        "--storage", str(folder / "s.journal"), "-o", str(folder / "plan.json"),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return dict(json.loads((folder / "plan.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _tune(tmp_path_factory.mktemp("range"))
+
+
+def _bucket_graph(dims: dict[str, int]) -> Any:
+    opts = ZooOptions(scale=0.25, layers=1, batch=dims["batch"], seq_len=dims["seq"])
+    return load_model_spec("zoo:bert-base", zoo=opts)
+
+
+def test_the_plan_holds_a_config_for_every_group_at_every_bucket(tuned: dict[str, Any]) -> None:
+    assert tuned["shape_ranges"] == ["batch=1..2", "seq=16..32"]
+    dims = [b["dims"] for b in tuned["buckets"]]
+    assert dims == [{"batch": b, "seq": s} for b in (1, 2) for s in (16, 32)]
+    assert sum(b["weight"] for b in tuned["buckets"]) == pytest.approx(1.0)
+    for b in tuned["buckets"]:
+        assert len(b["configs"]) == len(tuned["groups"])
+        assert all(c is not None for c in b["configs"])
+    # the top bucket's configs are the groups' own, and its graph is the plan's fingerprint
+    assert tuned["buckets"][-1]["configs"] == [g["config"] for g in tuned["groups"]]
+    assert tuned["fingerprint"] == _bucket_graph({"batch": 2, "seq": 32}).fingerprint()
+
+
+def test_each_buckets_figure_is_its_kernels_simulated_at_its_shape(tuned: dict[str, Any]) -> None:
+    """The oracle: ``estimate`` of the same groups at the bucket's configs, on the model
+    built at the bucket's shape, run on the simulator (another path to the same figure)."""
+    total = 0.0
+    for b in tuned["buckets"]:
+        graph = _bucket_graph(b["dims"])
+        groups = tuple(
+            PlanGroup(tuple(g["ops"]), g["kind"], KernelConfig.from_json(c))
+            for g, c in zip(tuned["groups"], b["configs"], strict=True)
+        )
+        plan = FusionPlan(graph.fingerprint(), "ascend910b", groups)
+        alone = estimate_graph(graph, model_name="m", plan=plan, cost="simulator")  # type: ignore[arg-type]
+        assert b["simulated_us"] == pytest.approx(alone.latency_us, rel=1e-9)
+        total += b["weight"] * b["simulated_us"]
+    assert tuned["simulated_us"] == pytest.approx(total, rel=1e-9)
+    assert tuned["latency"]["kind"] == "simulated"
+
+
+def test_a_bucket_the_traffic_never_sees_weighs_nothing(tmp_path: Path) -> None:
+    traffic = tmp_path / "traffic.csv"
+    traffic.write_text("batch,seq,count\n1,20,9\n")  # every shape runs in bucket batch=1,seq=32
+    plan = _tune(tmp_path, "--traffic", str(traffic), trials=2)
+    by = {(b["dims"]["batch"], b["dims"]["seq"]): b for b in plan["buckets"]}
+    assert by[(1, 32)]["weight"] == pytest.approx(1.0)
+    assert plan["simulated_us"] == pytest.approx(by[(1, 32)]["simulated_us"])
+    for key, b in by.items():
+        if key != (1, 32):
+            assert b["weight"] == 0 and b["simulated_us"] is None
+            assert all(c is not None for c in b["configs"])  # configs still, for dispatch
+
+
+def test_studies_of_other_ranges_are_other_studies(tmp_path: Path) -> None:
+    _tune(tmp_path, trials=1)
+    res = run(
+        "tune", *MODEL, "--shape-range", "batch=1..2", "--trials", "1", *FAST,
+        "--storage", str(tmp_path / "s.journal"), "-o", str(tmp_path / "p2.json"),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "new study" in res.stderr  # not the first range's, resumed
+
+
+def test_a_range_plan_reads_back_and_a_short_config_row_is_refused(
+    tuned: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(tuned))
+    plan = read_plan(path)
+    assert plan.shape_ranges == ("batch=1..2", "seq=16..32")
+    assert [b.label for b in plan.buckets][-1] == "batch=2,seq=32"
+    again = FusionPlan.from_json(plan.to_json())
+    assert again.buckets == plan.buckets
+    short = dataclasses.replace(plan, buckets=(PlanBucket((("batch", 1),), 1.0, ()),))
+    with pytest.raises(PlanError, match="configs do not match its groups"):
+        FusionPlan.from_json(short.to_json())
+
+
+def test_bad_ranges_stop_tune_before_any_study(tmp_path: Path) -> None:
+    res = run(
+        "tune", *MODEL, "--shape-range", "width=1..4", "--trials", "1", *FAST,
+        "--storage", str(tmp_path / "s.journal"), "-o", str(tmp_path / "plan.json"),
+    )  # fmt: skip
+    assert res.exit_code == 1
+    assert "'width' is not a dynamic dim of the model" in res.stderr
+    assert not (tmp_path / "plan.json").exists() and not (tmp_path / "s.journal").exists()
+
+
+def test_report_lists_the_buckets(tuned: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(tuned))
+    res = run("report", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["shape_ranges"] == tuned["shape_ranges"]
+    assert [b["simulated_us"] for b in rep["buckets"]] == [
+        b["simulated_us"] for b in tuned["buckets"]
+    ]
+    res = run("report", str(path))
+    assert res.exit_code == 0 and "buckets over batch=1..2, seq=16..32" in res.stdout
+    assert "batch=1,seq=16" in res.stdout
+
+
+def test_python_tune_takes_ranges(tmp_path: Path) -> None:
+    import autotune
+
+    plan = autotune.tune(
+        "zoo:bert-base",
+        zoo=ZooOptions(scale=0.25, layers=1),
+        shape_ranges=["seq=16..32"],
+        trials=1,
+        cost="analytic",
+        polish=0,
+        storage=str(tmp_path / "s.journal"),
+        policy=Policy(safe_mode=False),
+    )
+    assert [b.label for b in plan.record.buckets] == ["seq=16", "seq=32"]
+    assert plan.record.measured_us == pytest.approx(
+        sum(b.weight * (b.simulated_us or 0.0) for b in plan.record.buckets)
+    )

@@ -111,6 +111,14 @@ def tune(
             "end (0: off)."
         ),
     ] = 1,
+    search_buckets: Annotated[
+        int,
+        typer.Option(
+            "--search-buckets",
+            help="With --shape-range: buckets the search weighs (each for its neighbours); "
+            "the best plans are then measured at every bucket.",
+        ),
+    ] = 4,
     dataset: Annotated[
         Path | None,
         typer.Option(help="Parquet file the measured kernels go to (default: beside storage)."),
@@ -174,6 +182,7 @@ def tune(
         polish=polish,
         dataset=str(dataset) if dataset else None,
         policy=policy.load(**extra),
+        search_buckets=search_buckets,
     )
     name = opts.name(model)
     tgt = load_target(target, cfg.sets, precision)

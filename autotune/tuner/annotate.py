@@ -83,6 +83,8 @@ def _optimal_us(s: Session) -> float | None:
     bounds (``OPTIMAL_CANDIDATES``, ``OPTIMAL_NODES``; None otherwise)."""
     from search_space.space import OptimalUnavailable, baseline_plan
 
+    if s.buckets is not None:  # the exact optimum is the top bucket's, not the range's
+        return None
     try:
         plan = baseline_plan(
             "optimal",

@@ -53,6 +53,7 @@ class TuneConfig:
     polish: int = 1
     dataset: str | None = None
     policy: Policy = field(default_factory=Policy)
+    search_buckets: int = 4  # shape ranges: buckets the search weighs (the rest: at the end)
 
     @property
     def multi(self) -> bool:
@@ -80,6 +81,8 @@ class TuneConfig:
             raise AutotuneError("--measure-every must be >= 1 (and measure_top >= 1)")
         if self.timeout is not None and not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise AutotuneError(f"--timeout must be seconds > 0, but got {self.timeout}")
+        if self.search_buckets < 1:
+            raise AutotuneError(f"--search-buckets must be >= 1, but got {self.search_buckets}")
         if self.polish < 0:
             raise AutotuneError(f"--polish must be >= 0, but got {self.polish}")
         if self.retrain_every < 1:

@@ -167,6 +167,7 @@ def _tune(
         candidates += stored(s, candidates)  # other workers' and earlier runs' plans
         if not candidates:  # --trials 0 on a study that measured nothing yet
             candidates = steps.rule_based(s, regroup=False)
+        candidates = s.at_every_bucket(candidates)  # shape ranges: measured at every bucket
         winner, candidates, pareto = steps.pick(s, candidates)
         baseline_us = {
             k: s.measure(s.baselines[k], k).measured.latency_us for k in ("none", "greedy")

@@ -4,11 +4,15 @@ The study's space, baselines and trials live on the top bucket's graph (the sess
 ``graph``): a trial's groups are the one fused graph a serving engine compiles once. Each
 bucket runs those groups at its own configs, each group's best under the study's model at the
 bucket's shapes (as Triton's autotune keys configs on shapes); the top bucket keeps the
-trial's own. A plan's score and its measurement are the traffic-weighted sums of the buckets'
-(buckets of weight 0 get configs but cost nothing to the objective). :class:`RangeEvaluator`
-answers what a session asks of an :class:`~autotune.tuner.evaluator.Evaluator`, with one
-per bucket under it sharing the study's model: the rows every bucket measures refit it
-together, and every bucket's configs follow the refit.
+trial's own. A plan's score and its measurement are traffic-weighted sums over the buckets.
+While searching they weigh a few representative buckets (``search_buckets``; each carries the
+traffic of the buckets nearest it: :func:`search_space.shapes.representatives`), so a range
+of 42 buckets does not cost 42 studies; :meth:`RangeEvaluator.finish` then weighs every
+bucket by its own traffic, and the best candidates are measured at every bucket before the
+pick (buckets of weight 0 get configs but cost nothing). :class:`RangeEvaluator` answers
+what a session asks of an :class:`~autotune.tuner.evaluator.Evaluator`, with one per bucket
+under it sharing the study's model: the rows every bucket measures refit it together, and
+every bucket's configs follow the refit.
 """
 
 from __future__ import annotations
@@ -31,16 +35,20 @@ from costmodel.spec import Target
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph, make_group
 from search_space.rules import Policy
-from search_space.shapes import Bucket, BucketGraphs
+from search_space.shapes import Bucket, BucketGraphs, representatives
 from search_space.space import SpacePlan
 
-__all__ = ["BucketPlan", "RangeEvaluator", "range_suffix"]
+__all__ = ["SEARCH_BUCKETS", "BucketPlan", "RangeEvaluator", "range_suffix"]
+
+SEARCH_BUCKETS = 4  # buckets a range study searches on by default (--search-buckets)
+FINAL = 4  # candidates measured at every bucket before the pick
 
 
-def range_suffix(graphs: BucketGraphs) -> str:
-    """What a range study's default name adds: a digest of its buckets and their weights
-    (a study of other ranges, buckets or traffic scores other sums, and is another study)."""
-    text = ";".join(f"{b.label}:{b.weight:.6g}" for b in graphs.buckets)
+def range_suffix(graphs: BucketGraphs, search_buckets: int = SEARCH_BUCKETS) -> str:
+    """What a range study's default name adds: a digest of its buckets, their weights and
+    how many it searches on (a study of other ranges, buckets or traffic scores other sums,
+    and is another study)."""
+    text = ";".join(f"{b.label}:{b.weight:.6g}" for b in graphs.buckets) + f"|{search_buckets}"
     return "-r" + hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
@@ -108,6 +116,7 @@ class RangeEvaluator:
         model: CostModel,
         policy: Policy,
         *,
+        search_buckets: int = SEARCH_BUCKETS,
         retrain_every: int = 32,
         family: str = "model",
         study: str = "",
@@ -117,13 +126,16 @@ class RangeEvaluator:
             _Bucket(b, g, target, model, policy, **kw)
             for b, g in zip(graphs.buckets, graphs.graphs, strict=True)
         ]
+        # the search weighs these (each with its neighbours' traffic); :meth:`finish` all
+        self.search = representatives(graphs.buckets, graphs.ranges, search_buckets)
+        self.full = len(self.search) == len(self.buckets)
         self.top = self.buckets[-1].ev  # the study's graph: its kernels are the report's
         self.model, self.target = model, target
         self.retrain_every = retrain_every
         self.refits = 0
         self._fed = [0] * len(self.buckets)
         self._plans: dict[str, list[BucketPlan]] = {}
-        self._measured: dict[str, MeasureResult] = {}
+        self._measured: dict[tuple[str, bool], MeasureResult] = {}
         # plan key -> what was simulated: each bucket's plan and latency (None: not run)
         self.measured_at: dict[str, list[tuple[BucketPlan, float | None]]] = {}
 
@@ -178,21 +190,26 @@ class RangeEvaluator:
             for b, bp in zip(self.buckets, self.expand(plan), strict=True)
         ]
 
+    def weight(self, i: int) -> float:
+        """Bucket ``i``'s weight in scores and measurements now: its representative's share
+        while searching, its own once :meth:`finish` has run."""
+        return self.buckets[i].bucket.weight if self.full else self.search.get(i, 0.0)
+
     def _weighted(self, plan: SpacePlan, one: Any) -> float:
         total = 0.0
-        for b, bp in zip(self.buckets, self.expand(plan), strict=True):
-            if bp.bucket.weight == 0:
+        for i, (b, bp) in enumerate(zip(self.buckets, self.expand(plan), strict=True)):
+            if self.weight(i) == 0:
                 continue
             if bp.plan is None:
                 return math.inf
-            total += bp.bucket.weight * one(b.ev, bp.plan)
+            total += self.weight(i) * one(b.ev, bp.plan)
         return total
 
     def prefetch(self, plans: Sequence[SpacePlan], prior: bool = False) -> None:
         """Score many plans at once at every bucket that weighs (each bucket's new groups'
         grids first, in one call of the model)."""
         for i, b in enumerate(self.buckets):
-            if b.bucket.weight == 0:
+            if self.weight(i) == 0:
                 continue
             if b.ev is not self.top:
                 b.oracle.prefetch(b.group(g) for p in plans for g in p.groups)
@@ -202,15 +219,15 @@ class RangeEvaluator:
     def measure(self, plan: SpacePlan) -> MeasureResult:
         """The plan simulated at every bucket that weighs; its latency the weighted sum (a
         bucket that fails, or where the plan cannot run, fails the measurement)."""
-        key = plan.key()
+        key = (plan.key(), self.full)
         if key not in self._measured:
-            self._measured[key] = self._measure(plan, key)
+            self._measured[key] = self._measure(plan, key[0])
         return self._measured[key]
 
     def _measure(self, plan: SpacePlan, key: str) -> MeasureResult:
         total, each = 0.0, list[tuple[BucketPlan, float | None]]()
-        for b, bp in zip(self.buckets, self.expand(plan), strict=True):
-            if bp.bucket.weight == 0:
+        for i, (b, bp) in enumerate(zip(self.buckets, self.expand(plan), strict=True)):
+            if self.weight(i) == 0:
                 each.append((bp, None))
                 continue
             if bp.plan is None:
@@ -220,9 +237,16 @@ class RangeEvaluator:
                 return MeasureResult(None, f"bucket {bp.bucket.label}: {got.error}")
             assert got.latency_us is not None
             each.append((bp, got.latency_us))
-            total += bp.bucket.weight * got.latency_us
-        self.measured_at[key] = each
+            total += self.weight(i) * got.latency_us
+        if self.full:  # the plan record's table: every bucket, at its own weight
+            self.measured_at[key] = each
         return MeasureResult(total)
+
+    def finish(self) -> bool:
+        """From now on every bucket weighs its own traffic (the last candidates are measured
+        at every bucket). Whether that changes anything (False: the search had them all)."""
+        was, self.full = self.full, True
+        return not was
 
     def retrain(self, force: bool = False) -> bool:
         """Refit a model that learns on every bucket's new rows together (and every bucket's

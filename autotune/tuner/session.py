@@ -23,7 +23,7 @@ from autotune.tuner.clock import Clock
 from autotune.tuner.config import TuneConfig
 from autotune.tuner.evaluator import Evaluator, make_study_model
 from autotune.tuner.leases import reap
-from autotune.tuner.ranges import RangeEvaluator, range_suffix
+from autotune.tuner.ranges import FINAL, RangeEvaluator, range_suffix
 from autotune.tuner.records import Candidate
 from autotune.tuner.safety import Safety
 from autotune.tuner.study import (
@@ -105,7 +105,7 @@ class Session:
         policy = config.policy
         ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
         model = make_study_model(config.cost, target, config.cost_model_file)
-        suffix = "" if buckets is None else range_suffix(buckets)
+        suffix = "" if buckets is None else range_suffix(buckets, config.search_buckets)
         sname = config.study or study_name(graph, target, config, name) + suffix
         # before the storage: a model that cannot be costed leaves no journal behind
         ev = _evaluator(graph, target, model, config, name, sname, buckets)
@@ -282,6 +282,27 @@ class Session:
         """Is the plan among the study's own measured candidates?"""
         return plan.key() in self.measured
 
+    def at_every_bucket(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """Shape ranges: the search weighed a few representative buckets; from here on every
+        bucket weighs its own traffic, and the best candidates (by what the search measured)
+        are measured at every bucket: the pick is among them (failed ones stay listed). One
+        shape, or a search that had every bucket: the candidates as they are."""
+        ev = self.ev
+        if not isinstance(ev, RangeEvaluator) or not ev.finish():
+            return list(candidates)
+        ok = sorted(
+            (c for c in candidates if c.measured.ok), key=lambda c: (c.latency_us, c.plan.key())
+        )
+        firsts: dict[str, Candidate] = {}  # a plan measured twice (two sources) once
+        for c in ok:
+            firsts.setdefault(c.plan.key(), c)
+        best = list(firsts.values())[:FINAL]
+        with self.clock.phase("measurement"):
+            again = [
+                Candidate(c.plan, ev.measure(c.plan), f"{c.source}, every bucket") for c in best
+            ]
+        return again + [c for c in candidates if not c.measured.ok]
+
     def record(self, plan: SpacePlan, source: str) -> Candidate:
         """Measure a plan and keep it among the study's own candidates (trials, descents,
         hedges); a plan recorded before keeps its first source."""
@@ -304,7 +325,9 @@ def _evaluator(
     kw: dict[str, Any] = {"retrain_every": config.retrain_every, "family": name, "study": sname}
     if buckets is None:
         return Evaluator(graph, target, model, **kw)
-    return RangeEvaluator(buckets, target, model, config.policy, **kw)
+    return RangeEvaluator(
+        buckets, target, model, config.policy, search_buckets=config.search_buckets, **kw
+    )
 
 
 _NO_STUDY = (

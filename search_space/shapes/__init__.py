@@ -20,6 +20,7 @@ from search_space.shapes.ranges import (
     parse_range,
     pow2_edges,
 )
+from search_space.shapes.representatives import representatives
 from search_space.shapes.traffic import read_traffic
 
 __all__ = [
@@ -36,5 +37,6 @@ __all__ = [
     "parse_range",
     "pow2_edges",
     "read_traffic",
+    "representatives",
     "shape_source",
 ]

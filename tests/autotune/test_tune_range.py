@@ -151,3 +151,13 @@ def test_python_tune_takes_ranges(tmp_path: Path) -> None:
     assert plan.record.measured_us == pytest.approx(
         sum(b.weight * (b.simulated_us or 0.0) for b in plan.record.buckets)
     )
+
+
+def test_a_search_on_few_buckets_measures_its_best_plans_at_every_bucket(tmp_path: Path) -> None:
+    plan = _tune(tmp_path, "--search-buckets", "2", trials=3)
+    assert all(b["simulated_us"] is not None for b in plan["buckets"])
+    total = sum(b["weight"] * b["simulated_us"] for b in plan["buckets"])
+    assert plan["simulated_us"] == pytest.approx(total, rel=1e-9)
+    sources = [c["source"] for c in plan["meta"]["candidates"]]
+    assert sources and all(s.endswith("every bucket") for s in sources)
+    assert plan["meta"]["source"].endswith("every bucket")

@@ -24,6 +24,7 @@ from search_space.shapes import (
     parse_range,
     pow2_edges,
     read_traffic,
+    representatives,
 )
 from search_space.zoo import ZooOptions, load_model_spec
 
@@ -232,3 +233,25 @@ def test_an_input_shape_fixes_an_input_no_range_covers(tmp_path: Path) -> None:
     graphs = bucket_graphs(source, ShapeRanges.parse(["batch=1..1", "seq=2..2"]))
     assert graphs.reference.tensors["z"].shape == (1, 9, 8)
     assert graphs.reference.tensors["y"].shape == (1, 2, 8)
+
+
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=4),
+    st.lists(st.integers(0, 50), min_size=1, max_size=4),
+    st.integers(1, 20),
+)
+def test_representatives_carry_all_the_traffic_and_keep_the_top(
+    a: list[int], b: list[int], k: int
+) -> None:
+    ranges = ShapeRanges.parse(["batch=1..8", "seq=16..128"])
+    keys = ranges.keys()
+    counts = {key: float(c) for key, c in zip(keys, a + b, strict=False) if c}
+    buckets = ranges.buckets(counts or None)
+    reps = representatives(buckets, ranges, k)
+    assert len(reps) == min(k, len(buckets))
+    assert len(buckets) - 1 in reps  # the top bucket, the study's graph
+    assert sum(reps.values()) == pytest.approx(sum(x.weight for x in buckets))
+    assert reps == representatives(buckets, ranges, k)  # deterministic
+    if k >= len(buckets):
+        assert reps == {i: x.weight for i, x in enumerate(buckets)}
+    assert representatives(buckets, ranges, 1) == {len(buckets) - 1: pytest.approx(1.0)}

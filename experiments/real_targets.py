@@ -35,13 +35,14 @@ from typing import Any
 import pandas as pd
 from _table import RESULTS, emit
 
-from autotune.real import RealPrediction, RealRow, metrics, predict_rows, read_real
-from autotune.real.evaluate import model_makers, predict_row
-from autotune.real.table import table_rows
 from costmodel import CostModel, Target
 from costmodel.analytic import AnalyticConstants, AnalyticModel
-from costmodel.calibration import read_table
 from costmodel.learned import LearnedModel, fit_learned
+from costmodel.measure import read_table
+from costmodel.measure.real import RealPrediction, RealRow, metrics, predict_rows, read_real
+from costmodel.measure.real.evaluate import model_makers, predict_row
+from costmodel.measure.real.records import table_rows
+from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,7 +158,7 @@ def main() -> None:
     rows, problems = read_real(paths)
     for problem in problems:
         print(problem)
-    shipped = predict_rows(rows)
+    shipped = predict_rows(rows, make_cost_model)
     table = _score("shipped", shipped)
     if not args.shipped_only:
         table += _score("holdout", _holdout(rows, shipped))

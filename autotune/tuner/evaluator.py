@@ -21,10 +21,10 @@ from autotune.exceptions import AutotuneError
 from autotune.tuner.parts import Part, PartCache
 from autotune.tuner.records import MeasureResult
 from costmodel.base import CostModel
-from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
+from costmodel.measure import SIMULATOR_VERSION, measurement_rows, read_table, write_table
 from costmodel.registry import KINDS, load_cost_model, make_cost_model
 from costmodel.spec import Target
 from search_space import AutofusionError

@@ -22,12 +22,12 @@ import numpy as np
 
 from costmodel.analytic import AnalyticModel, Breakdown, load_size, tensor_bytes
 from costmodel.base import CostModel, KernelCost, read_model_doc
-from costmodel.calibration import kernel_from_json
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel, KernelBatch, handoffs
 from costmodel.l2_context import L2Touches
 from costmodel.learned.corrector import LatencyCorrector
 from costmodel.learned.features import FEATURES, kernel_features, per_row, row_features
+from costmodel.measure import kernel_from_json
 from costmodel.spec import Target, fitted_lineage
 
 __all__ = ["BatchTerms", "LearnedModel", "shipped_model_path"]

@@ -12,18 +12,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from autotune.calibrate import (
-    WARM,
-    calibrate_tables,
-    read_op_summary,
-    run_on_simulator,
-    sample_graph,
-    synthetic_models,
-)
 from autotune.cli import app
 from costmodel.analytic import AnalyticModel
-from costmodel.calibration import kernel_from_json, read_table
 from costmodel.learned import LearnedModel
+from costmodel.measure import kernel_from_json, read_table
+from costmodel.measure.msprof import read_op_summary
+from costmodel.measure.sample import WARM, calibrate_tables, run_on_simulator, sample_graph
+from costmodel.measure.synthetic import synthetic_models
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 from search_space import load_graph

@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from real_helpers import real_row as _row
 
-from autotune.real import read_real
-from autotune.real.evaluate import (
+from costmodel import load_target, make_cost_model
+from costmodel.measure.real import read_real
+from costmodel.measure.real.evaluate import (
     library_pairs,
     library_prologue_us,
     lowered,
@@ -23,8 +24,7 @@ from autotune.real.evaluate import (
     model_makers,
     predict_row,
 )
-from autotune.real.table import table_rows
-from costmodel import load_target, make_cost_model
+from costmodel.measure.real.records import table_rows
 
 REAL = Path(__file__).resolve().parents[2] / "datasets" / "real" / "ascend_kernels.csv"
 
@@ -146,7 +146,7 @@ def test_impl_comes_from_its_column_and_defaults_to_a_library_kernel(tmp_path: P
 def test_a_library_row_costs_the_same_kernel_plus_the_library_prologue(shape: str) -> None:
     """The same RMSNorm timed as CANN's op and as a kernel written for the shape: every model
     charges the library one its longer prologue once, at any size, and nothing else."""
-    models = model_makers(("simulator", "analytic"))
+    models = model_makers(("simulator", "analytic"), make_cost_model)
     library = predict_row(_row("RmsNorm", shape, block_dim="40"), models)
     custom = predict_row(_row("RmsNorm", shape, block_dim="40", impl="custom"), models)
     spec = load_target("ascend910b4").spec
@@ -239,7 +239,7 @@ def test_cann_cube_only_kernels_pay_no_library_prologue() -> None:
     is costed as the kernel the tool would generate, and its fit row keeps its whole time;
     a vector kernel (RMSNorm) and a mixed one (a GEMV with its vector epilogue) still pay it."""
     op, shape = "MatMul (linear)", "x=[128,512], W=[512,512]"
-    models = model_makers(("simulator", "analytic"))
+    models = model_makers(("simulator", "analytic"), make_cost_model)
     library = predict_row(_row(op, shape, "fp16"), models)
     custom = predict_row(_row(op, shape, "fp16", impl="custom"), models)
     assert library.error == "" and library.predicted == custom.predicted

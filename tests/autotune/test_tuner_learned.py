@@ -19,7 +19,7 @@ def graph():
 
 
 def test_learned_cost_refits_on_measured_rows_and_resumes_from_them(graph, tmp_path) -> None:
-    from costmodel.calibration import kernel_from_json, read_table
+    from costmodel.measure import kernel_from_json, read_table
     from costmodel.registry import make_cost_model
     from costmodel.spec import load_target
 
@@ -186,7 +186,7 @@ def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path
     """Rows measured by another simulator version (an upgrade between runs) describe other
     physics: resuming ignores them and keeps the ones this simulator measured."""
     from autotune.tuner import Evaluator
-    from costmodel.calibration import SIMULATOR_VERSION, read_table, write_table
+    from costmodel.measure import SIMULATOR_VERSION, read_table, write_table
     from costmodel.registry import make_cost_model
     from costmodel.spec import load_target
 

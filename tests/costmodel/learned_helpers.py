@@ -12,9 +12,9 @@ from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measurement_rows
 from costmodel.kernel import Kernel
 from costmodel.learned.model import MIN_LOCAL_ROWS
+from costmodel.measure import measurement_rows
 from costmodel.spec import load_target
 
 T910B = load_target("ascend910b")

@@ -37,7 +37,7 @@ def _slower_hbm(model: CostModel) -> None:
 
 def _learn_slower(model: CostModel) -> None:
     """Measured rows saying every kernel runs twice as long as predicted."""
-    from costmodel.calibration import kernel_to_json
+    from costmodel.measure import kernel_to_json
 
     rows = []
     for i in range(6):

@@ -1,4 +1,4 @@
-"""Calibration tables (``costmodel.calibration.dataset``): kernel records, rows, parquet files,
+"""Calibration tables (``costmodel.measure.table``): kernel records, rows, parquet files,
 manifest."""
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
 from costmodel.base import KernelCost
-from costmodel.calibration import (
+from costmodel.exceptions import CostModelError
+from costmodel.kernel import PIPES, Kernel
+from costmodel.lower import Lowering
+from costmodel.measure import (
     PIPE_COLUMNS,
     REQUIRED_COLUMNS,
     kernel_from_json,
@@ -28,9 +31,6 @@ from costmodel.calibration import (
     update_manifest,
     write_table,
 )
-from costmodel.exceptions import CostModelError
-from costmodel.kernel import PIPES, Kernel
-from costmodel.lower import Lowering
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import make_group, singleton_groups

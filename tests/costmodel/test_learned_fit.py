@@ -16,11 +16,11 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measurement_rows, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.learned import FEATURES
 from costmodel.learned.fit import fit_learned
 from costmodel.learned.model import MIN_LOCAL_ROWS, LearnedModel
+from costmodel.measure import measurement_rows, write_table
 from costmodel.spec import load_target
 
 

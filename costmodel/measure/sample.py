@@ -24,11 +24,16 @@ from typing import Any
 
 from costmodel.analytic import AnalyticConstants, AnalyticModel
 from costmodel.base import CostModel, KernelCost
-from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
+from costmodel.measure.table import (
+    SIMULATOR_VERSION,
+    measurement_rows,
+    update_manifest,
+    write_table,
+)
 from costmodel.oracle import CostOracle
-from costmodel.registry import make_cost_model
+from costmodel.simulator import SimulatorModel
 from costmodel.spec import HardwareSpec, Target
 from search_space.fusion import FusionContext
 from search_space.ir import Graph
@@ -192,7 +197,7 @@ def _simulator(spec: dict[str, Any], digest: str, precision: str) -> CostModel:
     sims: dict[tuple[str, str], CostModel] = _LOCAL.__dict__.setdefault("sims", {})
     key = (digest, precision)
     if key not in sims:
-        sims[key] = make_cost_model("simulator", Target(HardwareSpec(**spec), precision))
+        sims[key] = SimulatorModel(Target(HardwareSpec(**spec), precision))
     return sims[key]
 
 

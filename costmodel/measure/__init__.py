@@ -3,7 +3,8 @@ and the least-squares fit of the analytic constants to them."""
 
 from __future__ import annotations
 
-from costmodel.calibration.dataset import (
+from costmodel.measure.fit import RowBatches, fit_constants
+from costmodel.measure.table import (
     MEASURED_PIPES,
     PIPE_COLUMNS,
     REQUIRED_COLUMNS,
@@ -17,7 +18,6 @@ from costmodel.calibration.dataset import (
     update_manifest,
     write_table,
 )
-from costmodel.calibration.fit import RowBatches, fit_constants
 
 __all__ = [
     "MEASURED_PIPES",

@@ -7,16 +7,16 @@ includes. A ``host`` row is left out (``costmodel eval --real`` still scores it)
 holds the launch and every kernel the framework ran for the op, so it does not say what the one
 kernel the row is lowered to takes, and a correction fitted to it learns what no feature of the
 kernel explains (docs/calibration.md). A ``library`` row's time loses the library prologue
-(:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the
+(:func:`~.evaluate.library_prologue_us`): the row then measures the kernel the
 tool would generate, on the chip's own spec, which is what the models are fitted to; an in-situ
 row's time gains what its prologue's reads saved in L2 (the spec's prologue is timed alone,
 :meth:`~costmodel.spec.HardwareSpec.in_situ`). An in-situ row records the L2 context it ran in
-(its inputs resident as far as L2 holds them, :func:`~autotune.real.evaluate.row_resident`); an
+(its inputs resident as far as L2 holds them, :func:`~.evaluate.row_resident`); an
 isolated row a cold one. The rows carry ``simulator_version = "real"``, the row's chip as
 ``target`` and its source and op family, so that a fit can weigh them up and an evaluation can
 hold out whole sources. A row's measured busy times of the cube's pipes (``mac_us``,
 ``mte1_us``) are those pipes' busy times in the fit; its DMA and vector pipes' are not
-(:data:`~costmodel.calibration.MEASURED_PIPES` says why).
+(:data:`~costmodel.measure.MEASURED_PIPES` says why).
 """
 
 from __future__ import annotations
@@ -24,11 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.real.evaluate import library_prologue_us, lowered, measured_config, row_resident
-from autotune.real.rows import RealRow
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measured_pipes, measurement_rows
+from costmodel.measure.real.evaluate import (
+    library_prologue_us,
+    lowered,
+    measured_config,
+    row_resident,
+)
+from costmodel.measure.real.rows import RealRow
+from costmodel.measure.table import measured_pipes, measurement_rows
 from costmodel.spec import Target, fitted_lineage
 
 __all__ = ["HARDWARE_VERSION", "table_rows"]

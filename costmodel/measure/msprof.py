@@ -22,7 +22,7 @@ Each matched row becomes the op alone, lowered with its default config (block_di
 profile), with the profiled duration plus the spec's gap between kernels as its latency (a
 task duration is the kernel alone on the device; every model's latency includes the gap).
 Rows that match no node are counted and skipped. A real-data CSV needs no model: each of its
-rows names its op and shapes (:mod:`autotune.real.table`).
+rows names its op and shapes (:mod:`costmodel.measure.real.records`).
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.exceptions import AutotuneError
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measured_pipes, measurement_rows, update_manifest, write_table
-from costmodel.exceptions import InfeasibleConfig
+from costmodel.exceptions import InfeasibleConfig, MeasurementError
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
+from costmodel.measure.table import (
+    measured_pipes,
+    measurement_rows,
+    update_manifest,
+    write_table,
+)
 from costmodel.residency import written_tensors
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
@@ -106,9 +110,9 @@ def _reading(path: str | Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        raise AutotuneError(f"cannot read '{path}': {err.strerror or err}") from None
+        raise MeasurementError(f"cannot read '{path}': {err.strerror or err}") from None
     except (UnicodeDecodeError, csv.Error) as err:
-        raise AutotuneError(
+        raise MeasurementError(
             f"'{path}' is not an msprof op_summary CSV ({type(err).__name__}); pass the "
             "op_summary_*.csv that msprof writes"
         ) from None
@@ -118,7 +122,7 @@ def csv_header(path: str | Path) -> list[str]:
     """The stripped column names of a CSV file (empty for an empty file).
 
     Raises:
-        AutotuneError: unreadable or not text.
+        MeasurementError: unreadable or not text.
     """
     with _reading(path), Path(path).open(newline="", encoding="utf-8-sig") as fh:
         return [h.strip() for h in next(csv.reader(fh), [])]
@@ -143,7 +147,7 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
     """The AI-core rows of an op summary CSV, typed.
 
     Raises:
-        AutotuneError: a missing file, missing columns, or a value that is not a number.
+        MeasurementError: a missing file, missing columns, or a value that is not a number.
     """
     path = Path(path)
     with _reading(path), path.open(newline="", encoding="utf-8-sig") as fh:
@@ -154,7 +158,7 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
             header = [_KERNEL_DETAILS.get(h, h) for h in header]
         missing = [c for c in _REQUIRED if c not in header]
         if missing:
-            raise AutotuneError(
+            raise MeasurementError(
                 f"'{path}' is not an msprof op_summary CSV: it lacks column(s) "
                 f"{', '.join(missing)}"
             )
@@ -177,10 +181,10 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
                     }
                 )
             except ValueError as err:
-                raise AutotuneError(f"'{path}' line {n}: {err}") from None
+                raise MeasurementError(f"'{path}' line {n}: {err}") from None
             duration = float(r["Task Duration(us)"])
             if not (math.isfinite(duration) and duration > 0):
-                raise AutotuneError(
+                raise MeasurementError(
                     f"'{path}' line {n}: Task Duration(us) must be a positive number, "
                     f"got {r['Task Duration(us)']!r}"
                 )
@@ -203,7 +207,7 @@ def msprof_table(
     op`` of one op timed alone: a cold L2, the duration as measured).
 
     Raises:
-        AutotuneError: an unreadable CSV, or no row that matches an op of the model.
+        MeasurementError: an unreadable CSV, or no row that matches an op of the model.
     """
     rows = read_op_summary(csv_path)
     graph = load_model_spec(model)
@@ -240,7 +244,7 @@ def msprof_table(
         gap_us = target.spec.kernel_gap_s * 1e6  # a task duration excludes the gap before it
         costs.append(KernelCost(r["duration_us"] + gap_us, measured_pipes(r["pipes"])))
     if not kernels:
-        raise AutotuneError(
+        raise MeasurementError(
             f"no row of '{csv_path}' matches an op of {model} (by Op Name, or by OP Type and "
             "Input Shapes); was the profile taken on this model?"
         )
@@ -280,9 +284,9 @@ def situated(
     L2 holds them, and the time less CANN's library prologue inside a step (a vector or mixed
     kernel's: these are CANN's own kernels) plus what its prologue reads saved in L2, so that
     the row measures the generated kernel on the chip's own spec (as
-    :mod:`autotune.real.table` does for a real-data row)."""
+    :mod:`costmodel.measure.real.records` does for a real-data row)."""
     if context not in CONTEXTS:
-        raise AutotuneError(f"--context {context!r} is not one of: {', '.join(CONTEXTS)}")
+        raise MeasurementError(f"--context {context!r} is not one of: {', '.join(CONTEXTS)}")
     if context == "isolated":
         return [[0.0] * sum(1 for s in k.streams if s.is_load) for k in kernels], list(costs)
     spec = target.spec
@@ -319,23 +323,23 @@ def hardware_table(
     ``model`` (``context``: where its kernels ran, :func:`msprof_table`).
 
     Raises:
-        AutotuneError: an unreadable CSV, a profile without ``model``, or no usable row.
+        MeasurementError: an unreadable CSV, a profile without ``model``, or no usable row.
     """
     if not is_real_csv(csv_header(csv_path)):
         if model is None:
-            raise AutotuneError(
+            raise MeasurementError(
                 "--from-msprof needs --model (the ONNX model the profile ran) for a profile; "
                 "a real-data CSV (datasets/real/) needs none"
             )
         return msprof_table(csv_path, model, target, out, command=command, context=context)
-    from autotune.real import read_real
-    from autotune.real.table import table_rows
+    from costmodel.measure.real.records import table_rows
+    from costmodel.measure.real.rows import read_real
 
     rows, problems = read_real([str(csv_path)])
     table, left_out = table_rows(rows, target.spec.name)
     lines = [*(str(p) for p in problems), *left_out]
     if not table:
-        raise AutotuneError(
+        raise MeasurementError(
             f"no row of '{csv_path}' is a device time of one kernel on {target.spec.name} or a "
             f"SKU of it ({len(lines)} left out; first: {lines[0] if lines else '-'})"
         )

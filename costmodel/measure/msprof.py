@@ -32,7 +32,8 @@ import csv
 import dataclasses
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,8 @@ from costmodel.base import KernelCost
 from costmodel.exceptions import InfeasibleConfig, MeasurementError
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
-from costmodel.measure.table import (
-    measured_pipes,
-    measurement_rows,
-    update_manifest,
-    write_table,
-)
+from costmodel.measure.record import PROFILE_VERSION, Provenance, measurements
+from costmodel.measure.table import measured_pipes, update_manifest, write_table
 from costmodel.residency import written_tensors
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
@@ -55,6 +52,7 @@ from search_space.zoo import load_model_spec
 
 __all__ = [
     "CANN_TYPES",
+    "ProfiledTask",
     "csv_header",
     "hardware_table",
     "is_real_csv",
@@ -143,8 +141,29 @@ def _shapes(text: str) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
-    """The AI-core rows of an op summary CSV, typed.
+@dataclass(frozen=True, slots=True)
+class ProfiledTask:
+    """One AI-core task of a profile, as measured.
+
+    Attributes:
+        name: the op's name (``Op Name``), as ATC kept the ONNX node's.
+        op_type: its CANN type (``OP Type``: ``MatMulV2``, ``SoftmaxV2``...).
+        duration_us: the task's duration on the device (the gap before it not included).
+        shapes: each input's dims (``Input Shapes``).
+        block_dim: the cores it ran on; 0 where the profile does not say.
+        pipes: per pipe (``MTE2``, ``M``, ``V``...), its busy time (us) where profiled.
+    """
+
+    name: str
+    op_type: str
+    duration_us: float
+    shapes: tuple[tuple[int, ...], ...]
+    block_dim: int = 0
+    pipes: Mapping[str, float] = field(default_factory=dict)
+
+
+def read_op_summary(path: str | Path) -> list[ProfiledTask]:
+    """The AI-core tasks of an op summary CSV, typed.
 
     Raises:
         MeasurementError: a missing file, missing columns, or a value that is not a number.
@@ -162,33 +181,38 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
                 f"'{path}' is not an msprof op_summary CSV: it lacks column(s) "
                 f"{', '.join(missing)}"
             )
-        rows = []
+        tasks = []
         for n, raw in enumerate(reader, start=2):
             r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
             if details:
                 r = {_KERNEL_DETAILS.get(k, k): v for k, v in r.items()}
-            if r["Task Type"] not in _CORE_TASKS:
-                continue
-            try:
-                rows.append(
-                    {
-                        "name": r["Op Name"],
-                        "type": r["OP Type"],
-                        "duration_us": float(r["Task Duration(us)"]),
-                        "shapes": _shapes(r["Input Shapes"]),
-                        "block_dim": int(float(r["Block Dim"])) if r.get("Block Dim") else 0,
-                        "pipes": {p: float(r[c]) for p, c in _PIPES.items() if r.get(c)},
-                    }
-                )
-            except ValueError as err:
-                raise MeasurementError(f"'{path}' line {n}: {err}") from None
-            duration = float(r["Task Duration(us)"])
-            if not (math.isfinite(duration) and duration > 0):
-                raise MeasurementError(
-                    f"'{path}' line {n}: Task Duration(us) must be a positive number, "
-                    f"got {r['Task Duration(us)']!r}"
-                )
-        return rows
+            if r["Task Type"] in _CORE_TASKS:
+                tasks.append(_task(r, f"'{path}' line {n}"))
+        return tasks
+
+
+def _task(r: Mapping[str, str], where: str) -> ProfiledTask:
+    """One AI-core row of an op summary (its columns named as msprof's), typed.
+
+    Raises:
+        MeasurementError: a value that is not a number, or a duration that is not positive.
+    """
+    try:
+        task = ProfiledTask(
+            name=r["Op Name"],
+            op_type=r["OP Type"],
+            duration_us=float(r["Task Duration(us)"]),
+            shapes=_shapes(r["Input Shapes"]),
+            block_dim=int(float(r["Block Dim"])) if r.get("Block Dim") else 0,
+            pipes={p: float(r[c]) for p, c in _PIPES.items() if r.get(c)},
+        )
+    except ValueError as err:
+        raise MeasurementError(f"{where}: {err}") from None
+    if not (math.isfinite(task.duration_us) and task.duration_us > 0):
+        raise MeasurementError(
+            f"{where}: Task Duration(us) must be a positive number, got {r['Task Duration(us)']!r}"
+        )
+    return task
 
 
 def msprof_table(
@@ -209,7 +233,7 @@ def msprof_table(
     Raises:
         MeasurementError: an unreadable CSV, or no row that matches an op of the model.
     """
-    rows = read_op_summary(csv_path)
+    tasks = read_op_summary(csv_path)
     graph = load_model_spec(model)
     ctx = FusionContext(graph)
     lowering = Lowering(graph, target)
@@ -223,10 +247,10 @@ def msprof_table(
         )
         by_shape.setdefault((op.op_type, shapes), []).append(op.name)
     kernels, costs, skipped, used = [], [], 0, set()
-    for r in rows:
-        name = r["name"] if r["name"] in by_name and r["name"] not in used else None
+    for r in tasks:
+        name = r.name if r.name in by_name and r.name not in used else None
         if name is None:
-            key = (CANN_TYPES.get(r["type"], r["type"]), r["shapes"])
+            key = (CANN_TYPES.get(r.op_type, r.op_type), r.shapes)
             free = [n for n in by_shape.get(key, []) if n not in used]
             name = free[0] if free else None
         if name is None:
@@ -236,40 +260,32 @@ def msprof_table(
         group = ctx.group([name])
         try:
             # on the cores the profile names (never more than the chip has), tiled for them
-            config = lowering.default(group, block_dim=r["block_dim"] or None)
+            config = lowering.default(group, block_dim=r.block_dim or None)
         except InfeasibleConfig:
             skipped += 1
             continue
         kernels.append(lowering.kernel(group, config))
         gap_us = target.spec.kernel_gap_s * 1e6  # a task duration excludes the gap before it
-        costs.append(KernelCost(r["duration_us"] + gap_us, measured_pipes(r["pipes"])))
+        costs.append(KernelCost(r.duration_us + gap_us, measured_pipes(r.pipes)))
     if not kernels:
         raise MeasurementError(
             f"no row of '{csv_path}' matches an op of {model} (by Op Name, or by OP Type and "
             "Input Shapes); was the profile taken on this model?"
         )
     resident, costs = situated(graph, kernels, costs, target, context)
-    table_rows = measurement_rows(
-        kernels,
-        costs,
-        resident,
-        target=target.spec.name,
-        spec_digest=target.spec.digest(),
-        precision=target.precision,
-        seed=0,
-        source=f"msprof:{Path(csv_path).name}",
-        family=Path(model.removeprefix("zoo:")).stem,
-        simulator_version="msprof",
+    family = Path(model.removeprefix("zoo:")).stem
+    profile = Provenance.of(
+        target, measured_by=PROFILE_VERSION, source=f"msprof:{Path(csv_path).name}", family=family
     )
     out = Path(out)
-    n = write_table(table_rows, out)
+    n = write_table(measurements(kernels, costs, resident, profile), out)
     update_manifest(
         out.parent / "MANIFEST.json",
         out,
         {"rows": n, "target": target.spec.name, "source": str(csv_path), "command": command},
     )
     log.info("msprof: %d rows matched, %d skipped", n, skipped)
-    return {"rows": n, "skipped": skipped, "path": str(out), "families": [table_rows[0]["family"]]}
+    return {"rows": n, "skipped": skipped, "path": str(out), "families": [family]}
 
 
 def situated(
@@ -332,11 +348,11 @@ def hardware_table(
                 "a real-data CSV (datasets/real/) needs none"
             )
         return msprof_table(csv_path, model, target, out, command=command, context=context)
-    from costmodel.measure.real.records import table_rows
+    from costmodel.measure.real.records import real_measurements
     from costmodel.measure.real.rows import read_real
 
     rows, problems = read_real([str(csv_path)])
-    table, left_out = table_rows(rows, target.spec.name)
+    table, left_out = real_measurements(rows, target.spec.name)
     lines = [*(str(p) for p in problems), *left_out]
     if not table:
         raise MeasurementError(
@@ -355,6 +371,6 @@ def hardware_table(
         "skipped": len(lines),
         "problems": lines,
         "path": str(out),
-        "families": sorted({r["family"] for r in table}),
-        "sources": sorted({r["source"] for r in table}),
+        "families": sorted({m.provenance.family for m in table}),
+        "sources": sorted({m.provenance.source for m in table}),
     }

@@ -24,7 +24,7 @@ from costmodel.measure.real import (
     read_real,
     target_of,
 )
-from costmodel.measure.real.records import table_rows
+from costmodel.measure.real.records import real_measurements
 from search_space import load_graph
 from search_space.fusion import FusionContext
 
@@ -125,11 +125,11 @@ def test_pipe_columns_are_the_pipes_busy_times_in_a_fit_row(
                **{c: repr(v) for c, v in busy.items()})  # fmt: skip
     pipes = {"vec_us": "V", "mte2_us": "MTE2", "mte3_us": "MTE3", "mac_us": "M"}
     assert dict(row.pipes) == {pipes[c]: v for c, v in busy.items()}
-    [fit_row], problems = table_rows([row], "ascend910b")
+    [fit], problems = real_measurements([row], "ascend910b")
     assert problems == []
     for column, pipe in pipes.items():
         fitted = busy.get(column, 0.0) if pipe == "M" else 0.0
-        assert fit_row[f"pipe_{pipe}_us"] == fitted
+        assert fit.cost.pipes_us[pipe] == fitted
 
 
 def test_a_bad_pipe_column_skips_its_row_with_one_line(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from costmodel.measure.real.evaluate import (
     predict_row,
     row_resident,
 )
-from costmodel.measure.real.records import table_rows
+from costmodel.measure.real.records import real_measurements
 from costmodel.measure.real.rows import tiling_of
 from costmodel.measure.real.scores import config_ranking
 from costmodel.registry import make_cost_model
@@ -109,13 +109,13 @@ def test_an_in_situ_fit_row_records_the_context_it_ran_in() -> None:
     as the kernel on the chip's own spec, whose prologue reads come from HBM: the same
     measured time stands for a kernel slower by what each read saved in L2 (the library
     kernel's reads and the tiling read)."""
-    [cold], _ = table_rows([_row()], "ascend910b")
-    [warm], _ = table_rows([_row(context="in-situ")], "ascend910b")
-    assert set(json.loads(cold["resident"])) == {0.0}
-    assert json.loads(warm["resident"]) == [1.0]
+    [cold], _ = real_measurements([_row()], "ascend910b")
+    [warm], _ = real_measurements([_row(context="in-situ")], "ascend910b")
+    assert set(cold.resident) == {0.0}
+    assert list(warm.resident) == [1.0]
     spec = load_spec("ascend910b2")
     saved = (spec.library_setup_reads + 1) * (spec.gm_latency_cycles - spec.l2_latency_cycles)
-    assert warm["latency_us"] - cold["latency_us"] == pytest.approx(saved / spec.clock_hz * 1e6)
+    assert warm.latency_us - cold.latency_us == pytest.approx(saved / spec.clock_hz * 1e6)
 
 
 def test_inside_a_step_a_tiny_kernels_floor_is_l2_latencies_not_hbm_ones() -> None:

@@ -3,7 +3,7 @@ behind one interface (analytic, simulator, learned), with their calibration.
 
 Subpackages, each importing only those before it: :mod:`~costmodel.lower` (group + config ->
 Kernel), :mod:`~costmodel.analytic` (the closed form), :mod:`~costmodel.simulator` (the
-event-driven AI-core simulator), :mod:`~costmodel.calibration` (tables and the constants' fit)
+event-driven AI-core simulator), :mod:`~costmodel.measure` (real rows, msprof, tables, fits)
 and :mod:`~costmodel.learned` (the corrected model). Top-level modules hold the seams:
 :mod:`.spec`, :mod:`.kernel`, :mod:`.base` (the ``CostModel`` contract), :mod:`.registry`,
 :mod:`.oracle` (per-group configs and costs for the search) and :mod:`.roofline`.

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from costmodel.l2_context import L2Touches, contexts, resident_bytes
 from costmodel.spec import HardwareSpec, Target
 from search_space.atomic import atomic_write_bytes
 
-__all__ = ["CostModel", "KernelCost", "read_model_doc"]
+__all__ = ["CostModel", "KernelCost", "MeasuredKernel", "read_model_doc"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,21 @@ class KernelCost:
             "hbm_bytes": self.hbm_bytes,
             "l2_hit_rate": self.l2_hit_rate,
         }
+
+
+class MeasuredKernel(Protocol):
+    """What :meth:`CostModel.update` learns from: one kernel as it ran, the L2 context it
+    started in and what it cost. :class:`costmodel.measure.Measurement` is the record that
+    carries it (the measurements sit above the models they measure with)."""
+
+    @property
+    def kernel(self) -> Kernel: ...
+
+    @property
+    def resident(self) -> Sequence[float]: ...
+
+    @property
+    def cost(self) -> KernelCost: ...
 
 
 class CostModel(abc.ABC):
@@ -174,8 +189,9 @@ class CostModel(abc.ABC):
         them): a study then refits it on what it measures."""
         return False
 
-    def update(self, rows: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
-        """Learn from measured rows; models that do not learn ignore them."""
+    def update(self, rows: Sequence[MeasuredKernel]) -> None:  # noqa: B027 - optional hook
+        """Learn from measured kernels (:class:`costmodel.measure.Measurement` records);
+        models that do not learn ignore them."""
 
     @property
     def version(self) -> str:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from search_space.exceptions import AutofusionError
 
-__all__ = ["CostModelError", "InfeasibleConfig", "SimulationError", "SpecError"]
+__all__ = [
+    "CostModelError",
+    "InfeasibleConfig",
+    "MeasurementError",
+    "SimulationError",
+    "SpecError",
+]
 
 
 class CostModelError(AutofusionError):
@@ -21,3 +27,8 @@ class InfeasibleConfig(CostModelError):
 
 class SimulationError(CostModelError):
     """A simulation that cannot finish (a deadlock): the plan fails, not the caller."""
+
+
+class MeasurementError(CostModelError):
+    """Measurements that cannot be read or used: an unreadable profile or real-data CSV, a row
+    of it that names no known op, chip or shape, a Dask cluster that cannot be reached."""

@@ -30,9 +30,9 @@ from typing import Any
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 from pandas.testing import assert_frame_equal
 
-from autotune.calibrate import calibrate_tables
-from autotune.calibrate.cluster import dask_executor
-from costmodel.calibration import read_table
+from costmodel.measure import read_table
+from costmodel.measure.cluster import dask_executor
+from costmodel.measure.sample import calibrate_tables
 from costmodel.spec import load_target
 from search_space.zoo import ZooOptions, load_model_spec
 

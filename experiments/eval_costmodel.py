@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from _table import emit  # experiments/_table.py (scripts run from this folder)
 
-from costmodel.calibration import kernel_from_json, read_table
 from costmodel.learned import METRICS, evaluate_models
+from costmodel.measure import kernel_from_json, read_table
 from costmodel.spec import load_target
 
 ROOT = Path(__file__).resolve().parent.parent

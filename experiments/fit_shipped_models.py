@@ -27,8 +27,8 @@ from pathlib import Path
 import pandas as pd
 
 from costmodel.analytic import Calibration, shipped_calibration_path
-from costmodel.calibration import read_table, target_tables
 from costmodel.learned import fit_learned, on_hardware, shipped_model_path
+from costmodel.measure import read_table, target_tables
 from costmodel.spec import load_target
 
 ROOT = Path(__file__).resolve().parent.parent

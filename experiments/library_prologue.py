@@ -29,8 +29,8 @@ from typing import Any
 
 from _table import RESULTS, emit
 
-from autotune.real import read_real
-from autotune.real.evaluate import library_pairs
+from costmodel.measure.real import read_real
+from costmodel.measure.real.evaluate import library_pairs
 from costmodel.spec import load_target
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,8 +24,9 @@ import numpy as np
 from _table import RESULTS, emit
 from real_targets import ROOT, refits
 
-from autotune.real import RealRow, read_real
-from autotune.real.evaluate import (
+from costmodel import CostModel, Target, make_cost_model
+from costmodel.measure.real import RealRow, read_real
+from costmodel.measure.real.evaluate import (
     as_run,
     favourite,
     lowered,
@@ -33,7 +34,6 @@ from autotune.real.evaluate import (
     model_makers,
     model_time,
 )
-from costmodel import CostModel, Target, make_cost_model
 
 Maker = Callable[[Target], CostModel]
 
@@ -85,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     paths = sorted(str(p) for p in (ROOT / "datasets/real").glob("*.csv"))
     rows = read_real(paths)[0]
-    shipped = model_makers(("learned",))["learned"]
+    shipped = model_makers(("learned",), make_cost_model)["learned"]
     held = {source: models["learned"] for source, models in refits(rows)}
     per_row = []
     for r in (r for r in rows if r.timing == "device"):

@@ -33,8 +33,9 @@ from typing import Any
 
 from _table import RESULTS, emit
 
-from autotune.real import RealPrediction, RealRow, metrics, predict_rows, read_real
-from autotune.real.scores import config_ranking
+from costmodel.measure.real import RealPrediction, RealRow, metrics, predict_rows, read_real
+from costmodel.measure.real.scores import config_ranking
+from costmodel.registry import make_cost_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("simulator", "analytic", "learned")
@@ -96,15 +97,23 @@ def main() -> None:
     chosen = {k: [r for r in rows if pick(r)] for k, pick in SETS.items()}
     table: list[dict[str, Any]] = []
     for label, subset in chosen.items():
-        preds = [p for p in predict_rows(subset, MODELS, args.best) if not p.error]
+        preds = [
+            p for p in predict_rows(subset, make_cost_model, MODELS, args.best) if not p.error
+        ]
         names = [n for n in preds[0].predicted if n != "naive"] + ["naive"] if preds else []
         table += [_line(label, n, preds) for n in names]
         if label == "in-situ":  # the same rows as if timed alone: what residency buys
             alone = [dataclasses.replace(r, context="isolated") for r in subset]
-            cold = [p for p in predict_rows(alone, MODELS, args.best) if not p.error]
+            cold = [
+                p for p in predict_rows(alone, make_cost_model, MODELS, args.best) if not p.error
+            ]
             table += [_line("in-situ cold", n, cold) for n in names if n != "naive"]
     emit(table, args.out, width=11)
-    tiled = [p for p in predict_rows([r for r in rows if r.tiling], MODELS, False) if not p.error]
+    tiled = [
+        p
+        for p in predict_rows([r for r in rows if r.tiling], make_cost_model, MODELS, False)
+        if not p.error
+    ]
     ranks = []
     for name in (*(f"{m}/default" for m in MODELS), "naive"):
         got = config_ranking(tiled, name)

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from _table import RESULTS, emit
 
-from autotune.real import read_real
-from autotune.real.evaluate import measured_kernels
 from costmodel import make_cost_model
+from costmodel.measure.real import read_real
+from costmodel.measure.real.evaluate import measured_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("simulator", "analytic")

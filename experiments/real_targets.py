@@ -35,13 +35,14 @@ from typing import Any
 import pandas as pd
 from _table import RESULTS, emit
 
-from autotune.real import RealPrediction, RealRow, metrics, predict_rows, read_real
-from autotune.real.evaluate import model_makers, predict_row
-from autotune.real.table import table_rows
 from costmodel import CostModel, Target
 from costmodel.analytic import AnalyticConstants, AnalyticModel
-from costmodel.calibration import read_table
 from costmodel.learned import LearnedModel, fit_learned
+from costmodel.measure import read_table, table_frame
+from costmodel.measure.real import RealPrediction, RealRow, metrics, predict_rows, read_real
+from costmodel.measure.real.evaluate import model_makers, predict_row
+from costmodel.measure.real.records import real_measurements
+from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,8 +75,8 @@ def refits(
     models refitted on the simulator table and the fit rows of every other source."""
     sim = read_table([ROOT / f"datasets/calibration/{CHIP}.parquet"])
     for source in sorted({r.source_name for r in rows if r.timing == "device"}):
-        train_rows, _ = table_rows([r for r in rows if r.source_name != source], CHIP)
-        frame = pd.concat([sim, pd.DataFrame(train_rows)], ignore_index=True)
+        train_rows, _ = real_measurements([r for r in rows if r.source_name != source], CHIP)
+        frame = pd.concat([sim, table_frame(train_rows)], ignore_index=True)
         learned = fit_learned(frame, load_target(CHIP))
         print(f"held out {source}; fitted on {len(train_rows)} real rows")
         yield source, _fitted_models(learned.state(), learned.analytic.constants)
@@ -157,7 +158,7 @@ def main() -> None:
     rows, problems = read_real(paths)
     for problem in problems:
         print(problem)
-    shipped = predict_rows(rows)
+    shipped = predict_rows(rows, make_cost_model)
     table = _score("shipped", shipped)
     if not args.shipped_only:
         table += _score("holdout", _holdout(rows, shipped))

@@ -1,6 +1,7 @@
 """The layout holds (docs/architecture.md): imports flow search_space -> costmodel -> autotune,
 never back; no import cycle between modules or between subpackages, counting imports inside
-functions and under ``TYPE_CHECKING``; no module imports another's private names."""
+functions and under ``TYPE_CHECKING``; no module imports another's private names; the tests of
+a package import only it and the packages below it, their helper modules too."""
 
 from __future__ import annotations
 
@@ -179,6 +180,49 @@ def test_every_module_is_in_the_architecture_doc() -> None:
     assert undocumented() == []
 
 
+# the packages the tests of a package may import: their own and those below
+TESTS_MAY_IMPORT = {"search_space": ("search_space",), "costmodel": ("search_space", "costmodel")}
+
+
+def _top_imports(path: Path) -> Iterator[tuple[str, int]]:
+    """(imported module, line) for every absolute import anywhere in the file."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, node.lineno
+
+
+def imports_across_layers(root: Path = ROOT) -> list[str]:
+    """Imports of a package the tests of a lower one may not make (``TESTS_MAY_IMPORT``),
+    counting the helper modules they import (``tests/<package>/*.py`` and ``tests/*.py``,
+    conftest's builders among them), followed through, and imports inside functions."""
+    tests = root / "tests"
+    bad = []
+    for package, allowed in TESTS_MAY_IMPORT.items():
+        folder = tests / package
+        todo = sorted(folder.glob("*.py"))
+        seen: set[Path] = set()
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            for name, line in _top_imports(path):
+                top = name.split(".")[0]
+                if top in PACKAGES and top not in allowed:
+                    where = path.relative_to(root).as_posix()
+                    bad.append(f"{where}:{line} imports {name} (tests/{package} may not)")
+                # a helper resolves as pytest's sys.path has it: the tests' folder, then tests/
+                helpers = [d / f"{top}.py" for d in (folder, tests)]
+                todo += [h for h in helpers if h.is_file()][:1]
+    return sorted(set(bad))
+
+
+def test_tests_of_a_package_import_only_it_and_those_below() -> None:
+    assert imports_across_layers() == []
+
+
 def test_datasets_is_not_an_import_package() -> None:
     assert not (ROOT / "datasets" / "__init__.py").exists()
 
@@ -217,6 +261,19 @@ def test_every_check_fires_on_a_planted_tree(tmp_path: Path) -> None:
     found = oversized(tmp_path)
     assert any(f.startswith("costmodel.long.long (") for f in found)
     assert not any(f.startswith("costmodel.long.explained") for f in found)
+    (tmp_path / "tests" / "costmodel").mkdir(parents=True)
+    (tmp_path / "tests" / "search_space").mkdir()
+    (tmp_path / "tests" / "shared.py").write_text("def f():\n    import autotune.api\n")
+    (tmp_path / "tests" / "costmodel" / "test_a.py").write_text(
+        "import search_space\nfrom costmodel import x\nfrom shared import f\n"
+    )
+    (tmp_path / "tests" / "search_space" / "test_b.py").write_text(
+        "from costmodel.kernel import K\n"
+    )
+    assert imports_across_layers(tmp_path) == [
+        "tests/search_space/test_b.py:1 imports costmodel.kernel (tests/search_space may not)",
+        "tests/shared.py:2 imports autotune.api (tests/costmodel may not)",
+    ]
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "architecture.md").write_text(
         "# A\n\n### `costmodel`\n\n| `a`, `long` |\n\n### `autotune`\n\n| `sub/*` |\n"

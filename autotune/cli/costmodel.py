@@ -32,7 +32,7 @@ __all__ = ["calibrate", "costmodel_eval"]
 
 def _sources(models: list[str], seed: int) -> list[tuple[str, str, Any]]:
     """(source, family, graph) for each --models entry; ``synthetic`` expands to its set."""
-    from autotune.calibrate import synthetic_models
+    from costmodel.measure.synthetic import synthetic_models
     from search_space import load_graph
     from search_space.zoo import load_model_spec
 
@@ -71,7 +71,7 @@ def _simulated_tables(given: list[Path] | None, target: str, written: Path) -> l
         if missing:
             raise AutotuneError(f"--table {missing[0]}: no such file")
         return list(given)
-    from costmodel.calibration import target_tables
+    from costmodel.measure import target_tables
 
     folder = Path("datasets/calibration")
     found = [
@@ -95,7 +95,7 @@ def _executor(
     processes."""
     if dask is None:
         return nullcontext()
-    from autotune.calibrate.cluster import dask_executor
+    from costmodel.measure.cluster import dask_executor
 
     return dask_executor(dask, workers=workers, timeout=timeout)
 
@@ -182,8 +182,8 @@ def calibrate(
     """Simulate sampled kernels into a calibration table (or read an msprof profile), and
     optionally fit the analytic constants and the learned model on it."""
     # Long for its flags: typer reads the command line from this signature.
-    from autotune.calibrate import DEFAULT_MODELS, calibrate_tables
     from autotune.cli.progress import shown
+    from costmodel.measure.sample import DEFAULT_MODELS, calibrate_tables
     from costmodel.spec import load_target
     from search_space.atomic import output_path
 
@@ -213,7 +213,7 @@ def calibrate(
     command = "autotune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     fit_tables = [table]
     if from_msprof is not None:
-        from autotune.calibrate import hardware_table
+        from costmodel.measure.msprof import hardware_table
 
         if fit is not None:  # checked before any work
             fit_tables = [*_simulated_tables(table_in, target, table), table]
@@ -259,10 +259,10 @@ DEFAULT_HOLDOUT = ("gpt2", "resnet50")
 
 def _tables(tables: list[Path] | None, target: str) -> list[Path]:
     """The tables given, else the target's tables under datasets/calibration/
-    (:func:`~costmodel.calibration.target_tables`; the caller drops their hardware rows)."""
+    (:func:`~costmodel.measure.target_tables`; the caller drops their hardware rows)."""
     if tables:
         return tables
-    from costmodel.calibration import target_tables
+    from costmodel.measure import target_tables
 
     folder = Path("datasets/calibration")
     found = target_tables(target, folder)
@@ -305,8 +305,8 @@ def costmodel_eval(
         return
     if csv:
         raise AutotuneError("CSV files are read with --real; a calibration table is --table")
-    from costmodel.calibration import read_table
     from costmodel.learned import DEFAULT_PARAMS, KINDS, METRICS, evaluate_models, on_hardware
+    from costmodel.measure import read_table
     from costmodel.spec import load_target
 
     if kind not in KINDS:
@@ -356,7 +356,8 @@ def _real_files(csv: list[Path]) -> list[Path]:
 def _eval_real(csv: list[Path], json_out: bool) -> None:
     """``costmodel eval --real``: every model against the real rows, per source, family and
     chip; a row that cannot be read is one line on stderr and skipped."""
-    from autotune.real import predict_rows, read_real, summarize
+    from costmodel.measure.real import predict_rows, read_real, summarize
+    from costmodel.registry import make_cost_model
 
     rows, problems = read_real(_real_files(csv))
     skipped = [str(p) for p in problems]
@@ -364,7 +365,7 @@ def _eval_real(csv: list[Path], json_out: bool) -> None:
         for line in skipped:
             err.print(line, highlight=False, markup=False)
         raise AutotuneError("no readable real-data row; see the lines above")
-    preds = predict_rows(rows)
+    preds = predict_rows(rows, make_cost_model)
     skipped += [f"{x.row.path} row {x.row.row}: {x.error}; skipped" for x in preds if x.error]
     for line in skipped:
         err.print(line, highlight=False, markup=False)

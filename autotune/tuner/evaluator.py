@@ -13,7 +13,6 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -21,10 +20,19 @@ from autotune.exceptions import AutotuneError
 from autotune.tuner.parts import Part, PartCache
 from autotune.tuner.records import MeasureResult
 from costmodel.base import CostModel
-from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, read_table, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
+from costmodel.measure import (
+    SIMULATOR_VERSION,
+    Measurement,
+    Provenance,
+    measurements,
+    measurements_of,
+    merge_table,
+    read_table,
+    row_key,
+)
 from costmodel.registry import KINDS, load_cost_model, make_cost_model
 from costmodel.spec import Target
 from search_space import AutofusionError
@@ -102,9 +110,9 @@ class Evaluator:
         self.simulator = make_cost_model("simulator", target)
         self.retrain_every = retrain_every
         self.family, self.study = family, study
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[Measurement] = []
         self._row_keys: set[str] = set()
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[Measurement] = []
         self._kernels: dict[tuple[str, KernelConfig], Kernel] = {}
         self._parts = PartCache()
         self._scores: dict[tuple[bytes, str], float] = {}
@@ -235,27 +243,22 @@ class Evaluator:
         kernels = self.kernels(plan)
         costs = self.simulator.evaluate(kernels)
         resident = self.residency_model.residency(kernels)
-        rows = measurement_rows(
+        records = measurements(
             kernels,
             costs,
             resident,
-            target=self.target.spec.name,
-            spec_digest=self.target.spec.digest(),
-            precision=self.target.precision,
-            seed=0,
-            source=f"tune:{self.study}",
-            family=self.family,
+            Provenance.of(self.target, source=f"tune:{self.study}", family=self.family),
             group_ids=[
                 f"{k.signature}|{json.dumps(r)}" for k, r in zip(kernels, resident, strict=True)
             ],
         )
-        self.add_rows(rows)
+        self.add_rows(records)
         return float(sum(c.latency_us for c in costs))
 
-    def add_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Record measured rows once each (a kernel in the same context is one row)."""
+    def add_rows(self, rows: list[Measurement]) -> None:
+        """Record measured kernels once each (a kernel in the same context is one row)."""
         for r in rows:
-            k = r["kernel"] + r["resident"]
+            k = row_key(r)
             if k not in self._row_keys:
                 self._row_keys.add(k)
                 self.rows.append(r)
@@ -291,20 +294,15 @@ class Evaluator:
             & (frame["precision"] == self.target.precision)
             & (frame["simulator_version"] == SIMULATOR_VERSION)  # another simulator's rows mislead
         ]
-        self.add_rows(mine.to_dict("records"))
+        try:
+            self.add_rows(measurements_of(mine))
+        except CostModelError as err:
+            log.warning("ignoring measurements file: %s", err)
+            return 0
         return len(mine)
 
     def save_rows(self, path: Path) -> None:
         """Write this run's rows atomically, keeping every row already there (other studies',
         and other workers' of this study): rows are merged on (kernel, L2 context)."""
-        if not self.rows:
-            return
-        kept: list[dict[str, Any]] = []
-        if path.is_file():
-            try:
-                kept = read_table(path).to_dict("records")
-            except CostModelError:
-                kept = []
-        seen = {r["kernel"] + r["resident"] + r["source"] for r in kept}
-        fresh = [r for r in self.rows if r["kernel"] + r["resident"] + r["source"] not in seen]
-        write_table(kept + fresh, path)
+        if self.rows:
+            merge_table(self.rows, path)

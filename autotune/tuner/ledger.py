@@ -21,7 +21,7 @@ import optuna
 from autotune.tuner.records import Candidate, MeasureResult
 from autotune.tuner.session import Session
 from autotune.tuner.study import measured_name
-from costmodel.calibration import SIMULATOR_VERSION
+from costmodel.measure import SIMULATOR_VERSION
 from search_space.exceptions import GraphError
 from search_space.ir import KernelConfig, make_group
 from search_space.space import SpacePlan, peak_live_bytes

@@ -1,7 +1,7 @@
 """The analytic model's free constants and the calibrated values shipped per target.
 
 Every number of the closed form is a spec value times one factor of :class:`AnalyticConstants`
-(all 1.0 by default, the spec as written); calibration (:mod:`costmodel.calibration`) fits
+(all 1.0 by default, the spec as written); calibration (:mod:`costmodel.measure`) fits
 them (all but the gap, unless named) to simulator runs and stores them per target in a
 versioned JSON file
 (:class:`Calibration`), which :func:`calibrated_constants` loads.

@@ -16,12 +16,12 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from costmodel.analytic import AnalyticConstants
-from costmodel.calibration import RowBatches
 from costmodel.exceptions import CostModelError
 from costmodel.learned.corrector import LatencyCorrector
 from costmodel.learned.features import row_features
 from costmodel.learned.fit import DEFAULT_PARAMS, fit_learned, table_arrays
 from costmodel.learned.model import LearnedModel
+from costmodel.measure import RowBatches
 from costmodel.spec import Target
 
 __all__ = ["METRICS", "accuracy", "evaluate_models", "heldout_split", "pair_tau"]

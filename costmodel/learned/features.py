@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.analytic import AnalyticModel, Breakdown, score
-from costmodel.calibration import RowBatches
 from costmodel.kernel import BUFFERS, PIPES, Kernel, KernelBatch
+from costmodel.measure import RowBatches
 from costmodel.spec import HardwareSpec
 
 __all__ = ["FEATURES", "kernel_features", "per_row", "row_features"]

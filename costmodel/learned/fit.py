@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 
 from costmodel.analytic import AnalyticConstants, Calibration
-from costmodel.calibration import RowBatches, fit_constants, kernel_from_json, read_table
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import PIPES, Kernel
 from costmodel.learned.corrector import LatencyCorrector
 from costmodel.learned.features import row_features
 from costmodel.learned.model import LearnedModel
+from costmodel.measure import RowBatches, fit_constants, kernel_from_json, read_table
 from costmodel.spec import HardwareSpec, Target, fitted_lineage, load_spec
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def fit_learned(
     hardware row and a fixed subsample of the simulated ones.
 
     Args:
-        tables: parquet paths, or a DataFrame of rows (:func:`costmodel.calibration.read_table`).
+        tables: parquet paths, or a DataFrame of rows (:func:`costmodel.measure.read_table`).
         target: the target the rows were measured on.
         params: corrector hyperparameters (default: the best of :data:`CANDIDATE_PARAMS` by
             :func:`select_params`).

@@ -21,8 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from costmodel.analytic import AnalyticModel, Breakdown, load_size, tensor_bytes
-from costmodel.base import CostModel, KernelCost, read_model_doc
-from costmodel.calibration import kernel_from_json
+from costmodel.base import CostModel, KernelCost, MeasuredKernel, read_model_doc
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel, KernelBatch, handoffs
 from costmodel.l2_context import L2Touches
@@ -301,15 +300,12 @@ class LearnedModel(CostModel):
         return costs
 
     # -- learning ---------------------------------------------------------------------------
-    def update(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Add measured rows (``kernel`` as a Kernel or its JSON, ``resident``, ``latency_us``)
-        and refit the local correction on every row this model has been given."""
+    def update(self, rows: Sequence[MeasuredKernel]) -> None:
+        """Add measured kernels (:class:`costmodel.measure.Measurement` records: the kernel,
+        its L2 context, its latency) and refit the local correction on every one this model
+        has been given."""
         for r in rows:
-            k = r["kernel"]
-            kernel = k if isinstance(k, Kernel) else kernel_from_json(_json(k))
-            res = r["resident"]
-            res = _json(res) if isinstance(res, str) else res
-            self._rows.append((kernel, [float(x) for x in res], float(r["latency_us"])))
+            self._rows.append((r.kernel, [float(x) for x in r.resident], float(r.cost.latency_us)))
         if len(self._rows) < MIN_LOCAL_ROWS:
             return
         kernels = [k for k, _, _ in self._rows]
@@ -351,7 +347,3 @@ def _warm_bytes(kernel: Kernel, resident: Sequence[float]) -> float:
         if s.tensor not in skip
     }
     return float(sum(warm.values()))
-
-
-def _json(x: Any) -> Any:
-    return json.loads(x) if isinstance(x, str | bytes) else x

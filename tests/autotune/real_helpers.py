@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.real import RealRow, parse_row
+from costmodel.measure.real import RealRow, parse_row
 
 
 def real_row(op: str, shapes: str, dtype: str = "fp32", **cells: str) -> RealRow:

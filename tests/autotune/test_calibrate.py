@@ -12,18 +12,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from autotune.calibrate import (
-    WARM,
-    calibrate_tables,
-    read_op_summary,
-    run_on_simulator,
-    sample_graph,
-    synthetic_models,
-)
 from autotune.cli import app
 from costmodel.analytic import AnalyticModel
-from costmodel.calibration import kernel_from_json, read_table
 from costmodel.learned import LearnedModel
+from costmodel.measure import kernel_from_json, read_table
+from costmodel.measure.msprof import read_op_summary
+from costmodel.measure.sample import WARM, calibrate_tables, run_on_simulator, sample_graph
+from costmodel.measure.synthetic import synthetic_models
 from costmodel.registry import make_cost_model
 from costmodel.spec import load_target
 from search_space import load_graph
@@ -165,8 +160,8 @@ def test_calibrate_bad_input_is_one_line(args: list[str], message: str, tmp_path
 
 def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path, small_table: Path) -> None:
     rows = read_op_summary(FIXTURE)
-    assert all(r["duration_us"] > 0 for r in rows)
-    assert not any(r["name"] == "trans_Cast_aicpu" for r in rows)  # AI_CPU tasks are skipped
+    assert all(r.duration_us > 0 for r in rows)
+    assert not any(r.name == "trans_Cast_aicpu" for r in rows)  # AI_CPU tasks are skipped
     table, model = tmp_path / "ms.parquet", tmp_path / "ms.json"
     res = runner.invoke(
         app,
@@ -182,13 +177,13 @@ def test_msprof_fixture_rows_match_the_models_ops(tmp_path: Path, small_table: P
     assert set(frame["simulator_version"]) == {"msprof"}
     # every row is the op the profile named: durations land on kernels of matching shape,
     # with the gap before the kernel that a task duration leaves out and every model counts
-    durations = {round(r["duration_us"], 6) for r in rows}
+    durations = {round(r.duration_us, 6) for r in rows}
     gap = T.spec.kernel_gap_s * 1e6
     assert {round(x - gap, 6) for x in frame["latency_us"]} <= durations
     # the cube's busy times are the profile's; its DMA pipes' (each transfer's latency
     # counted) and vector pipe's (no scalar bookkeeping in it) are not fitted: they stay
     # unmeasured (0)
-    mac = {round(r["pipes"]["M"], 6) for r in rows if r["pipes"].get("M")}
+    mac = {round(r.pipes["M"], 6) for r in rows if r.pipes.get("M")}
     assert {round(x, 6) for x in frame["pipe_M_us"] if x > 0} <= mac
     assert (frame["pipe_M_us"] > 0).any()
     for other in ("MTE2", "FIX", "MTE3", "V"):

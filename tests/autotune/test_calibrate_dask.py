@@ -15,12 +15,12 @@ import pytest
 from pandas.testing import assert_frame_equal
 from typer.testing import CliRunner
 
-from autotune.calibrate import calibrate_tables
-from autotune.calibrate.cluster import dask_executor
 from autotune.cli import app
 from autotune.cli.costmodel import _sources
-from autotune.exceptions import AutotuneError
-from costmodel.calibration import read_table
+from costmodel.exceptions import MeasurementError
+from costmodel.measure import read_table
+from costmodel.measure.cluster import dask_executor
+from costmodel.measure.sample import calibrate_tables
 from costmodel.spec import load_target
 
 distributed = pytest.importorskip("distributed")
@@ -120,13 +120,13 @@ def test_a_worker_killed_mid_run_loses_no_row(
 def test_a_cluster_that_gives_up_on_a_task_is_one_error(
     cluster: tuple[distributed.LocalCluster, distributed.Client], tmp_path: Path
 ) -> None:
-    """With no worker death allowed per task, the kill fails the run: an AutotuneError (one
+    """With no worker death allowed per task, the kill fails the run: a MeasurementError (one
     line in the CLI), and no table. This also shows the kill hits tasks in flight."""
     scheduler = cluster[0].scheduler
     assert scheduler is not None
     allowed, scheduler.allowed_failures = scheduler.allowed_failures, 0
     try:
-        with pytest.raises(AutotuneError, match="lost every worker that ran a task"):
+        with pytest.raises(MeasurementError, match="lost every worker that ran a task"):
             _calibrate_killing_a_worker(cluster, tmp_path / "t.parquet")
     finally:
         scheduler.allowed_failures = allowed

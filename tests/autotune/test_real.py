@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from real_helpers import real_row as _row
 
-from autotune.exceptions import AutotuneError
-from autotune.real import (
+from costmodel.exceptions import MeasurementError
+from costmodel.measure.real import (
     family_of,
     metrics,
     one_kernel,
@@ -24,7 +24,7 @@ from autotune.real import (
     read_real,
     target_of,
 )
-from autotune.real.table import table_rows
+from costmodel.measure.real.records import real_measurements
 from search_space import load_graph
 from search_space.fusion import FusionContext
 
@@ -42,7 +42,7 @@ def test_dims_take_products_powers_and_suffixes() -> None:
     assert parse_dims("2^26, 4K") == (1 << 26, 4096)
     assert parse_dims("64M") == (64 << 20,)
     for bad in ("1.5", "-3", "abc", "0"):
-        with pytest.raises(AutotuneError):
+        with pytest.raises(MeasurementError):
             parse_dims(bad)
 
 
@@ -54,7 +54,7 @@ def test_shapes_name_each_input_and_ignore_outputs_and_notes() -> None:
         "W": (512, 512),
     }
     assert parse_tensors("(2,64,256)") == {"x": (2, 64, 256)}  # an unnamed shape is x
-    with pytest.raises(AutotuneError, match="no input shape"):
+    with pytest.raises(MeasurementError, match="no input shape"):
         parse_tensors("(M, K) by (K, N)")
 
 
@@ -82,7 +82,7 @@ def test_chips_map_to_specs() -> None:
     assert target_of("910B4") == "ascend910b4"
     assert target_of("Ascend 910B2") == "ascend910b2"
     assert target_of('"910B" (SKU not stated)') == "ascend910b"
-    with pytest.raises(AutotuneError, match="unknown chip"):
+    with pytest.raises(MeasurementError, match="unknown chip"):
         target_of("A100")
 
 
@@ -125,11 +125,11 @@ def test_pipe_columns_are_the_pipes_busy_times_in_a_fit_row(
                **{c: repr(v) for c, v in busy.items()})  # fmt: skip
     pipes = {"vec_us": "V", "mte2_us": "MTE2", "mte3_us": "MTE3", "mac_us": "M"}
     assert dict(row.pipes) == {pipes[c]: v for c, v in busy.items()}
-    [fit_row], problems = table_rows([row], "ascend910b")
+    [fit], problems = real_measurements([row], "ascend910b")
     assert problems == []
     for column, pipe in pipes.items():
         fitted = busy.get(column, 0.0) if pipe == "M" else 0.0
-        assert fit_row[f"pipe_{pipe}_us"] == fitted
+        assert fit.cost.pipes_us[pipe] == fitted
 
 
 def test_a_bad_pipe_column_skips_its_row_with_one_line(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_a_bad_pipe_column_skips_its_row_with_one_line(tmp_path: Path) -> None:
 def test_a_file_without_the_needed_columns_is_one_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.csv"
     bad.write_text("a,b\n1,2\n")
-    with pytest.raises(AutotuneError, match="no op, shapes, time_us column"):
+    with pytest.raises(MeasurementError, match="no op, shapes, time_us column"):
         read_real([bad])
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from real_helpers import real_row
 
-from autotune.real import read_real
-from autotune.real.evaluate import lowered, measured_config, model_makers, predict_row
-from autotune.real.rows import tiling_of
 from costmodel.lower.attention import CAUSAL_SKIP, VEC_ROWS
+from costmodel.measure.real import read_real
+from costmodel.measure.real.evaluate import lowered, measured_config, model_makers, predict_row
+from costmodel.measure.real.rows import tiling_of
+from costmodel.registry import make_cost_model
 
 REAL = Path(__file__).resolve().parents[2] / "datasets" / "real"
 MODELS = ("simulator", "analytic", "learned")
@@ -71,7 +72,7 @@ def test_a_one_core_flash_kernels_time_grows_with_its_keys_as_measured() -> None
     one does (3.6-4.4x), within 25%; with a whole 512-byte burst per row it grew 6.3x."""
     rows = [r for r in _rows("jit_flash") if r.block_dim == 1]
     assert len(rows) == 8
-    makers = model_makers(MODELS)
+    makers = model_makers(MODELS, make_cost_model)
     by_keys: dict[int, list] = {}
     for r in rows:
         by_keys.setdefault(r.tensors["k"][1], []).append(predict_row(r, makers, best=False))
@@ -100,7 +101,7 @@ def _fia_rows_past_128_tokens(impl: str) -> list:
 
 
 def _assert_each_models_geomean_within_25_percent(rows: list) -> None:
-    makers = model_makers(MODELS)
+    makers = model_makers(MODELS, make_cost_model)
     preds = [predict_row(r, makers, best=False) for r in rows]
     for m in MODELS:
         ratio = _geomean([p.predicted[f"{m}/default"] / p.row.time_us for p in preds])

@@ -14,19 +14,20 @@ from real_helpers import real_row
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.exceptions import AutotuneError
-from autotune.real import RealPrediction, one_kernel, read_real
-from autotune.real.evaluate import (
+from costmodel.analytic import AnalyticModel
+from costmodel.exceptions import MeasurementError
+from costmodel.measure.real import RealPrediction, one_kernel, read_real
+from costmodel.measure.real.evaluate import (
     lowered,
     measured_config,
     model_makers,
     predict_row,
     row_resident,
 )
-from autotune.real.rows import tiling_of
-from autotune.real.scores import config_ranking
-from autotune.real.table import table_rows
-from costmodel.analytic import AnalyticModel
+from costmodel.measure.real.records import real_measurements
+from costmodel.measure.real.rows import tiling_of
+from costmodel.measure.real.scores import config_ranking
+from costmodel.registry import make_cost_model
 from costmodel.spec import load_spec
 from search_space import load_graph
 from search_space.fusion import FusionContext
@@ -50,7 +51,7 @@ def _row(shapes: str = "x=[512,2048]", op: str = "Exp", dtype: str = "fp16", **c
 )
 def test_a_timing_cell_is_read_by_its_first_word(cell: str, timing: str) -> None:
     assert _row(timing=cell).timing == timing
-    with pytest.raises(AutotuneError, match="'device', 'host' or 'unstated'"):
+    with pytest.raises(MeasurementError, match="'device', 'host' or 'unstated'"):
         _row(timing="wallclock")
 
 
@@ -73,7 +74,7 @@ def test_context_defaults_to_isolated_and_refuses_other_words() -> None:
     assert _row().context == "isolated"
     assert _row(context="in situ").context == "in-situ"
     assert _row(context="In-Situ").context == "in-situ"
-    with pytest.raises(AutotuneError, match="'isolated' or 'in-situ'"):
+    with pytest.raises(MeasurementError, match="'isolated' or 'in-situ'"):
         _row(context="warm")
 
 
@@ -94,7 +95,7 @@ def test_the_shipped_in_situ_profiles_read_and_each_forms_one_legal_kernel() -> 
 def test_an_in_situ_row_is_costed_with_its_inputs_in_l2(shape: str) -> None:
     """The same kernel timed inside a step costs less than timed alone: its input is in L2
     (a mid-size elementwise kernel runs faster than HBM allows), by every model."""
-    makers = model_makers(MODELS)
+    makers = model_makers(MODELS, make_cost_model)
     alone = predict_row(_row(shape), makers)
     inside = predict_row(_row(shape, context="in-situ"), makers)
     assert not alone.error and not inside.error
@@ -108,13 +109,13 @@ def test_an_in_situ_fit_row_records_the_context_it_ran_in() -> None:
     as the kernel on the chip's own spec, whose prologue reads come from HBM: the same
     measured time stands for a kernel slower by what each read saved in L2 (the library
     kernel's reads and the tiling read)."""
-    [cold], _ = table_rows([_row()], "ascend910b")
-    [warm], _ = table_rows([_row(context="in-situ")], "ascend910b")
-    assert set(json.loads(cold["resident"])) == {0.0}
-    assert json.loads(warm["resident"]) == [1.0]
+    [cold], _ = real_measurements([_row()], "ascend910b")
+    [warm], _ = real_measurements([_row(context="in-situ")], "ascend910b")
+    assert set(cold.resident) == {0.0}
+    assert list(warm.resident) == [1.0]
     spec = load_spec("ascend910b2")
     saved = (spec.library_setup_reads + 1) * (spec.gm_latency_cycles - spec.l2_latency_cycles)
-    assert warm["latency_us"] - cold["latency_us"] == pytest.approx(saved / spec.clock_hz * 1e6)
+    assert warm.latency_us - cold.latency_us == pytest.approx(saved / spec.clock_hz * 1e6)
 
 
 def test_inside_a_step_a_tiny_kernels_floor_is_l2_latencies_not_hbm_ones() -> None:
@@ -124,7 +125,7 @@ def test_inside_a_step_a_tiny_kernels_floor_is_l2_latencies_not_hbm_ones() -> No
     barely moves. The library prologue timed alone stays what it was measured at."""
     spec = load_spec("ascend910b2")
     gain = (spec.gm_latency_cycles - spec.l2_latency_cycles) / spec.clock_hz * 1e6
-    makers = model_makers(MODELS)
+    makers = model_makers(MODELS, make_cost_model)
     for impl, reads in (("custom", 1), ("library", 1 + spec.library_setup_reads)):
         tiny = {"op": "Subs", "shapes": '"8;"', "dtype": "INT32", "impl": impl}
         alone = predict_row(_row(**tiny), makers, best=False)
@@ -174,8 +175,10 @@ def test_a_mid_size_kernel_inside_a_step_reads_its_input_from_l2_as_measured() -
     more."""
     row = _shipped(135)
     assert row.context == "in-situ" and row.family == "unary" and row.time_us == 26.1744
-    warm = predict_row(row, model_makers(MODELS), best=False)
-    cold = predict_row(dataclasses.replace(row, context="isolated"), model_makers(MODELS), False)
+    warm = predict_row(row, model_makers(MODELS, make_cost_model), best=False)
+    cold = predict_row(
+        dataclasses.replace(row, context="isolated"), model_makers(MODELS, make_cost_model), False
+    )
     for m in MODELS:
         assert abs(math.log(warm.predicted[f"{m}/default"] / row.time_us)) <= math.log(1.25), m
         assert cold.predicted[f"{m}/default"] / row.time_us >= 1.8, m
@@ -184,7 +187,7 @@ def test_a_mid_size_kernel_inside_a_step_reads_its_input_from_l2_as_measured() -
 def test_an_input_read_through_a_view_is_as_warm_as_the_input() -> None:
     """A Reshape's output is the input's bytes: a kernel that loads it inside a step finds it
     in L2 (TransData reads its input through the Reshape into 16 x 16 blocks)."""
-    makers = model_makers(MODELS)
+    makers = model_makers(MODELS, make_cost_model)
     for op in ("TransData", "Transpose"):
         alone = predict_row(_row("x=[1024,1024]", op), makers, best=False)
         inside = predict_row(_row("x=[1024,1024]", op, context="in-situ"), makers, best=False)
@@ -264,7 +267,7 @@ def test_every_model_ranks_catlasss_tilings_as_measured(model: str) -> None:
     orders every pair as measured."""
     rows, _ = read_real([MORE])
     tiled = [r for r in rows if r.tiling and "catlass" in r.op]
-    preds = [predict_row(r, model_makers((model,)), best=False) for r in tiled]
+    preds = [predict_row(r, model_makers((model,), make_cost_model), best=False) for r in tiled]
     got = config_ranking([p for p in preds if not p.error], f"{model}/default")
     assert got["n_kernels"] == 3
     assert [t["tau"] for t in got["kernels"]] == [1.0, 1.0, 1.0]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
@@ -14,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from real_helpers import real_row as _row
 
-from autotune.real import read_real
-from autotune.real.evaluate import (
+from costmodel import load_target, make_cost_model
+from costmodel.measure.real import read_real
+from costmodel.measure.real.evaluate import (
     library_pairs,
     library_prologue_us,
     lowered,
@@ -23,8 +23,7 @@ from autotune.real.evaluate import (
     model_makers,
     predict_row,
 )
-from autotune.real.table import table_rows
-from costmodel import load_target, make_cost_model
+from costmodel.measure.real.records import real_measurements
 
 REAL = Path(__file__).resolve().parents[2] / "datasets" / "real" / "ascend_kernels.csv"
 
@@ -73,8 +72,8 @@ def test_the_evaluator_and_the_fit_cost_a_row_on_the_cores_it_ran_on(
     default = lowering.default(groups[0])
     cores = measured_config(lowering, groups[0], row).block_dim
     assert cores == (6 if stated else default.block_dim)
-    [fit_row], problems = table_rows([row], "ascend910b")
-    assert problems == [] and json.loads(fit_row["config"])["block_dim"] == cores
+    [fit], problems = real_measurements([row], "ascend910b")
+    assert problems == [] and fit.config.block_dim == cores
     # fewer cores move the same bytes more slowly, and the evaluator's default sees it
     models = {"simulator": lambda t: make_cost_model("simulator", t)}
     sim = predict_row(row, models)
@@ -146,7 +145,7 @@ def test_impl_comes_from_its_column_and_defaults_to_a_library_kernel(tmp_path: P
 def test_a_library_row_costs_the_same_kernel_plus_the_library_prologue(shape: str) -> None:
     """The same RMSNorm timed as CANN's op and as a kernel written for the shape: every model
     charges the library one its longer prologue once, at any size, and nothing else."""
-    models = model_makers(("simulator", "analytic"))
+    models = model_makers(("simulator", "analytic"), make_cost_model)
     library = predict_row(_row("RmsNorm", shape, block_dim="40"), models)
     custom = predict_row(_row("RmsNorm", shape, block_dim="40", impl="custom"), models)
     spec = load_target("ascend910b4").spec
@@ -206,11 +205,12 @@ def test_library_pairs_pair_the_two_columns_of_one_run_only() -> None:
 def test_a_library_rows_fit_row_measures_the_kernel_the_tool_would_generate() -> None:
     shape = "x=[2,64,256], gamma=[256]"
     library, custom = _row("RmsNorm", shape), _row("RmsNorm", shape, impl="custom")
-    [lib_row, own_row], problems = table_rows([library, custom], "ascend910b")
+    [lib, own], problems = real_measurements([library, custom], "ascend910b")
     spec = load_target("ascend910b4").spec
-    assert problems == [] and lib_row["spec_digest"] == own_row["spec_digest"] == spec.digest()
+    assert problems == []
+    assert lib.provenance.spec_digest == own.provenance.spec_digest == spec.digest()
     prologue = spec.library_setup_cycles / spec.clock_hz * 1e6
-    assert own_row["latency_us"] - lib_row["latency_us"] == pytest.approx(prologue)
+    assert own.latency_us - lib.latency_us == pytest.approx(prologue)
 
 
 @pytest.mark.parametrize("op", ["RmsNorm", "MatMul"])
@@ -221,8 +221,8 @@ def test_a_host_timed_row_is_evaluated_but_never_a_fit_row(op: str) -> None:
     shape = "x=[2,64,256], gamma=[256]" if op == "RmsNorm" else "x=[128,512], W=[512,512]"
     device = _row(op, shape, timing="device")
     host = dataclasses.replace(_row(op, shape, time_us="50.0", timing="host"), row=2)
-    fitted, problems = table_rows([host, device], "ascend910b")
-    [only] = table_rows([device], "ascend910b")[0]
+    fitted, problems = real_measurements([host, device], "ascend910b")
+    [only] = real_measurements([device], "ascend910b")[0]
     assert fitted == [only]  # the device row's fit row, and nothing of the 50 us host time
     assert len(problems) == 1 and "row 2: timed on the host" in problems[0]
     # the evaluation costs it as the device row's kernel, against the models' latency
@@ -239,14 +239,14 @@ def test_cann_cube_only_kernels_pay_no_library_prologue() -> None:
     is costed as the kernel the tool would generate, and its fit row keeps its whole time;
     a vector kernel (RMSNorm) and a mixed one (a GEMV with its vector epilogue) still pay it."""
     op, shape = "MatMul (linear)", "x=[128,512], W=[512,512]"
-    models = model_makers(("simulator", "analytic"))
+    models = model_makers(("simulator", "analytic"), make_cost_model)
     library = predict_row(_row(op, shape, "fp16"), models)
     custom = predict_row(_row(op, shape, "fp16", impl="custom"), models)
     assert library.error == "" and library.predicted == custom.predicted
-    [lib_row, own_row], problems = table_rows(
+    [lib, own], problems = real_measurements(
         [_row(op, shape, "fp16"), _row(op, shape, "fp16", impl="custom")], "ascend910b"
     )
-    assert problems == [] and lib_row["latency_us"] == own_row["latency_us"]
+    assert problems == [] and lib.latency_us == own.latency_us
     for paying in (
         _row("RmsNorm", "x=[2,64,256], gamma=[256]"),
         _row("torch.addmv", "A=[4096,4096], x=[4096], b=[4096]", "fp16"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ def graph():
 
 
 def test_learned_cost_refits_on_measured_rows_and_resumes_from_them(graph, tmp_path) -> None:
-    from costmodel.calibration import kernel_from_json, read_table
+    from costmodel.measure import kernel_from_json, read_table
     from costmodel.registry import make_cost_model
     from costmodel.spec import load_target
 
@@ -186,15 +187,15 @@ def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path
     """Rows measured by another simulator version (an upgrade between runs) describe other
     physics: resuming ignores them and keeps the ones this simulator measured."""
     from autotune.tuner import Evaluator
-    from costmodel.calibration import SIMULATOR_VERSION, read_table, write_table
+    from costmodel.measure import SIMULATOR_VERSION, measurements_of, read_table, write_table
     from costmodel.registry import make_cost_model
     from costmodel.spec import load_target
 
     cfg = _cfg(tmp_path, study="sims", trials=6, measure_every=3)
     result = tune_graph(graph, cfg, name="bert")
     path = result.plan.meta["measurements"]["file"]
-    rows = read_table(path).to_dict("records")
-    assert rows and {r["simulator_version"] for r in rows} == {SIMULATOR_VERSION}
+    rows = measurements_of(read_table(path))
+    assert rows and {r.provenance.measured_by for r in rows} == {SIMULATOR_VERSION}
     target = load_target("ascend910b")
 
     def loaded() -> int:
@@ -203,6 +204,7 @@ def test_a_resumed_study_learns_only_from_rows_of_this_simulator(graph, tmp_path
 
     assert loaded() == len(rows)
     half = len(rows) // 2
-    stale = [{**r, "simulator_version": "sim-0"} if i < half else r for i, r in enumerate(rows)]
-    write_table(stale, path)
+    older = [dataclasses.replace(r.provenance, measured_by="sim-0") for r in rows[:half]]
+    stale = [dataclasses.replace(r, provenance=p) for r, p in zip(rows[:half], older, strict=True)]
+    write_table(stale + rows[half:], path)
     assert loaded() == len(rows) - half

@@ -12,9 +12,15 @@ from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measurement_rows
 from costmodel.kernel import Kernel
 from costmodel.learned.model import MIN_LOCAL_ROWS
+from costmodel.measure import (
+    SIMULATOR_VERSION,
+    Measurement,
+    Provenance,
+    measurements,
+    table_frame,
+)
 from costmodel.spec import load_target
 
 T910B = load_target("ascend910b")
@@ -73,23 +79,16 @@ def rows(
     kernels: Sequence[Kernel] = KERNELS,
     target: str = "ascend910b",
     family: str = "hand",
-) -> list[dict[str, Any]]:
-    """Table rows measuring ``factor`` x the calibrated analytic latency of each kernel."""
+) -> list[Measurement]:
+    """Records measuring ``factor`` x the calibrated analytic latency of each kernel."""
     f = factor if callable(factor) else (lambda k: factor)
     analytic = alone(AnalyticModel(T910B), kernels)
     costs = [KernelCost(f(k) * a) for k, a in zip(kernels, analytic, strict=True)]
-    return measurement_rows(
-        kernels,
-        costs,
-        cold(kernels),
-        target=target,
-        spec_digest=SPEC.digest(),
-        precision="auto",
-        seed=0,
-        source="synthetic",
-        family=family,
+    provenance = Provenance(
+        target, SPEC.digest(), "auto", SIMULATOR_VERSION, seed=0, source="synthetic", family=family
     )
+    return measurements(kernels, costs, cold(kernels), provenance)
 
 
 def table(factor: float | Callable[[Kernel], float], **kw: Any) -> pd.DataFrame:
-    return pd.DataFrame(rows(factor, **kw))
+    return table_frame(rows(factor, **kw))

@@ -1,4 +1,4 @@
-"""Fitting the analytic constants (``costmodel.calibration.fit``).
+"""Fitting the analytic constants (``costmodel.measure.fit``).
 
 The measurements are made by the analytic model itself under planted constants, so a correct
 fit must find them again; the stacked scoring is checked against the model scoring each kernel
@@ -26,10 +26,10 @@ from costmodel.analytic import (
     batch_of,
     load_calibration,
 )
-from costmodel.calibration import RowBatches, fit_constants
-from costmodel.calibration.fit import HELD
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
+from costmodel.measure import RowBatches, fit_constants
+from costmodel.measure.fit import HELD
 from costmodel.spec import load_target
 
 T910B = load_target("ascend910b")

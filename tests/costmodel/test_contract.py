@@ -36,21 +36,16 @@ def _slower_hbm(model: CostModel) -> None:
 
 
 def _learn_slower(model: CostModel) -> None:
-    """Measured rows saying every kernel runs twice as long as predicted."""
-    from costmodel.calibration import kernel_to_json
+    """Measured kernels saying every kernel runs twice as long as predicted."""
+    from costmodel.measure import Provenance, measurements
 
     rows = []
     for i in range(6):
         for k in feasible_kernels():
             c = model.evaluate([k])[0]
             res = [0.0] * sum(1 for s in k.streams if s.is_load)
-            rows.append(
-                {
-                    "kernel": kernel_to_json(k),
-                    "resident": res,
-                    "latency_us": 2 * c.latency_us * (1 + i / 100),
-                }
-            )
+            slower = KernelCost(2 * c.latency_us * (1 + i / 100))
+            rows += measurements([k], [slower], [res], Provenance.of(model.target))
     model.update(rows)
 
 

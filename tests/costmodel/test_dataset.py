@@ -1,5 +1,5 @@
-"""Calibration tables (``costmodel.calibration.dataset``): kernel records, rows, parquet files,
-manifest."""
+"""Measurement records and calibration tables (``costmodel.measure.record``, ``.table``):
+kernel JSON, records, parquet files, the manifest."""
 
 from __future__ import annotations
 
@@ -18,19 +18,26 @@ from hypothesis import strategies as st
 from kernels_by_hand import add, gelu, matmul, matmul_gelu
 
 from costmodel.base import KernelCost
-from costmodel.calibration import (
-    PIPE_COLUMNS,
-    REQUIRED_COLUMNS,
-    kernel_from_json,
-    kernel_to_json,
-    measurement_rows,
-    read_table,
-    update_manifest,
-    write_table,
-)
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import PIPES, Kernel
 from costmodel.lower import Lowering
+from costmodel.measure import (
+    PIPE_COLUMNS,
+    REQUIRED_COLUMNS,
+    SIMULATOR_VERSION,
+    Measurement,
+    Provenance,
+    kernel_from_json,
+    kernel_to_json,
+    measurements,
+    measurements_of,
+    merge_table,
+    read_table,
+    row_key,
+    table_frame,
+    update_manifest,
+    write_table,
+)
 from costmodel.spec import load_target
 from search_space import load_graph
 from search_space.ir import make_group, singleton_groups
@@ -123,8 +130,8 @@ def test_a_malformed_kernel_record_is_a_cost_model_error(edit: Any) -> None:
         kernel_from_json(doc)
 
 
-# -- rows ---------------------------------------------------------------------------------------
-def some_rows(n: int = 3, **overrides: Any) -> list[dict[str, Any]]:
+# -- records -----------------------------------------------------------------------------------
+def some_records(n: int = 3, **overrides: Any) -> list[Measurement]:
     kernels = [matmul(512, block_dim=4), add(1 << 14, tile=4096), matmul_gelu(512)][:n]
     costs = [KernelCost(10.0 + i, {"MTE2": 1.5 + i, "V": 0.25}) for i in range(len(kernels))]
     resident = [[0.0] * sum(s.is_load for s in k.streams) for k in kernels]
@@ -132,64 +139,77 @@ def some_rows(n: int = 3, **overrides: Any) -> list[dict[str, Any]]:
         target="ascend910b",
         spec_digest=T910B.spec.digest(),
         precision="auto",
+        measured_by=SIMULATOR_VERSION,
         seed=7,
         source="test",
         family="hand",
     )
-    return measurement_rows(kernels, costs, resident, **(kw | overrides))
+    return measurements(kernels, costs, resident, Provenance(**(kw | overrides)))
 
 
-def test_measurement_rows_carry_the_kernel_and_what_was_measured() -> None:
+def test_records_carry_the_kernel_and_what_was_measured_into_the_columns() -> None:
     kernels = [matmul(512, block_dim=4), matmul_gelu(512)]
     costs = [KernelCost(12.5, {"MTE2": 3.0, "M": 2.0}), KernelCost(40.0, {"V": 9.0})]
     resident = [[0.25, 1 / 3], [0.0, 0.0, 0.5]]
-    rows = measurement_rows(
-        kernels,
-        costs,
-        resident,
-        target="ascend910b",
-        spec_digest="abc",
-        precision="fp16",
-        seed=3,
-        source="sim",
-        family="bert",
-        group_ids=["g0", "g1"],
-    )
-    assert len(rows) == 2
-    for row, k, c, res, gid in zip(rows, kernels, costs, resident, ["g0", "g1"], strict=True):
-        assert set(REQUIRED_COLUMNS) <= set(row)
+    provenance = Provenance("ascend910b", "abc", "fp16", SIMULATOR_VERSION, 3, "sim", "bert")
+    records = measurements(kernels, costs, resident, provenance, group_ids=["g0", "g1"])
+    assert len(records) == 2
+    rows = table_frame(records).to_dict("records")
+    for m, row, k, c, res, gid in zip(
+        records, rows, kernels, costs, resident, ["g0", "g1"], strict=True
+    ):
+        assert (m.kernel, m.provenance, m.group_id) == (k, provenance, gid)
+        assert (m.signature, m.config, m.latency_us) == (k.signature, k.config, c.latency_us)
+        assert set(REQUIRED_COLUMNS) == set(row)
         assert kernel_from_json(json.loads(row["kernel"])) == k
         assert json.loads(row["config"]) == k.config.to_json()
         assert json.loads(row["resident"]) == pytest.approx(res, abs=1e-6)
+        assert list(m.resident) == json.loads(row["resident"])
         assert row["latency_us"] == c.latency_us and row["group_id"] == gid
         assert (row["kind"], row["unit"], row["signature"]) == (k.kind, k.unit, k.signature)
         assert (row["target"], row["precision"], row["seed"]) == ("ascend910b", "fp16", 3)
+        assert row["simulator_version"] == SIMULATOR_VERSION
         for pipe, col in zip(PIPES, PIPE_COLUMNS, strict=True):
-            assert row[col] == c.pipes_us.get(pipe, 0.0)
+            assert row[col] == c.pipes_us.get(pipe, 0.0) == m.cost.pipes_us[pipe]
     assert json.loads(rows[0]["resident"])[1] == 0.333333  # six decimals
-    # without group ids a row is ranked within its kernel signature
-    assert [r["group_id"] for r in some_rows()] == [r["signature"] for r in some_rows()]
+    # without group ids a record is ranked within its kernel signature
+    assert [m.group_id for m in some_records()] == [m.signature for m in some_records()]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        records[0].group_id = "other"
 
 
 # -- parquet tables -----------------------------------------------------------------------------
-def test_a_table_round_trips_every_column(tmp_path: Path) -> None:
-    rows = [r | {"note": f"row {i}", "weight": 0.5 * i} for i, r in enumerate(some_rows())]
+def test_a_table_round_trips_every_record_and_column(tmp_path: Path) -> None:
+    records = some_records()
     path = tmp_path / "t.parquet"
-    assert write_table(rows, path) == 3
+    assert write_table(records, path) == 3
     back = read_table(path)
-    pd.testing.assert_frame_equal(back, pd.DataFrame(rows))
-    assert [kernel_from_json(json.loads(k)) for k in back["kernel"]] == [
-        kernel_from_json(json.loads(r["kernel"])) for r in rows
-    ]
+    assert list(back.columns) == list(REQUIRED_COLUMNS)
+    pd.testing.assert_frame_equal(back, table_frame(records))
+    assert measurements_of(back) == records
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
 
 
 def test_several_tables_read_as_one(tmp_path: Path) -> None:
-    write_table(some_rows(2, family="a"), tmp_path / "a.parquet")
-    write_table(some_rows(3, family="b"), tmp_path / "b.parquet")
+    write_table(some_records(2, family="a"), tmp_path / "a.parquet")
+    write_table(some_records(3, family="b"), tmp_path / "b.parquet")
     both = read_table([tmp_path / "a.parquet", str(tmp_path / "b.parquet")])
     assert list(both["family"]) == ["a", "a", "b", "b", "b"]
     assert list(both.index) == list(range(5))
+
+
+def test_merging_keeps_the_rows_there_and_adds_each_record_once(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    first = some_records(2)
+    assert merge_table(first, path) == 2
+    again = some_records(3)  # two of them already there
+    other = some_records(1, source="elsewhere")  # the same kernel measured by another source
+    assert merge_table(again + other, path) == 4
+    back = read_table(path)
+    assert measurements_of(back) == [*first, again[2], *other]
+    assert len({row_key(m) + m.provenance.source for m in measurements_of(back)}) == 4
+    path.write_text("not a table")  # one that cannot be read is replaced
+    assert merge_table(first, path) == 2
 
 
 def write_frame(path: Path, frame: pd.DataFrame) -> Path:
@@ -218,13 +238,13 @@ def test_a_parquet_without_the_columns_is_refused_naming_them(tmp_path: Path) ->
         read_table(path)
     assert "kernel" in str(err.value) and "resident" in str(err.value)
     assert "latency_us" not in str(err.value).split("lacks")[1]
-    frame = pd.DataFrame(some_rows()).drop(columns=["pipe_MTE3_us"])
+    frame = table_frame(some_records()).drop(columns=["pipe_MTE3_us"])
     with pytest.raises(CostModelError, match=r"lacks column.*pipe_MTE3_us"):
         read_table(write_frame(tmp_path / "short.parquet", frame))
 
 
 def test_a_table_from_a_newer_tool_is_refused(tmp_path: Path) -> None:
-    frame = pd.DataFrame(some_rows())
+    frame = table_frame(some_records())
     frame.loc[1, "schema_version"] = 2
     with pytest.raises(CostModelError, match="newer tool"):
         read_table(write_frame(tmp_path / "new.parquet", frame))
@@ -232,19 +252,16 @@ def test_a_table_from_a_newer_tool_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("latency", [0.0, -1.0, float("nan"), float("inf")])
 def test_a_table_with_a_bad_latency_is_refused(tmp_path: Path, latency: float) -> None:
-    rows = some_rows()
-    rows[2]["latency_us"] = latency
-    write_table(rows, tmp_path / "bad.parquet")
+    frame = table_frame(some_records())
+    frame.loc[2, "latency_us"] = latency
+    write_frame(tmp_path / "bad.parquet", frame)
     with pytest.raises(CostModelError, match="non-positive or non-finite"):
         read_table(tmp_path / "bad.parquet")
 
 
-def test_write_table_refuses_nothing_and_incomplete_rows(tmp_path: Path) -> None:
+def test_write_table_refuses_nothing(tmp_path: Path) -> None:
     with pytest.raises(CostModelError, match="no rows"):
         write_table([], tmp_path / "t.parquet")
-    rows = [{k: v for k, v in r.items() if k != "seed"} for r in some_rows()]
-    with pytest.raises(CostModelError, match="seed"):
-        write_table(rows, tmp_path / "t.parquet")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -252,12 +269,15 @@ def test_write_table_refuses_nothing_and_incomplete_rows(tmp_path: Path) -> None
 def test_write_table_is_atomic(tmp_path: Path, existing: bool) -> None:
     path = tmp_path / "t.parquet"
     if existing:
-        write_table(some_rows(1), path)
+        write_table(some_records(1), path)
     before = path.read_bytes() if existing else None
-    rows = some_rows()
-    rows[0]["extra"], rows[1]["extra"] = {"a": 1}, 3  # no parquet type holds both
+    records = some_records()
+    # no parquet type holds both a text and a number (a record typed wrong at run time)
+    records[1] = dataclasses.replace(
+        records[1], provenance=dataclasses.replace(records[1].provenance, family=3)
+    )
     with pytest.raises(Exception) as err:
-        write_table(rows, path)
+        write_table(records, path)
     assert not isinstance(err.value, CostModelError)  # pyarrow's own, re-raised
     assert list(tmp_path.iterdir()) == ([path] if existing else [])
     if existing:
@@ -269,8 +289,8 @@ def test_write_table_is_atomic(tmp_path: Path, existing: bool) -> None:
 def test_manifest_records_size_hash_and_rows_and_replaces_by_file_name(tmp_path: Path) -> None:
     manifest = tmp_path / "MANIFEST.json"
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
-    write_table(some_rows(3), b)
-    write_table(some_rows(2), a)
+    write_table(some_records(3), b)
+    write_table(some_records(2), a)
     update_manifest(manifest, b, {"rows": 3, "command": "autotune calibrate b"})
     update_manifest(manifest, a, {"rows": 2, "command": "autotune calibrate a"})
 
@@ -292,7 +312,7 @@ def test_manifest_records_size_hash_and_rows_and_replaces_by_file_name(tmp_path:
     check(first["b.parquet"], b, 3)
     assert first["a.parquet"]["command"] == "autotune calibrate a"
 
-    write_table(some_rows(1), a)  # regenerate a: its entry is replaced, b's is kept
+    write_table(some_records(1), a)  # regenerate a: its entry is replaced, b's is kept
     update_manifest(manifest, a, {"rows": 1, "command": "again"})
     second = entries()
     assert set(second) == {"a.parquet", "b.parquet"}
@@ -306,7 +326,7 @@ def test_a_corrupt_manifest_is_rebuilt(tmp_path: Path) -> None:
     manifest = tmp_path / "MANIFEST.json"
     manifest.write_text("{not json")
     table = tmp_path / "t.parquet"
-    write_table(some_rows(1), table)
+    write_table(some_records(1), table)
     update_manifest(manifest, table, {"rows": 1})
     doc = json.loads(manifest.read_text())
     assert [t["file"] for t in doc["tables"]] == ["t.parquet"]

@@ -36,8 +36,10 @@ from costmodel.analytic.l2 import (
     load_hit_fractions,
     wave_working_set,
 )
+from costmodel.base import KernelCost
 from costmodel.kernel import handoffs
 from costmodel.learned import LearnedModel
+from costmodel.measure import Provenance, measurements
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target
 from search_space import load_graph
@@ -74,8 +76,8 @@ def _refit(model: LearnedModel, oracle: CostOracle, groups: list[FusionGroup], s
     kernels = [oracle.lowering.kernel(g, c) for g in groups for c in oracle.grid(g)[:4]][:80]
     cold = [[0.0] * sum(s.pipe == "MTE2" for s in k.streams) for k in kernels]
     lat = model.analytic.latencies(kernels, cold) * rng.uniform(0.5, 2.0, len(kernels))
-    rows = zip(kernels, cold, lat, strict=True)
-    model.update([{"kernel": k, "resident": r, "latency_us": float(v)} for k, r, v in rows])
+    costs = [KernelCost(float(v)) for v in lat]
+    model.update(measurements(kernels, costs, cold, Provenance.of(model.target)))
 
 
 def plain_grid(oracle: CostOracle, g: FusionGroup) -> list:

@@ -13,9 +13,9 @@ from learned_helpers import KERNELS, SPEC, T910B, cold
 from threadpoolctl import threadpool_limits
 
 from costmodel.analytic import AnalyticModel, batch_of, score
-from costmodel.calibration import RowBatches
 from costmodel.kernel import Kernel
 from costmodel.learned import FEATURES, kernel_features
+from costmodel.measure import RowBatches
 
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

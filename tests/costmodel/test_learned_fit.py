@@ -16,11 +16,17 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measurement_rows, write_table
 from costmodel.exceptions import CostModelError
 from costmodel.learned import FEATURES
 from costmodel.learned.fit import fit_learned
 from costmodel.learned.model import MIN_LOCAL_ROWS, LearnedModel
+from costmodel.measure import (
+    Provenance,
+    measurements,
+    measurements_of,
+    table_frame,
+    write_table,
+)
 from costmodel.spec import load_target
 
 
@@ -101,18 +107,13 @@ def test_update_refits_only_once_there_are_enough_rows(slower: LearnedModel) -> 
     model = copy(slower)
     before, version = alone(model, KERNELS), model.version
     new = rows(2.0)
-    as_objects = [
-        {"kernel": k, "resident": json.loads(r["resident"]), "latency_us": r["latency_us"]}
-        for k, r in zip(KERNELS, new, strict=True)
-    ]
-    as_json = [r | {"kernel": json.loads(r["kernel"])} for r in new]
-    # rows as a table holds them (JSON text), as JSON values and as Kernel objects
-    given_rows = new[:10] + as_json[10:20] + as_objects[20 : MIN_LOCAL_ROWS - 1]
+    # records as measured, and as a table gives them back
+    given_rows = new[:10] + measurements_of(table_frame(new[10 : MIN_LOCAL_ROWS - 1]))
     model.update(given_rows)
     assert model.local is None and model.refits == 0
     assert np.array_equal(alone(model, KERNELS), before) and model.version == version
 
-    model.update(as_objects[MIN_LOCAL_ROWS - 1 : MIN_LOCAL_ROWS])  # the 24th row
+    model.update(new[MIN_LOCAL_ROWS - 1 : MIN_LOCAL_ROWS])  # the 24th row
     assert model.local is not None and model.refits == 1
     assert model.version != version
     after = alone(model, KERNELS[:MIN_LOCAL_ROWS])
@@ -192,12 +193,10 @@ def test_hardware_rows_of_a_sku_are_scored_on_its_own_spec() -> None:
     analytic_b4 = alone(AnalyticModel(b4), KERNELS)
     measured = [KernelCost(1.5 * a) for a in analytic_b4]
     resident = [[0.0] * sum(s.is_load for s in k.streams) for k in KERNELS]
-    frame = pd.DataFrame(
-        measurement_rows(
-            KERNELS, measured, resident, target="ascend910b4", spec_digest=b4.spec.digest(),
-            precision="auto", seed=0, source="real", family="hand", simulator_version="real",
-        )
-    )  # fmt: skip
+    real = Provenance(
+        "ascend910b4", b4.spec.digest(), "auto", "real", source="real", family="hand"
+    )
+    frame = table_frame(measurements(KERNELS, measured, resident, real))
     model = fit_learned(frame, T910B, params=PARAMS, calibrate=False)
     on_b4 = LearnedModel(b4, json.loads(json.dumps(model.state())))
     np.testing.assert_allclose(alone(on_b4, KERNELS), 1.5 * analytic_b4, rtol=0.05)

@@ -148,7 +148,7 @@ def test_a_kernel_names_its_own_groups_tensors_whatever_was_lowered_before(name:
     """Repeated layers share a signature but read different tensors: each kernel's streams
     name only tensors of its own group (so L2 carry-over matches the right ones), and a plan
     lowered after other groups equals the plan lowered on a fresh Lowering."""
-    from autotune.estimate import plan_kernels
+    from plan_helpers import plan_kernels
 
     graph = load_graph(build(name, weights="inputs", scale=0.25))
     groups, fresh = plan_kernels(graph, "max", T910B)

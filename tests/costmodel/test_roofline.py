@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from plan_helpers import plan_kernels
 
-from autotune.estimate import plan_kernels
 from costmodel.registry import make_cost_model
 from costmodel.roofline import compulsory_bytes, roofline_us
 from costmodel.spec import load_target

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
+from plan_helpers import plan_kernels
 
 import costmodel.simulator.l2 as l2_module
-from autotune.estimate import plan_kernels
 from costmodel.exceptions import SimulationError
 from costmodel.registry import make_cost_model
 from costmodel.simulator.l2 import L2Cache

@@ -15,7 +15,7 @@ from corpus import valid_model
 from crash_helpers import COMPLETE, FAIL, RUNNING, lost, plan_whole, run, trials
 from crash_helpers import tune_args as study_args
 
-from costmodel.calibration import read_table
+from costmodel.measure import read_table
 
 KILLED = -signal.SIGKILL
 

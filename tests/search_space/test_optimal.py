@@ -1,5 +1,6 @@
 """The exact optimum: a legal acyclic partition, never worse than any plan it was offered,
-equal to brute force over all partitions on tiny DAGs, with lazy cycle cuts when needed."""
+equal to brute force over all partitions on tiny DAGs, with lazy cycle cuts when needed (on a
+zoo model with the real cost oracle: tests/costmodel/test_search_space_costed.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto as T
 from onnx import helper
 
-from costmodel.oracle import CostOracle
-from costmodel.spec import load_target
 from search_space import load_graph
-from search_space.exceptions import AutofusionError, GraphError
 from search_space.fusion import FusionContext
 from search_space.ir import Graph
-from search_space.space import OptimalUnavailable, connected_subsets, optimal_partition
-from search_space.zoo import build
+from search_space.space import connected_subsets, optimal_partition
 
 D = 32
 Group = frozenset[str]
@@ -234,81 +231,3 @@ def test_a_cycle_across_independent_blocks_merges_them() -> None:
     assert_legal_partition(ctx, res.partition)
     assert all(feasible(p) for p in res.partition)
     assert res.cost == pytest.approx(brute_force(ctx, cost, 3, feasible))
-
-
-# -- a zoo model with the real cost oracle ----------------------------------------------------
-@pytest.fixture(scope="module")
-def bert_small() -> tuple[FusionContext, Callable[[Group], float], Callable[[Group], bool]]:
-    graph = load_graph(build("bert-base", weights="inputs", scale=0.1))
-    ctx = FusionContext(graph)
-    oracle = CostOracle(graph, load_target())
-
-    def cost(ops: Group) -> float:
-        return oracle.best(ctx.to_groups([ops])[0])[1]
-
-    def feasible(ops: Group) -> bool:
-        return oracle.feasible(ctx.to_groups([ops])[0].ops)
-
-    return ctx, cost, feasible
-
-
-def test_optimal_beats_none_max_and_greedy_like_on_bert(bert_small) -> None:
-    ctx, cost, feasible = bert_small
-    max_plan = ctx.repair(ctx.edges, feasible)
-    epilogues = ctx.repair([e for e in ctx.edges if e.kind == "epilogue"], feasible)
-    none = [frozenset([n]) for n in ctx.nodes]
-    res = optimal_partition(ctx, cost, feasible=feasible, extra_groups=[*max_plan, *epilogues])
-    assert_legal_partition(ctx, res.partition)
-    assert all(feasible(p) for p in res.partition if len(p) > 1)
-    assert res.cost == pytest.approx(plan_cost(res.partition, cost))
-    for plan in (max_plan, epilogues, none):
-        assert res.cost <= plan_cost(plan, cost) + 1e-9
-    assert res.cost < plan_cost(none, cost)
-    assert res.candidates >= len(ctx.nodes)
-
-
-def test_extra_groups_larger_than_max_ops_stay_candidates(bert_small) -> None:
-    ctx, cost, feasible = bert_small
-    max_plan = ctx.repair(ctx.edges, feasible)
-    res = optimal_partition(ctx, cost, feasible=feasible, extra_groups=max_plan, max_ops=1)
-    assert res.cost <= plan_cost(max_plan, cost) + 1e-9
-    assert all(len(p) == 1 or p in max_plan for p in res.partition)
-
-
-def test_extra_groups_may_name_views_but_must_be_legal(bert_small) -> None:
-    ctx, cost, _ = bert_small
-    with_views = [set(g.ops) for g in ctx.to_groups(ctx.repair(ctx.edges))]
-    optimal_partition(ctx, cost, extra_groups=with_views, max_ops=1)
-    with pytest.raises(GraphError, match="not legal"):
-        optimal_partition(ctx, cost, extra_groups=[ctx.nodes[:2] + ctx.nodes[-1:]], max_ops=1)
-    with pytest.raises(GraphError, match="unknown op 'nope'"):
-        optimal_partition(ctx, cost, extra_groups=[{"nope"}], max_ops=1)
-
-
-def test_unavailable_rather_than_a_guess(bert_small) -> None:
-    ctx, cost, feasible = bert_small
-    with pytest.raises(OptimalUnavailable, match="max_candidates=5"):
-        optimal_partition(ctx, cost, feasible=feasible, max_candidates=5)
-    with pytest.raises(OptimalUnavailable, match="time limit"):
-        optimal_partition(ctx, cost, time_limit=0.0)
-    assert issubclass(OptimalUnavailable, AutofusionError)
-
-
-def test_its_limits_are_work_not_seconds(bert_small) -> None:
-    """The groups it may examine (``EXAMINED_PER_CANDIDATE`` per candidate it may keep, even
-    when none is kept) and the branch-and-bound nodes of a solve: past either it is
-    unavailable, on any machine; one node more than it needs changes nothing."""
-    ctx, cost, feasible = bert_small
-    with pytest.raises(OptimalUnavailable, match="examined"):
-        optimal_partition(ctx, cost, feasible=lambda ops: False, max_candidates=2)
-    plain = optimal_partition(ctx, cost, feasible=feasible)
-    with pytest.raises(OptimalUnavailable, match="not solved to optimality"):
-        optimal_partition(ctx, cost, feasible=feasible, node_limit=0)
-    bounded = optimal_partition(ctx, cost, feasible=feasible, node_limit=1)
-    assert bounded.partition == plain.partition and bounded.cost == plain.cost
-
-
-def test_a_singleton_without_a_finite_cost_is_unavailable(bert_small) -> None:
-    ctx, _, _ = bert_small
-    with pytest.raises(OptimalUnavailable, match="alone has cost inf"):
-        optimal_partition(ctx, lambda ops: math.inf, max_ops=1)

@@ -1,4 +1,4 @@
-"""Real measurements as calibration rows, so that the cost models can be fitted on them.
+"""Real measurements as measurement records, so that the cost models can be fitted on them.
 
 Each row's kernel is lowered at its default config (the row's ``block_dim`` when it names one)
 on its own chip's spec, cold L2, and measured at the row's time: a ``device`` row (msprof task
@@ -7,33 +7,37 @@ includes. A ``host`` row is left out (``costmodel eval --real`` still scores it)
 holds the launch and every kernel the framework ran for the op, so it does not say what the one
 kernel the row is lowered to takes, and a correction fitted to it learns what no feature of the
 kernel explains (docs/calibration.md). A ``library`` row's time loses the library prologue
-(:func:`~autotune.real.evaluate.library_prologue_us`): the row then measures the kernel the
+(:func:`~.evaluate.library_prologue_us`): the row then measures the kernel the
 tool would generate, on the chip's own spec, which is what the models are fitted to; an in-situ
 row's time gains what its prologue's reads saved in L2 (the spec's prologue is timed alone,
 :meth:`~costmodel.spec.HardwareSpec.in_situ`). An in-situ row records the L2 context it ran in
-(its inputs resident as far as L2 holds them, :func:`~autotune.real.evaluate.row_resident`); an
-isolated row a cold one. The rows carry ``simulator_version = "real"``, the row's chip as
-``target`` and its source and op family, so that a fit can weigh them up and an evaluation can
-hold out whole sources. A row's measured busy times of the cube's pipes (``mac_us``,
+(its inputs resident as far as L2 holds them, :func:`~.evaluate.row_resident`); an
+isolated row a cold one. The records are measured by hardware
+(:data:`~costmodel.measure.record.HARDWARE_VERSION`, ``real``) on the row's chip as ``target``,
+with its source and op family, so that a fit can weigh them up and an evaluation can hold out
+whole sources. A row's measured busy times of the cube's pipes (``mac_us``,
 ``mte1_us``) are those pipes' busy times in the fit; its DMA and vector pipes' are not
-(:data:`~costmodel.calibration.MEASURED_PIPES` says why).
+(:data:`~costmodel.measure.MEASURED_PIPES` says why).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from autotune.real.evaluate import library_prologue_us, lowered, measured_config, row_resident
-from autotune.real.rows import RealRow
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measured_pipes, measurement_rows
+from costmodel.measure.real.evaluate import (
+    library_prologue_us,
+    lowered,
+    measured_config,
+    row_resident,
+)
+from costmodel.measure.real.rows import RealRow
+from costmodel.measure.record import HARDWARE_VERSION, Measurement, Provenance, measurements
+from costmodel.measure.table import measured_pipes
 from costmodel.spec import Target, fitted_lineage
 
-__all__ = ["HARDWARE_VERSION", "table_rows"]
-
-HARDWARE_VERSION = "real"  # the simulator_version of a row measured on hardware
+__all__ = ["real_measurements"]
 
 
 def _cold_prologue_us(row: RealRow, chip: Target) -> float:
@@ -42,11 +46,11 @@ def _cold_prologue_us(row: RealRow, chip: Target) -> float:
     return chip.spec.in_situ_saving_us if row.context == "in-situ" else 0.0
 
 
-def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Calibration rows of the device-timed real rows measured on ``chip`` or a SKU of it, and
-    one line per row left out (timed on the host, another chip, or a kernel that does not lower
-    to one kernel)."""
-    out: list[dict[str, Any]] = []
+def real_measurements(rows: Sequence[RealRow], chip: str) -> tuple[list[Measurement], list[str]]:
+    """Records of the device-timed real rows measured on ``chip`` or a SKU of it, and one line
+    per row left out (timed on the host, another chip, or a kernel that does not lower to one
+    kernel)."""
+    out: list[Measurement] = []
     problems: list[str] = []
     for row in rows:
         where = f"{row.path} row {row.row}"
@@ -85,16 +89,9 @@ def table_rows(rows: Sequence[RealRow], chip: str) -> tuple[list[dict[str, Any]]
         if generated_us <= 0:
             problems.append(f"{where}: {row.time_us} us is less than a library prologue; skipped")
             continue
-        out += measurement_rows(
-            [kernel],
-            [KernelCost(generated_us + gap, measured_pipes(row.pipes))],
-            context,
-            target=target.spec.name,
-            spec_digest=target.spec.digest(),
-            precision=target.precision,
-            seed=0,
-            source=row.source_name,
-            family=row.family,
-            simulator_version=HARDWARE_VERSION,
+        measured = Provenance.of(
+            target, measured_by=HARDWARE_VERSION, source=row.source_name, family=row.family
         )
+        cost = KernelCost(generated_us + gap, measured_pipes(row.pipes))
+        out += measurements([kernel], [cost], context, measured)
     return out, problems

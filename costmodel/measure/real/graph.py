@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from autotune.exceptions import AutotuneError
-from autotune.real.rows import RealRow
+from costmodel.exceptions import MeasurementError
+from costmodel.measure.real.rows import RealRow
 from search_space import WEIGHT_INPUTS_KEY
 
 __all__ = ["OnnxWriter", "dims_of"]
@@ -92,7 +92,7 @@ def dims_of(row: RealRow, *names: str, count: int | None = None) -> list[tuple[i
     values = list(row.tensors.values())
     want = count if count is not None else len(names)
     if len(values) < want:
-        raise AutotuneError(
+        raise MeasurementError(
             f"{row.family} needs {want} input shape(s), the row names {len(values)}"
         )
     return values[:want]

@@ -1,6 +1,6 @@
 """The cost models against real measured kernel times.
 
-Each row's kernel (:func:`~autotune.real.kernels.one_kernel`) is costed on its chip's spec, in
+Each row's kernel (:func:`~.kernels.one_kernel`) is costed on its chip's spec, in
 its dtype, by the simulator, the calibrated analytic model and the learned model, each at the
 kernel's default config (what a hand-written kernel would use) and at that model's own
 favourite config; and by a naive baseline, the kernel's roofline plus a fixed floor. A
@@ -10,7 +10,7 @@ A ``library`` row (CANN's own op kernel) is costed on the chip's library spec
 (:meth:`~costmodel.spec.HardwareSpec.library`). An ``in-situ`` row (a kernel inside a real step)
 is costed with its inputs in L2 as their producers just wrote them
 (:func:`~costmodel.residency.written_inputs`), an ``isolated`` one from a cold L2.
-How close the predictions come is scored by :mod:`autotune.real.scores`.
+How close the predictions come is scored by :mod:`costmodel.measure.real.scores`.
 """
 
 from __future__ import annotations
@@ -23,14 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from autotune.exceptions import AutotuneError
-from autotune.real.kernels import one_kernel
-from autotune.real.rows import ATTENTION_KNOBS, RealRow, source_name
-from costmodel import CostModel, Kernel, Target, load_target, make_cost_model
+from costmodel.analytic import AnalyticModel
 from costmodel.analytic.l2 import L2Residency
+from costmodel.base import CostModel
+from costmodel.exceptions import MeasurementError
+from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
 from costmodel.lower.attention import at_query_block
+from costmodel.measure.real.kernels import one_kernel
+from costmodel.measure.real.rows import ATTENTION_KNOBS, RealRow, source_name
 from costmodel.residency import inside_step, written_inputs
+from costmodel.spec import Target, load_target
 from search_space import load_graph
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, KernelConfig
@@ -182,7 +185,7 @@ def lowered(row: RealRow) -> tuple[Target, Lowering, list[FusionGroup]]:
     parts = [frozenset(ctx.nodes)] if verdict.ok else ctx.repair(ctx.edges)
     groups = ctx.to_groups(parts)
     if not groups:
-        raise AutotuneError(f"row {row.row}: {row.op!r} leaves no kernel to run (a no-op)")
+        raise MeasurementError(f"row {row.row}: {row.op!r} leaves no kernel to run (a no-op)")
     return target, Lowering(graph, target), groups
 
 
@@ -298,7 +301,7 @@ def _best(
     total = 0.0
     for group, grid in zip(groups, grids, strict=True):
         if name == "simulator":
-            ranker = make_cost_model("analytic", target)
+            ranker = AnalyticModel(target)
             batch = lowering.batch(group, list(grid))
             scores = ranker.predict_batch(batch, _held(target, warm))
             order = np.argsort(scores, kind="stable")[:SIMULATED_CONFIGS]
@@ -331,10 +334,12 @@ def favourite(
 
 
 def model_makers(
-    kinds: Sequence[str], build: Callable[[str, Target], CostModel] = make_cost_model
+    kinds: Sequence[str], build: Callable[[str, Target], CostModel]
 ) -> dict[str, Callable[[Target], CostModel]]:
     """Per model kind, a factory of ``build(kind, target)`` that makes one model object per
-    spec and precision (the rows of one chip and kind of kernel share it)."""
+    spec and precision (the rows of one chip and kind of kernel share it). ``build`` is
+    :func:`costmodel.registry.make_cost_model` or one like it: the measurements sit below the
+    models that are fitted on them (the learned model), so they are handed the registry."""
     cache: dict[tuple[str, str, str], CostModel] = {}
 
     def maker(kind: str) -> Callable[[Target], CostModel]:
@@ -350,8 +355,12 @@ def model_makers(
 
 
 def predict_rows(
-    rows: Iterable[RealRow], models: Sequence[str] = MODELS, best: bool = True
+    rows: Iterable[RealRow],
+    build: Callable[[str, Target], CostModel],
+    models: Sequence[str] = MODELS,
+    best: bool = True,
 ) -> list[RealPrediction]:
-    """Predictions for every row by every model (one model object per chip and precision)."""
-    makers = model_makers(models)
+    """Predictions for every row by every model (one model object per chip and precision,
+    made by ``build``: :func:`model_makers`)."""
+    makers = model_makers(models, build)
     return [predict_row(r, makers, best) for r in rows]

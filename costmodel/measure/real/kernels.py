@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from autotune.exceptions import AutotuneError
-from autotune.real.graph import OnnxWriter, dims_of
-from autotune.real.ops import (
+from costmodel.exceptions import MeasurementError
+from costmodel.measure.real.graph import OnnxWriter, dims_of
+from costmodel.measure.real.ops import (
     binary,
     cast,
     concat,
@@ -30,7 +30,7 @@ from autotune.real.ops import (
     transpose,
     unary,
 )
-from autotune.real.rows import RealRow
+from costmodel.measure.real.rows import RealRow
 
 __all__ = ["KERNELS", "one_kernel"]
 
@@ -96,7 +96,7 @@ def swiglu(row: RealRow, g: OnnxWriter) -> list[str]:
     else:
         fused = dims_of(row, "x", count=1)[0]
         if fused[-1] % 2:
-            raise AutotuneError(f"swiglu's fused input {list(fused)} has an odd last dim")
+            raise MeasurementError(f"swiglu's fused input {list(fused)} has an odd last dim")
     x = g.input("x", fused)
     gate_up = [f"split/Split_out_{i}" for i in range(2)]
     halves = g.const("split", np.array([fused[-1] // 2] * 2, dtype=np.int64))
@@ -114,7 +114,7 @@ def rope(row: RealRow, g: OnnxWriter) -> list[str]:
     (x,) = dims_of(row, "x", count=1)
     d = x[-1]
     if d % 2:
-        raise AutotuneError(f"rope's last dim {d} is odd")
+        raise MeasurementError(f"rope's last dim {d} is odd")
     half = d // 2
     cos = {k.lower(): v for k, v in row.tensors.items()}.get("cos")
     xn = g.input("x", x)
@@ -158,7 +158,7 @@ def attention(row: RealRow, g: OnnxWriter) -> list[str]:
     if len(q) == len(k) == len(v) == 3:  # BSH: H holds the heads of head_dim each
         q, k, v = (_heads(s, row) for s in (q, k, v))
     if len(q) != 4 or len(k) != 4 or len(v) != 4:
-        raise AutotuneError("attention needs 4-D q, k, v ([B,N,S,D])")
+        raise MeasurementError("attention needs 4-D q, k, v ([B,N,S,D])")
     qn, kn, vn = g.input("q", q), g.input("k", k), g.input("v", v)
     if k[1] != q[1]:  # grouped-query: repeat K/V heads
         rep = q[1] // k[1]
@@ -180,13 +180,13 @@ def _heads(bsh: tuple[int, ...], row: RealRow) -> tuple[int, ...]:
     """A ``[B, S, H]`` operand as ``[B, N, S, D]``, D the ``head_dim`` the row names.
 
     Raises:
-        AutotuneError: no head_dim, or one that does not divide H.
+        MeasurementError: no head_dim, or one that does not divide H.
     """
     m = re.search(r"head_dim\s*=\s*(\d+)", f"{row.shapes} {row.notes}")
     d = int(m.group(1)) if m else 0
     b, s, h = bsh
     if not d or h % d:
-        raise AutotuneError(f"a BSH attention of H={h} needs a head_dim= dividing it")
+        raise MeasurementError(f"a BSH attention of H={h} needs a head_dim= dividing it")
     return (b, h // d, s, d)
 
 
@@ -216,7 +216,7 @@ def gemv(row: RealRow, g: OnnxWriter) -> list[str]:
     a = next((d for n, d in dims if len(d) == 2), None)
     vec = [d for n, d in dims if len(d) == 1]
     if a is None or not vec:
-        raise AutotuneError("gemv needs a 2-D matrix and a 1-D vector")
+        raise MeasurementError("gemv needs a 2-D matrix and a 1-D vector")
     x = g.input("x", [a[1], 1])
     y = g.op("MatMul", [g.input("A", a), x], "mv/MatMul")
     y = g.op("Reshape", [y, g.const("shape", np.array([a[0]], dtype=np.int64))], "mv/Reshape")
@@ -251,10 +251,10 @@ def one_kernel(row: RealRow) -> onnx.ModelProto:
     """The row's kernel as an ONNX model whose compute ops form one fusion group.
 
     Raises:
-        AutotuneError: the row's shapes do not fit its family.
+        MeasurementError: the row's shapes do not fit its family.
     """
     if row.family not in KERNELS:
-        raise AutotuneError(f"no one-kernel model for family {row.family!r}")
+        raise MeasurementError(f"no one-kernel model for family {row.family!r}")
     g = OnnxWriter(row.dtype)
     outputs = KERNELS[row.family](row, g)
     return g.model(outputs)

@@ -10,7 +10,7 @@ per target in a versioned JSON file that :class:`AnalyticModel` loads by default
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
@@ -139,10 +139,50 @@ def fit_constants(
         CostModelError: no rows, measurements that are not positive and finite, or busy
             times of an unknown pipe or of another row count.
     """
-    # Long by design: the residual (latency and per-pipe busy time), its bounds and prior, and the
-    # scipy call share one set of arrays.
     from scipy.optimize import least_squares
 
+    measured, w = _measurements(rows, measured, weights)
+    all_names = [f.name for f in fields(AnalyticConstants)]
+    names = list(names or [n for n in all_names if n not in HELD])
+    # a held constant not named is the spec's, whatever ``start`` had (an older calibration)
+    start = replace(start or AnalyticConstants(), **{n: 1.0 for n in HELD if n not in names})
+    space = _Space(names, start.to_json())
+    busy = _BusyTimes.of(spec, rows, start, pipes)
+    log_meas = np.log(measured)
+    residual = _residual(spec, rows, space, log_meas, np.sqrt(w / w.sum()), busy, prior)
+
+    def rmse(c: AnalyticConstants) -> float:
+        err = np.log(rows.latency(spec, c)) - log_meas
+        return float(np.sqrt(np.sum(w * err**2) / w.sum()))
+
+    before = rmse(start)
+    lo, hi = space.bounds()
+    result = least_squares(
+        residual,
+        space.inside(lo, hi),
+        bounds=(lo, hi),
+        method="trf",
+        loss="soft_l1",
+        f_scale=0.1 * math.sqrt(float(w[w > 0].mean()) / w.sum()),  # 0.1 of a typical row
+        diff_step=1e-3,
+        max_nfev=max_nfev * len(names),
+    )
+    fitted = space.constants(result.x)
+    after = rmse(fitted)
+    if after > before:  # never ship a fit worse than where it started
+        fitted, after = start, before
+    return Calibration(spec.name, spec.digest(), fitted, rows.n, before, after, source)
+
+
+def _measurements(
+    rows: RowBatches, measured: np.ndarray, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The measured latencies and the rows' weights, checked.
+
+    Raises:
+        CostModelError: not one positive, finite latency per row, or weights that are not
+            one finite value >= 0 per row (not all 0).
+    """
     measured = np.asarray(measured, dtype=np.float64)
     if rows.n == 0 or len(measured) != rows.n:
         raise CostModelError(f"need one measurement per row, got {len(measured)} for {rows.n}")
@@ -151,85 +191,115 @@ def fit_constants(
     w = np.ones(rows.n) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (rows.n,) or not np.all(np.isfinite(w) & (w >= 0)) or w.sum() <= 0:
         raise CostModelError(f"need one finite weight >= 0 per row (not all 0) for {rows.n} rows")
-    row_scale = np.sqrt(w / w.sum())  # a latency residual's share: sqrt(w / W)
-    all_names = [f.name for f in fields(AnalyticConstants)]
-    names = list(names or [n for n in all_names if n not in HELD])
-    # a held constant not named is the spec's, whatever ``start`` had (an older calibration)
-    start = replace(start or AnalyticConstants(), **{n: 1.0 for n in HELD if n not in names})
-    base = start.to_json()
-    log_meas = np.log(measured)
-    lin = {n for n in names if _BOUNDS.get(n, _DEFAULT_BOUNDS)[0] == 0.0}  # may be 0: linear
+    return measured, w
 
-    def constants(theta: np.ndarray) -> AnalyticConstants:
-        vals = dict(base)
-        for n, t in zip(names, theta, strict=True):
-            vals[n] = float(t) if n in lin else math.exp(float(t))
+
+class _Space:
+    """The constants a fit moves as the optimiser's parameters: each one's log, or the value
+    itself for a constant whose lower bound is 0 (linear: it may be 0); the others stay at
+    ``base``."""
+
+    def __init__(self, names: Sequence[str], base: Mapping[str, Any]) -> None:
+        self.names = list(names)
+        self.base = dict(base)
+        self.lin = {n for n in self.names if _BOUNDS.get(n, _DEFAULT_BOUNDS)[0] == 0.0}
+
+    def param(self, name: str, value: float) -> float:
+        return value if name in self.lin else math.log(value)
+
+    def constants(self, theta: np.ndarray) -> AnalyticConstants:
+        vals = dict(self.base)
+        for n, t in zip(self.names, theta, strict=True):
+            vals[n] = float(t) if n in self.lin else math.exp(float(t))
         return AnalyticConstants(**vals)
 
-    unknown = sorted(set(pipes or {}) - set(PIPES))
-    if unknown:
-        raise CostModelError(f"unknown pipe(s) {unknown}; pipes are {', '.join(PIPES)}")
-    busy_meas = {
-        p: np.nan_to_num(np.asarray(v, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-        for p, v in (pipes or {}).items()
-    }
-    for p, v in busy_meas.items():
-        if v.shape != (rows.n,):
-            raise CostModelError(f"pipe {p}: {v.size} busy times for {rows.n} rows")
-    start_busy = rows.scores(spec, start)[1]
-    # the rows where a pipe is busy on both sides (a constant that idles a pipe is never
-    # fitted to a pipe's absence)
-    busy_rows = {p: (v > 1e-6) & (start_busy[p] > 1e-6) for p, v in busy_meas.items()}
+    def spec_theta(self) -> np.ndarray:
+        """The spec as written (every constant at its default): where the prior pulls."""
+        spec_values = AnalyticConstants().to_json()
+        return np.array([self.param(n, spec_values[n]) for n in self.names])
 
-    # the pipes together weigh as much as the latency (each pipe's rows share its part)
-    pipe_weight = 1.0 / math.sqrt(max(1, sum(k.any() for k in busy_rows.values())))
+    def bounds(self) -> tuple[list[float], list[float]]:
+        lo, hi = [], []
+        for n in self.names:
+            a, b = _BOUNDS.get(n, _DEFAULT_BOUNDS)
+            lo.append(self.param(n, a))
+            hi.append(self.param(n, b))
+        return lo, hi
+
+    def inside(self, lo: Sequence[float], hi: Sequence[float]) -> np.ndarray:
+        """``base`` a little inside the box: at a bound the trust region starts (and stays)
+        tiny."""
+        margin = [0.02 * (h - low) for low, h in zip(lo, hi, strict=True)]
+        return np.array(
+            [
+                np.clip(self.param(n, self.base[n]), lo[i] + margin[i], hi[i] - margin[i])
+                for i, n in enumerate(self.names)
+            ]
+        )
+
+
+class _BusyTimes:
+    """The measured busy times a fit compares, per pipe: the rows where the pipe is busy on
+    both sides (a constant that idles a pipe is never fitted to a pipe's absence), and the
+    weight that makes the pipes together weigh as much as the latency."""
+
+    def __init__(self, measured: dict[str, np.ndarray], rows: dict[str, np.ndarray]) -> None:
+        self.measured, self.rows = measured, rows
+        self.weight = 1.0 / math.sqrt(max(1, sum(k.any() for k in rows.values())))
+
+    @classmethod
+    def of(
+        cls,
+        spec: HardwareSpec,
+        rows: RowBatches,
+        start: AnalyticConstants,
+        pipes: Mapping[str, np.ndarray] | None,
+    ) -> _BusyTimes:
+        """``pipes``' busy times (0 where NaN or not measured), against the rows' busy times
+        under the ``start`` constants.
+
+        Raises:
+            CostModelError: a pipe that is not one of :data:`PIPES`, or not one busy time per
+                row.
+        """
+        unknown = sorted(set(pipes or {}) - set(PIPES))
+        if unknown:
+            raise CostModelError(f"unknown pipe(s) {unknown}; pipes are {', '.join(PIPES)}")
+        measured = {
+            p: np.nan_to_num(np.asarray(v, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+            for p, v in (pipes or {}).items()
+        }
+        for p, v in measured.items():
+            if v.shape != (rows.n,):
+                raise CostModelError(f"pipe {p}: {v.size} busy times for {rows.n} rows")
+        start_busy = rows.scores(spec, start)[1]
+        busy = {p: (v > 1e-6) & (start_busy[p] > 1e-6) for p, v in measured.items()}
+        return cls(measured, busy)
+
+
+def _residual(
+    spec: HardwareSpec,
+    rows: RowBatches,
+    space: _Space,
+    log_meas: np.ndarray,
+    row_scale: np.ndarray,
+    busy: _BusyTimes,
+    prior: float,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The residual of a fit: each row's log latency error (scaled by its share of the
+    weight, sqrt(w / W)), each pipe's log busy-time errors over its rows, and the prior's
+    pull toward the spec as written."""
+    theta_spec = space.spec_theta()
 
     def residual(theta: np.ndarray) -> np.ndarray:
-        pred, busy = rows.scores(spec, constants(theta))
+        pred, pipe_busy = rows.scores(spec, space.constants(theta))
         parts = [(np.log(np.maximum(pred, 1e-12)) - log_meas) * row_scale]
-        for p, keep in busy_rows.items():
+        for p, keep in busy.rows.items():
             if keep.any():
-                err = np.log(np.maximum(busy[p][keep], 1e-12)) - np.log(busy_meas[p][keep])
-                parts.append(err * pipe_weight / math.sqrt(keep.sum()))
+                err = np.log(np.maximum(pipe_busy[p][keep], 1e-12)) - np.log(
+                    busy.measured[p][keep]
+                )
+                parts.append(err * busy.weight / math.sqrt(keep.sum()))
         return np.concatenate([*parts, prior * (theta - theta_spec)])
 
-    spec_values = AnalyticConstants().to_json()  # the prior pulls toward the spec as written
-    theta_spec = np.array(
-        [spec_values[n] if n in lin else math.log(spec_values[n]) for n in names]
-    )
-    lo, hi = [], []
-    for n in names:
-        a, b = _BOUNDS.get(n, _DEFAULT_BOUNDS)
-        lo.append(a if n in lin else math.log(a))
-        hi.append(b if n in lin else math.log(b))
-    # start a little inside the box: at a bound the trust region starts (and stays) tiny
-    margin = [0.02 * (h - low) for low, h in zip(lo, hi, strict=True)]
-    x0 = np.array(
-        [
-            np.clip(
-                base[n] if n in lin else math.log(base[n]), lo[i] + margin[i], hi[i] - margin[i]
-            )
-            for i, n in enumerate(names)
-        ]
-    )
-
-    def rmse(c: AnalyticConstants) -> float:
-        err = np.log(rows.latency(spec, c)) - log_meas
-        return float(np.sqrt(np.sum(w * err**2) / w.sum()))
-
-    before = rmse(start)
-    result = least_squares(
-        residual,
-        x0,
-        bounds=(lo, hi),
-        method="trf",
-        loss="soft_l1",
-        f_scale=0.1 * math.sqrt(float(w[w > 0].mean()) / w.sum()),  # 0.1 of a typical row
-        diff_step=1e-3,
-        max_nfev=max_nfev * len(names),
-    )
-    fitted = constants(result.x)
-    after = rmse(fitted)
-    if after > before:  # never ship a fit worse than where it started
-        fitted, after = start, before
-    return Calibration(spec.name, spec.digest(), fitted, rows.n, before, after, source)
+    return residual

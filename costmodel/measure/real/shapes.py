@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from autotune.exceptions import AutotuneError
+from costmodel.exceptions import MeasurementError
 
 __all__ = ["parse_dims", "parse_tensors"]
 
@@ -30,7 +30,7 @@ def parse_dims(text: str) -> tuple[int, ...]:
     """``"2, 64, 4K"`` -> ``(2, 64, 4096)``; products (``64*1024``) and powers (``2^26``) too.
 
     Raises:
-        AutotuneError: a dim that is not a positive whole number.
+        MeasurementError: a dim that is not a positive whole number.
     """
     dims = []
     for part in text.split(","):
@@ -41,16 +41,16 @@ def parse_dims(text: str) -> tuple[int, ...]:
         for factor in re.split(r"\s*[*x×]\s*", part):
             m = re.fullmatch(r"(\d+)\s*\^\s*(\d+)|(\d+(?:\.\d+)?)\s*([kmgKMG])?i?", factor.strip())
             if m is None:
-                raise AutotuneError(f"dim {part!r} is not a whole number")
+                raise MeasurementError(f"dim {part!r} is not a whole number")
             if m.group(1):
                 value *= int(m.group(1)) ** int(m.group(2))
             else:
                 number = float(m.group(3)) * _SUFFIX.get((m.group(4) or "").lower(), 1)
                 if number != int(number):
-                    raise AutotuneError(f"dim {part!r} is not a whole number")
+                    raise MeasurementError(f"dim {part!r} is not a whole number")
                 value *= int(number)
         if value < 1:
-            raise AutotuneError(f"dim {part!r} must be >= 1")
+            raise MeasurementError(f"dim {part!r} must be >= 1")
         dims.append(value)
     return tuple(dims)
 
@@ -58,7 +58,7 @@ def parse_dims(text: str) -> tuple[int, ...]:
 def _dims_or_none(text: str) -> tuple[int, ...] | None:
     try:
         return parse_dims(text) or None
-    except AutotuneError:
+    except MeasurementError:
         return None
 
 
@@ -68,7 +68,7 @@ def parse_tensors(shapes: str, family: str | None = None) -> dict[str, tuple[int
     ``family``'s input shapes, else the whole text as one input's dims (``64M``).
 
     Raises:
-        AutotuneError: nothing before ``->`` reads as a shape, a named dim does not parse, or
+        MeasurementError: nothing before ``->`` reads as a shape, a named dim does not parse, or
             op dims that ``family`` cannot place.
     """
     inputs = shapes.split("->")[0].replace('"', "")
@@ -94,7 +94,7 @@ def parse_tensors(shapes: str, family: str | None = None) -> dict[str, tuple[int
     whole = _dims_or_none(inputs.strip())
     if whole:
         return {"x": whole}
-    raise AutotuneError(f"no input shape in {shapes!r} ({_FORMAT})")
+    raise MeasurementError(f"no input shape in {shapes!r} ({_FORMAT})")
 
 
 def _msprof(text: str) -> dict[str, tuple[int, ...]] | None:
@@ -115,7 +115,7 @@ def _pick(dims: Mapping[str, int], *names: str, default: int | None = None) -> i
         if n in dims:
             return dims[n]
     if default is None:
-        raise AutotuneError(f"the shapes name no {' or '.join(names)}")
+        raise MeasurementError(f"the shapes name no {' or '.join(names)}")
     return default
 
 
@@ -124,7 +124,7 @@ def _from_op_dims(family: str | None, d: Mapping[str, int]) -> dict[str, tuple[i
     dims as its input shapes.
 
     Raises:
-        AutotuneError: op dims of another family, or without one the family needs.
+        MeasurementError: op dims of another family, or without one the family needs.
     """
     if family == "matmul":
         m, n, k = _pick(d, "M"), _pick(d, "N"), _pick(d, "K")
@@ -143,7 +143,7 @@ def _from_op_dims(family: str | None, d: Mapping[str, int]) -> dict[str, tuple[i
             "k": (b, kv_heads, keys, dim),
             "v": (b, kv_heads, keys, dim),
         }
-    raise AutotuneError(
+    raise MeasurementError(
         f"{family or 'these'} rows take their input shapes, not op dims ({', '.join(d)}); "
         f"{_FORMAT}"
     )

@@ -1,6 +1,7 @@
 """Readable names: a space's parameters (unique, sorted as their class keys, the same whichever
 edges a policy opens, and saying role, op types and scope) and a plan's kernels (unique; made of
-op types in a model whose nodes have no names)."""
+op types in a model whose nodes have no names). Its spaces take the real cost oracle, so it
+sits with the cost model's tests (those of search_space import only search_space)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import random
 import re
 
 import onnx
+from fusion_helpers import random_dags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fusion import random_dags
 
 from costmodel.oracle import CostOracle
 from costmodel.spec import load_target

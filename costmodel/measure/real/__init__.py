@@ -3,9 +3,9 @@ a one-kernel model, and the cost models' accuracy against them."""
 
 from __future__ import annotations
 
-from autotune.real.evaluate import MODELS, RealPrediction, predict_rows
-from autotune.real.kernels import KERNELS, one_kernel
-from autotune.real.rows import (
+from costmodel.measure.real.evaluate import MODELS, RealPrediction, predict_rows
+from costmodel.measure.real.kernels import KERNELS, one_kernel
+from costmodel.measure.real.rows import (
     FAMILIES,
     RealRow,
     RowProblem,
@@ -16,7 +16,7 @@ from autotune.real.rows import (
     read_real,
     target_of,
 )
-from autotune.real.scores import metrics, summarize
+from costmodel.measure.real.scores import metrics, summarize
 
 __all__ = [
     "FAMILIES",

@@ -22,7 +22,7 @@ Each matched row becomes the op alone, lowered with its default config (block_di
 profile), with the profiled duration plus the spec's gap between kernels as its latency (a
 task duration is the kernel alone on the device; every model's latency includes the gap).
 Rows that match no node are counted and skipped. A real-data CSV needs no model: each of its
-rows names its op and shapes (:mod:`autotune.real.table`).
+rows names its op and shapes (:mod:`costmodel.measure.real.records`).
 """
 
 from __future__ import annotations
@@ -32,17 +32,18 @@ import csv
 import dataclasses
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.exceptions import AutotuneError
 from costmodel.analytic import AnalyticModel
 from costmodel.base import KernelCost
-from costmodel.calibration import measured_pipes, measurement_rows, update_manifest, write_table
-from costmodel.exceptions import InfeasibleConfig
+from costmodel.exceptions import InfeasibleConfig, MeasurementError
 from costmodel.kernel import Kernel
 from costmodel.lower import Lowering
+from costmodel.measure.record import PROFILE_VERSION, Provenance, measurements
+from costmodel.measure.table import measured_pipes, update_manifest, write_table
 from costmodel.residency import written_tensors
 from costmodel.spec import Target
 from search_space.fusion import FusionContext
@@ -51,6 +52,7 @@ from search_space.zoo import load_model_spec
 
 __all__ = [
     "CANN_TYPES",
+    "ProfiledTask",
     "csv_header",
     "hardware_table",
     "is_real_csv",
@@ -106,9 +108,9 @@ def _reading(path: str | Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        raise AutotuneError(f"cannot read '{path}': {err.strerror or err}") from None
+        raise MeasurementError(f"cannot read '{path}': {err.strerror or err}") from None
     except (UnicodeDecodeError, csv.Error) as err:
-        raise AutotuneError(
+        raise MeasurementError(
             f"'{path}' is not an msprof op_summary CSV ({type(err).__name__}); pass the "
             "op_summary_*.csv that msprof writes"
         ) from None
@@ -118,7 +120,7 @@ def csv_header(path: str | Path) -> list[str]:
     """The stripped column names of a CSV file (empty for an empty file).
 
     Raises:
-        AutotuneError: unreadable or not text.
+        MeasurementError: unreadable or not text.
     """
     with _reading(path), Path(path).open(newline="", encoding="utf-8-sig") as fh:
         return [h.strip() for h in next(csv.reader(fh), [])]
@@ -139,11 +141,32 @@ def _shapes(text: str) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
-    """The AI-core rows of an op summary CSV, typed.
+@dataclass(frozen=True, slots=True)
+class ProfiledTask:
+    """One AI-core task of a profile, as measured.
+
+    Attributes:
+        name: the op's name (``Op Name``), as ATC kept the ONNX node's.
+        op_type: its CANN type (``OP Type``: ``MatMulV2``, ``SoftmaxV2``...).
+        duration_us: the task's duration on the device (the gap before it not included).
+        shapes: each input's dims (``Input Shapes``).
+        block_dim: the cores it ran on; 0 where the profile does not say.
+        pipes: per pipe (``MTE2``, ``M``, ``V``...), its busy time (us) where profiled.
+    """
+
+    name: str
+    op_type: str
+    duration_us: float
+    shapes: tuple[tuple[int, ...], ...]
+    block_dim: int = 0
+    pipes: Mapping[str, float] = field(default_factory=dict)
+
+
+def read_op_summary(path: str | Path) -> list[ProfiledTask]:
+    """The AI-core tasks of an op summary CSV, typed.
 
     Raises:
-        AutotuneError: a missing file, missing columns, or a value that is not a number.
+        MeasurementError: a missing file, missing columns, or a value that is not a number.
     """
     path = Path(path)
     with _reading(path), path.open(newline="", encoding="utf-8-sig") as fh:
@@ -154,37 +177,42 @@ def read_op_summary(path: str | Path) -> list[dict[str, Any]]:
             header = [_KERNEL_DETAILS.get(h, h) for h in header]
         missing = [c for c in _REQUIRED if c not in header]
         if missing:
-            raise AutotuneError(
+            raise MeasurementError(
                 f"'{path}' is not an msprof op_summary CSV: it lacks column(s) "
                 f"{', '.join(missing)}"
             )
-        rows = []
+        tasks = []
         for n, raw in enumerate(reader, start=2):
             r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
             if details:
                 r = {_KERNEL_DETAILS.get(k, k): v for k, v in r.items()}
-            if r["Task Type"] not in _CORE_TASKS:
-                continue
-            try:
-                rows.append(
-                    {
-                        "name": r["Op Name"],
-                        "type": r["OP Type"],
-                        "duration_us": float(r["Task Duration(us)"]),
-                        "shapes": _shapes(r["Input Shapes"]),
-                        "block_dim": int(float(r["Block Dim"])) if r.get("Block Dim") else 0,
-                        "pipes": {p: float(r[c]) for p, c in _PIPES.items() if r.get(c)},
-                    }
-                )
-            except ValueError as err:
-                raise AutotuneError(f"'{path}' line {n}: {err}") from None
-            duration = float(r["Task Duration(us)"])
-            if not (math.isfinite(duration) and duration > 0):
-                raise AutotuneError(
-                    f"'{path}' line {n}: Task Duration(us) must be a positive number, "
-                    f"got {r['Task Duration(us)']!r}"
-                )
-        return rows
+            if r["Task Type"] in _CORE_TASKS:
+                tasks.append(_task(r, f"'{path}' line {n}"))
+        return tasks
+
+
+def _task(r: Mapping[str, str], where: str) -> ProfiledTask:
+    """One AI-core row of an op summary (its columns named as msprof's), typed.
+
+    Raises:
+        MeasurementError: a value that is not a number, or a duration that is not positive.
+    """
+    try:
+        task = ProfiledTask(
+            name=r["Op Name"],
+            op_type=r["OP Type"],
+            duration_us=float(r["Task Duration(us)"]),
+            shapes=_shapes(r["Input Shapes"]),
+            block_dim=int(float(r["Block Dim"])) if r.get("Block Dim") else 0,
+            pipes={p: float(r[c]) for p, c in _PIPES.items() if r.get(c)},
+        )
+    except ValueError as err:
+        raise MeasurementError(f"{where}: {err}") from None
+    if not (math.isfinite(task.duration_us) and task.duration_us > 0):
+        raise MeasurementError(
+            f"{where}: Task Duration(us) must be a positive number, got {r['Task Duration(us)']!r}"
+        )
+    return task
 
 
 def msprof_table(
@@ -203,9 +231,9 @@ def msprof_table(
     op`` of one op timed alone: a cold L2, the duration as measured).
 
     Raises:
-        AutotuneError: an unreadable CSV, or no row that matches an op of the model.
+        MeasurementError: an unreadable CSV, or no row that matches an op of the model.
     """
-    rows = read_op_summary(csv_path)
+    tasks = read_op_summary(csv_path)
     graph = load_model_spec(model)
     ctx = FusionContext(graph)
     lowering = Lowering(graph, target)
@@ -219,10 +247,10 @@ def msprof_table(
         )
         by_shape.setdefault((op.op_type, shapes), []).append(op.name)
     kernels, costs, skipped, used = [], [], 0, set()
-    for r in rows:
-        name = r["name"] if r["name"] in by_name and r["name"] not in used else None
+    for r in tasks:
+        name = r.name if r.name in by_name and r.name not in used else None
         if name is None:
-            key = (CANN_TYPES.get(r["type"], r["type"]), r["shapes"])
+            key = (CANN_TYPES.get(r.op_type, r.op_type), r.shapes)
             free = [n for n in by_shape.get(key, []) if n not in used]
             name = free[0] if free else None
         if name is None:
@@ -232,40 +260,32 @@ def msprof_table(
         group = ctx.group([name])
         try:
             # on the cores the profile names (never more than the chip has), tiled for them
-            config = lowering.default(group, block_dim=r["block_dim"] or None)
+            config = lowering.default(group, block_dim=r.block_dim or None)
         except InfeasibleConfig:
             skipped += 1
             continue
         kernels.append(lowering.kernel(group, config))
         gap_us = target.spec.kernel_gap_s * 1e6  # a task duration excludes the gap before it
-        costs.append(KernelCost(r["duration_us"] + gap_us, measured_pipes(r["pipes"])))
+        costs.append(KernelCost(r.duration_us + gap_us, measured_pipes(r.pipes)))
     if not kernels:
-        raise AutotuneError(
+        raise MeasurementError(
             f"no row of '{csv_path}' matches an op of {model} (by Op Name, or by OP Type and "
             "Input Shapes); was the profile taken on this model?"
         )
     resident, costs = situated(graph, kernels, costs, target, context)
-    table_rows = measurement_rows(
-        kernels,
-        costs,
-        resident,
-        target=target.spec.name,
-        spec_digest=target.spec.digest(),
-        precision=target.precision,
-        seed=0,
-        source=f"msprof:{Path(csv_path).name}",
-        family=Path(model.removeprefix("zoo:")).stem,
-        simulator_version="msprof",
+    family = Path(model.removeprefix("zoo:")).stem
+    profile = Provenance.of(
+        target, measured_by=PROFILE_VERSION, source=f"msprof:{Path(csv_path).name}", family=family
     )
     out = Path(out)
-    n = write_table(table_rows, out)
+    n = write_table(measurements(kernels, costs, resident, profile), out)
     update_manifest(
         out.parent / "MANIFEST.json",
         out,
         {"rows": n, "target": target.spec.name, "source": str(csv_path), "command": command},
     )
     log.info("msprof: %d rows matched, %d skipped", n, skipped)
-    return {"rows": n, "skipped": skipped, "path": str(out), "families": [table_rows[0]["family"]]}
+    return {"rows": n, "skipped": skipped, "path": str(out), "families": [family]}
 
 
 def situated(
@@ -280,9 +300,9 @@ def situated(
     L2 holds them, and the time less CANN's library prologue inside a step (a vector or mixed
     kernel's: these are CANN's own kernels) plus what its prologue reads saved in L2, so that
     the row measures the generated kernel on the chip's own spec (as
-    :mod:`autotune.real.table` does for a real-data row)."""
+    :mod:`costmodel.measure.real.records` does for a real-data row)."""
     if context not in CONTEXTS:
-        raise AutotuneError(f"--context {context!r} is not one of: {', '.join(CONTEXTS)}")
+        raise MeasurementError(f"--context {context!r} is not one of: {', '.join(CONTEXTS)}")
     if context == "isolated":
         return [[0.0] * sum(1 for s in k.streams if s.is_load) for k in kernels], list(costs)
     spec = target.spec
@@ -319,23 +339,23 @@ def hardware_table(
     ``model`` (``context``: where its kernels ran, :func:`msprof_table`).
 
     Raises:
-        AutotuneError: an unreadable CSV, a profile without ``model``, or no usable row.
+        MeasurementError: an unreadable CSV, a profile without ``model``, or no usable row.
     """
     if not is_real_csv(csv_header(csv_path)):
         if model is None:
-            raise AutotuneError(
+            raise MeasurementError(
                 "--from-msprof needs --model (the ONNX model the profile ran) for a profile; "
                 "a real-data CSV (datasets/real/) needs none"
             )
         return msprof_table(csv_path, model, target, out, command=command, context=context)
-    from autotune.real import read_real
-    from autotune.real.table import table_rows
+    from costmodel.measure.real.records import real_measurements
+    from costmodel.measure.real.rows import read_real
 
     rows, problems = read_real([str(csv_path)])
-    table, left_out = table_rows(rows, target.spec.name)
+    table, left_out = real_measurements(rows, target.spec.name)
     lines = [*(str(p) for p in problems), *left_out]
     if not table:
-        raise AutotuneError(
+        raise MeasurementError(
             f"no row of '{csv_path}' is a device time of one kernel on {target.spec.name} or a "
             f"SKU of it ({len(lines)} left out; first: {lines[0] if lines else '-'})"
         )
@@ -351,6 +371,6 @@ def hardware_table(
         "skipped": len(lines),
         "problems": lines,
         "path": str(out),
-        "families": sorted({r["family"] for r in table}),
-        "sources": sorted({r["source"] for r in table}),
+        "families": sorted({m.provenance.family for m in table}),
+        "sources": sorted({m.provenance.source for m in table}),
     }

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
-from autotune.exceptions import AutotuneError
-from autotune.real.evaluate import CUBE_TILES, RealPrediction
+from costmodel.exceptions import MeasurementError
+from costmodel.measure.real.evaluate import CUBE_TILES, RealPrediction
 
 __all__ = ["WITHIN", "config_ranking", "metrics", "summarize"]
 
@@ -55,7 +55,7 @@ def summarize(
     """Metrics per model, overall and per value of each key in ``by`` and per combination."""
     ok = [p for p in predictions if not p.error]
     if not ok:
-        raise AutotuneError("no real row could be costed (every one failed; see the errors)")
+        raise MeasurementError("no real row could be costed (every one failed; see the errors)")
     names = sorted({k for p in ok for k in p.predicted})
 
     def block(preds: Sequence[RealPrediction]) -> dict[str, Any]:

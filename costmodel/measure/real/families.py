@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.exceptions import AutotuneError
+from costmodel.exceptions import MeasurementError
 
 __all__ = ["FAMILIES", "family_of"]
 
@@ -112,11 +112,11 @@ def family_of(op: str) -> str:
     """The family an op column names (the text before a parenthesis is tried first).
 
     Raises:
-        AutotuneError: no family matches (the message lists the known ones).
+        MeasurementError: no family matches (the message lists the known ones).
     """
     head = op.split("(")[0]
     if _camel(head) & {"grad", "backward"}:  # SwiGluGrad is no SwiGlu
-        raise AutotuneError(f"{op!r} is a gradient op; only forward ops are modelled")
+        raise MeasurementError(f"{op!r} is a gradient op; only forward ops are modelled")
     for text in (head, op):
         words = _words(text)
         squashed = words.replace(" ", "")
@@ -128,4 +128,4 @@ def family_of(op: str) -> str:
                         return family
                 elif name in tokens:
                     return family
-    raise AutotuneError(f"unknown op {op!r}; known families: {', '.join(FAMILIES)}")
+    raise MeasurementError(f"unknown op {op!r}; known families: {', '.join(FAMILIES)}")

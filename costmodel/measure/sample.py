@@ -17,18 +17,19 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from costmodel.analytic import AnalyticConstants, AnalyticModel
 from costmodel.base import CostModel, KernelCost
-from costmodel.calibration import SIMULATOR_VERSION, measurement_rows, update_manifest, write_table
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
+from costmodel.measure.record import SIMULATOR_VERSION, Measurement, Provenance, measurements
+from costmodel.measure.table import update_manifest, write_table
 from costmodel.oracle import CostOracle
-from costmodel.registry import make_cost_model
+from costmodel.simulator import SimulatorModel
 from costmodel.spec import HardwareSpec, Target
 from search_space.fusion import FusionContext
 from search_space.ir import Graph
@@ -192,7 +193,7 @@ def _simulator(spec: dict[str, Any], digest: str, precision: str) -> CostModel:
     sims: dict[tuple[str, str], CostModel] = _LOCAL.__dict__.setdefault("sims", {})
     key = (digest, precision)
     if key not in sims:
-        sims[key] = make_cost_model("simulator", Target(HardwareSpec(**spec), precision))
+        sims[key] = SimulatorModel(Target(HardwareSpec(**spec), precision))
     return sims[key]
 
 
@@ -278,23 +279,19 @@ def calibrate_tables(
         on_total(len(chosen))
     runs = [(*s.before, s.kernel) for s in chosen]
     costs = run_on_simulator(runs, target, jobs=jobs, executor=executor, progress=progress)
-    rows = []
+    run = Provenance.of(target, seed=seed)
+    records: list[Measurement] = []
     for s, c in zip(chosen, costs, strict=True):
-        rows += measurement_rows(
+        records += measurements(
             [s.kernel],
             [c],
             [s.context],
-            target=target.spec.name,
-            spec_digest=target.spec.digest(),
-            precision=target.precision,
-            seed=seed,
-            source=s.source,
-            family=s.family,
+            replace(run, source=s.source, family=s.family),
             # configs are ranked within one context, as a study's rows are
             group_ids=[f"{s.kernel.signature}|{json.dumps(s.context)}"] if s.before else None,
         )
     out = Path(out)
-    n = write_table(rows, out)
+    n = write_table(records, out)
     families = sorted({s.family for s in chosen})
     update_manifest(
         out.parent / "MANIFEST.json",

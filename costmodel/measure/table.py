@@ -1,10 +1,12 @@
 """Calibration tables: one row per kernel run on the simulator (or on a real NPU), as parquet.
 
-A row carries everything needed to re-score the kernel with any analytic constants (the
-lowered :class:`Kernel` as JSON plus the L2 residency it ran with), the measured latency and
-per-pipe busy times, and provenance (target, spec hash, simulator version, seed, source).
-Tables are written atomically; a table is read back only through :func:`read_table`, which
-checks its columns (parquet holds plain columns: nothing in it is unpickled).
+A row is one :class:`~costmodel.measure.record.Measurement` in plain columns: everything
+needed to re-score the kernel with any analytic constants (the lowered :class:`Kernel` as JSON
+plus the L2 residency it ran with), the measured latency and per-pipe busy times, and
+provenance (target, spec hash, simulator version, seed, source). Records are written
+atomically (:func:`write_table`); a table is read back only through :func:`read_table`, which
+checks its columns (parquet holds plain columns: nothing in it is unpickled), and its rows
+are records again through :func:`measurements_of`.
 """
 
 from __future__ import annotations
@@ -23,31 +25,27 @@ import pandas as pd
 from costmodel.base import KernelCost
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import PIPES, Kernel, Stream
+from costmodel.measure.record import Measurement, Provenance, measured_cost
 from search_space.atomic import atomic_write_bytes, atomic_write_text
 from search_space.ir import KernelConfig
 
 __all__ = [
+    "MEASURED_PIPES",
     "PIPE_COLUMNS",
     "REQUIRED_COLUMNS",
-    "SIMULATOR_VERSION",
     "kernel_from_json",
     "kernel_to_json",
-    "measurement_rows",
+    "measured_pipes",
+    "measurements_of",
+    "merge_table",
     "read_table",
+    "row_key",
+    "table_frame",
+    "target_tables",
     "update_manifest",
     "write_table",
 ]
 
-# sim-8: packed short runs (a (T, D) fp16 cache read row by row) cost the port whole bursts but
-# HBM only their bytes;
-# sim-7: a norm's split row re-read from L2, grouped-query attention reading each KV head once,
-# flash-decoding splits, in-place cache updates costed as the rows written, GEMV row folding;
-# sim-6: a kernel's device-side set-up (tiling read, scalar prologue) and per-iteration scalar
-# work, few-long-row reductions split over cores, bf16 computed in fp32 with casts;
-# sim-5: a coupled core's cube and vector halves share its DMA queues, L2 validity per line;
-# sim-4: a hand-off also read outside the kernel keeps a real store; sim-3: hand-offs go
-# through a workspace (hit L2, take no lines)
-SIMULATOR_VERSION = "sim-9"
 TABLE_SCHEMA = 1
 PIPE_COLUMNS = tuple(f"pipe_{p}_us" for p in PIPES)
 # Pipes whose busy times msprof and the models count alike: the cube's (MTE1, M). A model's
@@ -179,63 +177,88 @@ _FLOATS = ("cube_cycles", "vector_cycles_step", "vector_cycles_tile")
 _NON_INT = frozenset({"name", "kind", "unit", "signature", *_FLOATS})
 
 
-def measurement_rows(
-    kernels: Sequence[Kernel],
-    costs: Sequence[KernelCost],
-    resident: Sequence[Sequence[float]],
-    *,
-    target: str,
-    spec_digest: str,
-    precision: str,
-    seed: int,
-    source: str,
-    family: str,
-    group_ids: Sequence[str] | None = None,
-    simulator_version: str = SIMULATOR_VERSION,
-) -> list[dict[str, Any]]:
-    """One table row per measured kernel.
-
-    Args:
-        kernels: the kernels as run.
-        costs: what the simulator (or profiler) measured for each.
-        resident: per kernel, the fraction of each load stream's tensor already in L2 when it
-            started (all zeros for a standalone run on a cold L2).
-        group_ids: what rows are ranked within (configs of one group in one context); the
-            kernel signature when omitted.
-    """
-    rows = []
-    for i, (k, c, res) in enumerate(zip(kernels, costs, resident, strict=True)):
-        row: dict[str, Any] = {
-            "schema_version": TABLE_SCHEMA,
-            "target": target,
-            "spec_digest": spec_digest,
-            "precision": precision,
-            "simulator_version": simulator_version,
-            "seed": int(seed),
-            "source": source,
-            "family": family,
-            "group_id": group_ids[i] if group_ids is not None else k.signature,
-            "signature": k.signature,
-            "kind": k.kind,
-            "unit": k.unit,
-            "config": json.dumps(k.config.to_json(), sort_keys=True),
-            "kernel": json.dumps(kernel_to_json(k), separators=(",", ":")),
-            "resident": json.dumps([round(float(r), 6) for r in res]),
-            "latency_us": float(c.latency_us),
-        }
-        for p, col in zip(PIPES, PIPE_COLUMNS, strict=True):
-            row[col] = float(c.pipes_us.get(p, 0.0))
-        rows.append(row)
-    return rows
+def _resident_text(resident: Sequence[float]) -> str:
+    return json.dumps([round(float(r), 6) for r in resident])
 
 
-def write_table(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
-    """Write rows as a zstd-compressed parquet table, atomically; returns the row count.
+def row_key(m: Measurement) -> str:
+    """A record's kernel and L2 context as its row writes them: rows that hold the same key
+    measure the same kernel in the same context."""
+    kernel = json.dumps(kernel_to_json(m.kernel), separators=(",", ":"))
+    return kernel + _resident_text(m.resident)
+
+
+def _row(m: Measurement) -> dict[str, Any]:
+    """One record as a table row (:data:`REQUIRED_COLUMNS`)."""
+    k, c, p = m.kernel, m.cost, m.provenance
+    row: dict[str, Any] = {
+        "schema_version": TABLE_SCHEMA,
+        "target": p.target,
+        "spec_digest": p.spec_digest,
+        "precision": p.precision,
+        "simulator_version": p.measured_by,
+        "seed": int(p.seed),
+        "source": p.source,
+        "family": p.family,
+        "group_id": m.group_id,
+        "signature": k.signature,
+        "kind": k.kind,
+        "unit": k.unit,
+        "config": json.dumps(k.config.to_json(), sort_keys=True),
+        "kernel": json.dumps(kernel_to_json(k), separators=(",", ":")),
+        "resident": _resident_text(m.resident),
+        "latency_us": float(c.latency_us),
+    }
+    for pipe, col in zip(PIPES, PIPE_COLUMNS, strict=True):
+        row[col] = float(c.pipes_us.get(pipe, 0.0))
+    return row
+
+
+def table_frame(records: Iterable[Measurement]) -> pd.DataFrame:
+    """Records as a table's columns, one row each (what :func:`write_table` writes)."""
+    return pd.DataFrame([_row(m) for m in records])
+
+
+def measurements_of(frame: pd.DataFrame) -> list[Measurement]:
+    """The records of a table's rows (a frame :func:`read_table` returned): each kernel
+    rebuilt from its JSON, the cost from the latency and pipe columns.
 
     Raises:
-        CostModelError: no rows, or rows missing required columns.
+        CostModelError: a kernel or L2 context that does not parse.
     """
-    frame = pd.DataFrame(list(rows))
+    out = []
+    for row in frame.to_dict("records"):
+        provenance = Provenance(
+            target=str(row["target"]),
+            spec_digest=str(row["spec_digest"]),
+            precision=str(row["precision"]),
+            measured_by=str(row["simulator_version"]),
+            seed=int(row["seed"]),
+            source=str(row["source"]),
+            family=str(row["family"]),
+        )
+        try:
+            kernel = json.loads(row["kernel"])
+            resident = tuple(float(r) for r in json.loads(row["resident"]))
+        except (TypeError, ValueError) as err:
+            raise CostModelError(f"malformed table row: {err!r}") from None
+        pipes = {p: row[col] for p, col in zip(PIPES, PIPE_COLUMNS, strict=True)}
+        cost = measured_cost(KernelCost(row["latency_us"], pipes))
+        m = Measurement(kernel_from_json(kernel), cost, resident, provenance, str(row["group_id"]))
+        out.append(m)
+    return out
+
+
+def write_table(records: Iterable[Measurement], path: str | Path) -> int:
+    """Write records as a zstd-compressed parquet table, atomically; returns the row count.
+
+    Raises:
+        CostModelError: no records.
+    """
+    return _write_frame(table_frame(records), path)
+
+
+def _write_frame(frame: pd.DataFrame, path: str | Path) -> int:
     if frame.empty:
         raise CostModelError("no rows to write")
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
@@ -245,6 +268,26 @@ def write_table(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
     frame.to_parquet(buf, compression="zstd", index=False)
     atomic_write_bytes(path, buf.getvalue())
     return len(frame)
+
+
+def merge_table(records: Sequence[Measurement], path: str | Path) -> int:
+    """Write records into the table at ``path``, atomically, keeping every row already there
+    (a table that cannot be read is replaced): a record is added unless a row of the same
+    source already holds its kernel in its L2 context (:func:`row_key`). Returns the rows
+    written.
+
+    Raises:
+        CostModelError: no records and no table.
+    """
+    kept: list[dict[str, Any]] = []
+    if Path(path).is_file():
+        try:
+            kept = read_table(path).to_dict("records")
+        except CostModelError:
+            kept = []
+    seen = {r["kernel"] + r["resident"] + r["source"] for r in kept}
+    fresh = [_row(m) for m in records if row_key(m) + m.provenance.source not in seen]
+    return _write_frame(pd.DataFrame(kept + fresh), path)
 
 
 def target_tables(target: str, folder: str | Path) -> list[Path]:

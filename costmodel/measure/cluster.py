@@ -2,7 +2,7 @@
 
 ``autotune calibrate --dask local`` starts a cluster of worker processes on this machine's
 loopback; ``--dask tcp://host:8786`` connects to a running scheduler. Either way the
-simulations go through :func:`~autotune.calibrate.sample.run_on_simulator` as with ``--jobs``:
+simulations go through :func:`~costmodel.measure.sample.run_on_simulator` as with ``--jobs``:
 the executor is the only difference. Dask moves tasks and results by pickle, so a scheduler
 is trusted with code execution on this machine and its workers (docs/calibration.md).
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from contextlib import ExitStack, contextmanager
 
-from autotune.exceptions import AutotuneError
+from costmodel.exceptions import MeasurementError
 
 __all__ = ["CONNECT_TIMEOUT", "RETRIES", "dask_executor"]
 
@@ -41,13 +41,13 @@ def dask_executor(
         timeout: seconds to wait for the scheduler at ``address``.
 
     Raises:
-        AutotuneError: Dask's ``distributed`` is not installed, no scheduler answers at
+        MeasurementError: Dask's ``distributed`` is not installed, no scheduler answers at
             ``address`` within ``timeout``, or (in the block) workers kept dying on a task.
     """
     try:
         from distributed import Client, KilledWorker, LocalCluster
     except ImportError:
-        raise AutotuneError(f"--dask needs Dask's distributed package: {EXTRA}") from None
+        raise MeasurementError(f"--dask needs Dask's distributed package: {EXTRA}") from None
     with ExitStack() as stack:
         if address == "local":
             cluster = LocalCluster(
@@ -66,13 +66,13 @@ def dask_executor(
             try:
                 client = stack.enter_context(Client(address, timeout=timeout))
             except (OSError, TimeoutError, ValueError, TypeError) as exc:
-                raise AutotuneError(
+                raise MeasurementError(
                     f"cannot connect to a Dask scheduler at '{address}': {exc}"
                 ) from None
         try:  # pure=False: each task gets its own key, never merged with an equal one
             yield client.get_executor(retries=RETRIES, pure=False)
         except KilledWorker as exc:
-            raise AutotuneError(
+            raise MeasurementError(
                 f"the Dask cluster lost every worker that ran a task, more times than its "
                 f"distributed.scheduler.allowed-failures allows: {exc}"
             ) from None
@@ -86,7 +86,7 @@ def _handshake(address: str, timeout: float) -> None:
     exabytes).
 
     Raises:
-        AutotuneError: nothing at ``address`` answers as a Dask scheduler in time.
+        MeasurementError: nothing at ``address`` answers as a Dask scheduler in time.
     """
     import asyncio
 
@@ -99,16 +99,16 @@ def _handshake(address: str, timeout: float) -> None:
     try:
         asyncio.run(shake())
     except TimeoutError:  # asyncio's too, since Python 3.11
-        raise AutotuneError(
+        raise MeasurementError(
             f"no Dask scheduler answered at '{address}' in {2 * timeout:g} s (twice "
             "--dask-timeout: something took the connection and said nothing); check the address"
         ) from None
     except OSError as exc:  # refused, unreachable, closed (retried until the timeout)
-        raise AutotuneError(
+        raise MeasurementError(
             f"cannot connect to a Dask scheduler at '{address}': {_first_line(exc)}"
         ) from None
     except Exception:  # junk for an answer: whatever Dask's reader makes of it
-        raise AutotuneError(
+        raise MeasurementError(
             f"what answers at '{address}' is not a Dask scheduler (its answer is not Dask's "
             "protocol); check the address and port"
         ) from None

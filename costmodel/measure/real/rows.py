@@ -11,7 +11,7 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
   ``=`` share dims (``q=k=v=[1,32,128,128]``); whatever follows ``->`` (the outputs) and
   annotations in parentheses are ignored. Dims may be products or carry K/M/G suffixes
   (``[64*1024*1024]``, ``[64M]``). Bare shapes and op dims (``M=, N=, K=``) are read too
-  (:mod:`autotune.real.shapes`).
+  (:mod:`costmodel.measure.real.shapes`).
 * ``timing`` is ``device`` (msprof task duration: the kernel alone on the device) or ``host``
   (wall clock or ``do_bench``: launch included). Without the column it is read from the notes.
 * ``impl`` (optional) is ``library`` (CANN's own op kernel, what ``torch_npu`` and ``aclnn``
@@ -21,7 +21,7 @@ are inferred): ``chip``, ``op``, ``shapes``, ``dtype``, ``time_us``, ``timing``,
   the kernel's per-pipe busy times as msprof reports them (a pipeline detail, or a
   ``PipeUtilization`` share times each core's own run time): the mean over the cores that
   ran, in us, never longer than the kernel; 0 is an idle pipe. A fit takes the cube's pipes'
-  (:data:`~costmodel.calibration.MEASURED_PIPES`); ``scalar_us`` is kept as read.
+  (:data:`~costmodel.measure.MEASURED_PIPES`); ``scalar_us`` is kept as read.
 
 * ``context`` (optional) is ``isolated`` (the default: the kernel timed alone, replayed on
   its buffers, as microbenchmarks and ``msprof op`` run it) or ``in-situ`` (the kernel inside
@@ -44,10 +44,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.exceptions import AutotuneError
-from autotune.real.families import FAMILIES, family_of
-from autotune.real.shapes import parse_dims, parse_tensors
+from costmodel.exceptions import MeasurementError
 from costmodel.lower.attention import CAUSAL_SKIP, VEC_ROWS
+from costmodel.measure.real.families import FAMILIES, family_of
+from costmodel.measure.real.shapes import parse_dims, parse_tensors
 
 __all__ = [
     "ATTENTION_KNOBS",
@@ -171,7 +171,7 @@ def target_of(chip: str) -> str:
     -> ``ascend910b``, the 910B2, or the 910B3 where it states 20 cube cores).
 
     Raises:
-        AutotuneError: a chip this tool has no spec for.
+        MeasurementError: a chip this tool has no spec for.
     """
     text = chip.lower().replace("ascend", "").replace(" ", "")
     # Atlas 800T/800I/900 A2: a 910B of no stated SKU; an A3 (910_93) die is a 910B's
@@ -179,7 +179,7 @@ def target_of(chip: str) -> str:
         return CHIPS["910b"]
     m = re.search(r"(910b[1-4]?|910|310p)", text)
     if m is None:
-        raise AutotuneError(f"unknown chip {chip!r}; known: {', '.join(sorted(CHIPS))}")
+        raise MeasurementError(f"unknown chip {chip!r}; known: {', '.join(sorted(CHIPS))}")
     cores = re.search(r"(\d+)aic", text)  # the first count stated: a remark may name others
     if m.group(1) == "910b" and cores is not None and cores.group(1) == "20":
         return CHIPS["910b3"]
@@ -194,7 +194,7 @@ def _timing(row: Mapping[str, str]) -> str:
         word = re.match(r"[a-z]+", given)
         timing = word.group(0) if word else given
         if timing not in TIMINGS:
-            raise AutotuneError(f"timing {given!r} must be 'device', 'host' or 'unstated'")
+            raise MeasurementError(f"timing {given!r} must be 'device', 'host' or 'unstated'")
         return timing
     text = " ".join(row.get(k, "") or "" for k in ("notes", "quote")).lower()
     device = any(w in text for w in DEVICE_WORDS)
@@ -246,14 +246,14 @@ def _context(text: str) -> str:
     context = re.sub(r"[\s_]+", "-", (text or "").strip().lower()) or "isolated"
     context = {"insitu": "in-situ", "alone": "isolated"}.get(context, context)
     if context not in CONTEXTS:
-        raise AutotuneError(f"context {text!r} must be 'isolated' or 'in-situ'")
+        raise MeasurementError(f"context {text!r} must be 'isolated' or 'in-situ'")
     return context
 
 
 def _impl(text: str) -> str:
     impl = (text or "").strip().lower() or "library"
     if impl not in IMPLS:
-        raise AutotuneError(f"impl {text!r} must be 'library' or 'custom'")
+        raise MeasurementError(f"impl {text!r} must be 'library' or 'custom'")
     return impl
 
 
@@ -281,12 +281,12 @@ def _pipes(row: Mapping[str, str], time_us: float) -> dict[str, float]:
         try:
             busy = float(text)
         except ValueError:
-            raise AutotuneError(
+            raise MeasurementError(
                 f"{column} {text!r} is not a number (give the pipe's busy time in us, or leave "
                 "it empty)"
             ) from None
         if not (math.isfinite(busy) and 0 <= busy <= time_us * 1.001):  # rounding: 0.1%
-            raise AutotuneError(
+            raise MeasurementError(
                 f"{column} must be a busy time between 0 and the kernel's time_us ({time_us}), "
                 f"but got {text!r}"
             )
@@ -299,22 +299,24 @@ def parse_row(number: int, path: str, row: Mapping[str, str]) -> RealRow:
     """One CSV row as a :class:`RealRow`.
 
     Raises:
-        AutotuneError: a field that cannot be read (the message names it).
+        MeasurementError: a field that cannot be read (the message names it).
     """
     op = (row.get("op") or "").strip()
     if not op:
-        raise AutotuneError("no op")
+        raise MeasurementError("no op")
     dtype = _dtype(row.get("dtype") or "")
     if dtype is None:
-        raise AutotuneError(
+        raise MeasurementError(
             f"unknown dtype {row.get('dtype')!r}; known: fp16, bf16, fp32, int32, int64"
         )
     try:
         time_us = float(row.get("time_us") or "nan")
     except ValueError:
-        raise AutotuneError(f"time_us {row.get('time_us')!r} is not a number") from None
+        raise MeasurementError(f"time_us {row.get('time_us')!r} is not a number") from None
     if not math.isfinite(time_us) or time_us <= 0:
-        raise AutotuneError(f"time_us must be a positive number, but got {row.get('time_us')!r}")
+        raise MeasurementError(
+            f"time_us must be a positive number, but got {row.get('time_us')!r}"
+        )
     chip = (row.get("chip") or "").strip()
     family = family_of(op)
     known = {"chip", "op", "shapes", "dtype", "time_us", "timing", "block_dim", "source"}
@@ -348,7 +350,7 @@ def read_real(paths: Iterable[str | Path]) -> tuple[list[RealRow], list[RowProbl
     """Every readable row of the CSV files, and the rows skipped with why.
 
     Raises:
-        AutotuneError: a file that cannot be read, or has no ``op``/``shapes``/``time_us``
+        MeasurementError: a file that cannot be read, or has no ``op``/``shapes``/``time_us``
             column.
     """
     rows: list[RealRow] = []
@@ -360,17 +362,17 @@ def read_real(paths: Iterable[str | Path]) -> tuple[list[RealRow], list[RowProbl
                 reader = csv.DictReader(fh)
                 missing = {"op", "shapes", "time_us"} - set(reader.fieldnames or ())
                 if missing:
-                    raise AutotuneError(
+                    raise MeasurementError(
                         f"'{path}' has no {', '.join(sorted(missing))} column; real-data CSVs "
                         "have chip,op,shapes,dtype,time_us,timing,source,quote"
                     )
                 records = list(reader)
         except (OSError, UnicodeDecodeError, csv.Error) as err:
-            raise AutotuneError(f"cannot read real-data file '{path}': {err}") from None
+            raise MeasurementError(f"cannot read real-data file '{path}': {err}") from None
         for number, record in enumerate(records, start=1):
             try:
                 rows.append(parse_row(number, str(path), record))
-            except AutotuneError as err:
+            except MeasurementError as err:
                 problems.append(RowProblem(number, str(path), str(err)))
     return rows, problems
 

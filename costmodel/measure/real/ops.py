@@ -10,9 +10,9 @@ from collections.abc import Callable
 import numpy as np
 from onnx import TensorProto
 
-from autotune.exceptions import AutotuneError
-from autotune.real.graph import OnnxWriter, dims_of
-from autotune.real.rows import RealRow
+from costmodel.exceptions import MeasurementError
+from costmodel.measure.real.graph import OnnxWriter, dims_of
+from costmodel.measure.real.rows import RealRow
 
 __all__ = [
     "binary",
@@ -113,7 +113,7 @@ def unary(row: RealRow, g: OnnxWriter) -> list[str]:
     text = row.op.lower()
     key = next((k for k in _UNARY if k in text), None)
     if key is None:
-        raise AutotuneError(f"unknown unary op {row.op!r}; known: {', '.join(_UNARY)}")
+        raise MeasurementError(f"unknown unary op {row.op!r}; known: {', '.join(_UNARY)}")
     return [_UNARY[key](g, g.input("x", x))]
 
 
@@ -126,7 +126,7 @@ def cast(row: RealRow, g: OnnxWriter) -> list[str]:
     it casts to the other width (fp32 <-> fp16).
 
     Raises:
-        AutotuneError: the cast names the same type on both sides (no kernel runs).
+        MeasurementError: the cast names the same type on both sides (no kernel runs).
     """
     (x,) = dims_of(row, "x", count=1)
     text = (row.op + " " + row.notes).lower().replace("float16", "fp16").replace("float32", "fp32")
@@ -137,7 +137,7 @@ def cast(row: RealRow, g: OnnxWriter) -> list[str]:
     if to is None:
         to = TensorProto.FLOAT if src != TensorProto.FLOAT else TensorProto.FLOAT16
     if to == src:
-        raise AutotuneError(f"cast {row.op!r} has the same type on both sides; name another")
+        raise MeasurementError(f"cast {row.op!r} has the same type on both sides; name another")
     return [g.op("Cast", [g.input("x", x, src)], "cast/Cast", to=to)]
 
 
@@ -161,11 +161,13 @@ def transdata(row: RealRow, g: OnnxWriter) -> list[str]:
     would: a Reshape into blocks and a Transpose that moves the column blocks outward.
 
     Raises:
-        AutotuneError: a matrix side that is not a whole number of blocks.
+        MeasurementError: a matrix side that is not a whole number of blocks.
     """
     (x,) = dims_of(row, "x", count=1)
     if len(x) < 2 or x[-1] % FRACTAL or x[-2] % FRACTAL:
-        raise AutotuneError(f"TransData of {list(x)}: the last two dims must be multiples of 16")
+        raise MeasurementError(
+            f"TransData of {list(x)}: the last two dims must be multiples of 16"
+        )
     lead, (m, n) = list(x[:-2]), x[-2:]
     blocks = [*lead, m // FRACTAL, FRACTAL, n // FRACTAL, FRACTAL]
     shape = g.const("blocks", np.array(blocks, dtype=np.int64))

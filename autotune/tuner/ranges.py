@@ -29,6 +29,7 @@ from autotune.tuner.records import MeasureResult
 from costmodel.base import CostModel
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
+from costmodel.measure import Measurement
 from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
 from costmodel.spec import Target
@@ -154,7 +155,7 @@ class RangeEvaluator:
         return self.top.simulator
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[Measurement]:
         return [r for b in self.buckets for r in b.ev.rows]
 
     def kernels(self, plan: SpacePlan) -> list[Kernel]:

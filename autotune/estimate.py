@@ -30,7 +30,7 @@ from search_space.ir import (
 from search_space.rules import Policy
 from search_space.space import BASELINES, FusionPlan, PlanError, baseline_plan
 
-__all__ = ["Estimate", "KernelEstimate", "estimate_graph", "plan_kernels", "plan_target"]
+__all__ = ["Estimate", "KernelEstimate", "costed", "estimate_graph", "plan_kernels", "plan_target"]
 
 
 def plan_kernels(
@@ -197,6 +197,20 @@ def estimate_graph(
     _, kernels = plan_kernels(graph, plan, tgt, policy)
     run, warm = resident_context(resident, graph, tgt)
     costs = make_cost_model(cost, run).evaluate(kernels, warm)
+    return costed(model_name, graph, tgt, plan, cost, resident, kernels, costs)
+
+
+def costed(
+    model_name: str,
+    graph: Graph,
+    tgt: Target,
+    plan: str,
+    cost: str,
+    resident: str,
+    kernels: Sequence[Kernel],
+    costs: Sequence[KernelCost],
+) -> Estimate:
+    """The estimate of ``graph``'s ``kernels`` as ``cost`` costed them."""
     return Estimate(
         model=model_name,
         target=tgt.spec.name,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.estimate import Estimate, KernelEstimate, plan_kernels
+from autotune.estimate import Estimate, costed, plan_kernels
 from autotune.exceptions import AutotuneError
 from autotune.vocabulary import kind_of, latency, schema
 from costmodel.exceptions import InfeasibleConfig
@@ -21,7 +21,6 @@ from costmodel.kernel import Kernel
 from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
 from costmodel.residency import resident_context
-from costmodel.roofline import roofline_us
 from costmodel.spec import Target, load_target
 from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph, make_group
@@ -124,30 +123,6 @@ def estimate_range(
             raise InfeasibleConfig(f"bucket {bucket.label}: {err}") from None
         run, warm = resident_context(resident, graph, tgt)
         costs = (model if run is tgt else make_cost_model(cost, run)).evaluate(kernels, warm)
-        found = tuple(
-            KernelEstimate(k.ops, k.kind, k.unit, k.config, c)
-            for k, c in zip(kernels, costs, strict=True)
-        )
-        out.append((bucket, _estimate(model_name, tgt, plan, cost, resident, graph, found)))
+        estimate = costed(model_name, graph, tgt, plan, cost, resident, kernels, costs)
+        out.append((bucket, estimate))
     return RangeEstimate(", ".join(map(str, graphs.ranges.ranges)), tuple(out))
-
-
-def _estimate(
-    name: str,
-    tgt: Target,
-    plan: str,
-    cost: str,
-    resident: str,
-    graph: Graph,
-    kernels: tuple[KernelEstimate, ...],
-) -> Estimate:
-    return Estimate(
-        model=name,
-        target=tgt.spec.name,
-        precision=tgt.precision,
-        plan=plan,
-        cost_model=cost,
-        resident=resident,
-        roofline_us=roofline_us(graph, tgt),
-        kernels=kernels,
-    )

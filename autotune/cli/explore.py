@@ -162,23 +162,22 @@ def estimate(
 
     if resident not in CONTEXTS:
         raise AutotuneError(f"--resident {resident!r} is not one of: {', '.join(CONTEXTS)}")
+    kw: dict[str, Any] = {
+        "model_name": model,
+        "target": target,
+        "sets": set_ or [],
+        "precision": precision,
+        "plan": plan,
+        "cost": cost,
+        "policy": policy.load(),
+        "resident": resident,
+    }
     buckets = opts.ranged_graphs(model)
     if buckets is not None:
-        args = (plan, cost, resident, json_out)
-        _estimate_range(model, buckets, policy, target, set_ or [], precision, *args)
+        _estimate_range(model, buckets, kw, json_out)
         return
     graph = opts.graph(model)
-    result = estimate_graph(
-        graph,
-        model_name=model,
-        target=target,
-        sets=set_ or [],
-        precision=precision,
-        plan=plan,
-        cost=cost,
-        policy=policy.load(),
-        resident=resident,
-    )
+    result = estimate_graph(graph, **kw)
     if json_out:
         emit_json(result.to_json())
         return
@@ -204,39 +203,19 @@ def estimate(
     out.print(table)
 
 
-def _estimate_range(
-    model: str,
-    buckets: BucketGraphs,
-    policy: PolicyFlags,
-    target: str,
-    sets: list[str],
-    precision: str,
-    plan: str,
-    cost: str,
-    resident: str,
-    json_out: bool,
-) -> None:
+def _estimate_range(model: str, buckets: BucketGraphs, kw: dict[str, Any], json_out: bool) -> None:
     """``estimate --shape-range``: one grouping at every bucket, and the weighted sum."""
     from autotune.estimate_range import estimate_range
 
-    result = estimate_range(
-        buckets,
-        model_name=model,
-        target=target,
-        sets=sets,
-        precision=precision,
-        plan=plan,
-        cost=cost,
-        policy=policy.load(),
-        resident=resident,
-    )
+    result = estimate_range(buckets, **kw)
     if json_out:
         emit_json(result.to_json())
         return
     first = result.buckets[0][1]
     table = Table(
         title=f"{model} over {result.ranges} on {first.target} ({first.precision}), plan "
-        f"{plan}, {cost} model" + (", inputs in L2" if resident == "inputs" else "")
+        f"{kw['plan']}, {kw['cost']} model"
+        + (", inputs in L2" if kw["resident"] == "inputs" else "")
     )
     for col in ("bucket", "weight", "kernels", "us", "roofline us"):
         table.add_column(col, justify="left" if col == "bucket" else "right")

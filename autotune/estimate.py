@@ -59,6 +59,7 @@ def plan_kernels(
     record = plan if isinstance(plan, FusionPlan) else read_plan(Path(plan), graph)
     if isinstance(plan, FusionPlan):
         record.check_model(graph)
+    record = record.at_shape(graph)  # a range plan: the configs of this shape's bucket
     if record.target != target.spec.name:
         raise PlanError(
             f"plan was tuned for target '{record.target}', not "

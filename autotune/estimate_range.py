@@ -4,17 +4,20 @@ A served model compiles one fused graph and runs it at many shapes, so the group
 same at every bucket: they are chosen once, on the top bucket's graph (a baseline: none,
 greedy, max or optimal), and each bucket's kernels take that bucket's own configs (the
 baseline's rule at its shapes: the default config for none and greedy, the model's best for
-max and optimal). The range's latency is the traffic-weighted sum of the buckets'.
+max and optimal). A plan file tuned over ranges runs each shape at its bucket's configs (a
+shape between two edges at the next one's). The range's latency is the traffic-weighted sum
+of the buckets'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune.estimate import Estimate, costed, plan_kernels
-from autotune.exceptions import AutotuneError
+from autotune.plan_file import read_plan
 from autotune.vocabulary import kind_of, latency, schema
 from costmodel.exceptions import InfeasibleConfig
 from costmodel.kernel import Kernel
@@ -26,7 +29,7 @@ from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph, make_group
 from search_space.rules import Policy
 from search_space.shapes import Bucket, BucketGraphs
-from search_space.space import BASELINES
+from search_space.space import BASELINES, PlanError
 
 __all__ = ["RangeEstimate", "bucket_kernels", "estimate_range"]
 
@@ -100,27 +103,30 @@ def estimate_range(
     policy: Policy | None = None,
     resident: str = "none",
 ) -> RangeEstimate:
-    """Cost one baseline's grouping (chosen on the top bucket) at every bucket.
+    """Cost a plan at every bucket: a baseline's grouping (chosen on the top bucket) at each
+    bucket's configs, or a plan file (a range plan at each shape's bucket's configs; a plan
+    of one shape only at its own).
 
     Raises:
-        AutotuneError: a plan file (a plan holds one shape); InfeasibleConfig: a group that
-            fits no config at some bucket; CostModelError: an unknown cost model.
+        PlanError: a plan file for another model, or for a range that does not hold a
+            bucket; InfeasibleConfig: a group that fits no config at some bucket;
+            CostModelError: an unknown cost model.
     """
-    if plan not in BASELINES:
-        raise AutotuneError(
-            f"--plan {plan!r} with --shape-range: a plan file holds one shape; give a "
-            f"baseline ({', '.join(BASELINES)}) or drop --shape-range"
-        )
     policy = policy or Policy()
     tgt = load_target(target, sets, precision)
-    groups, _ = plan_kernels(graphs.reference, plan, tgt, policy)
+    record = None if plan in BASELINES else read_plan(Path(plan))
+    groups = [] if record is not None else plan_kernels(graphs.reference, plan, tgt, policy)[0]
     model = make_cost_model(cost, tgt)
     out = []
     for bucket, graph in zip(graphs.buckets, graphs.graphs, strict=True):
         try:
-            kernels = bucket_kernels(graph, groups, plan, tgt, policy)
-        except InfeasibleConfig as err:
-            raise InfeasibleConfig(f"bucket {bucket.label}: {err}") from None
+            kernels = (
+                plan_kernels(graph, record, tgt, policy)[1]
+                if record is not None
+                else bucket_kernels(graph, groups, plan, tgt, policy)
+            )
+        except (InfeasibleConfig, PlanError) as err:
+            raise type(err)(f"bucket {bucket.label}: {err}") from None
         run, warm = resident_context(resident, graph, tgt)
         costs = (model if run is tgt else make_cost_model(cost, run)).evaluate(kernels, warm)
         estimate = costed(model_name, graph, tgt, plan, cost, resident, kernels, costs)

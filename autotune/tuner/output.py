@@ -14,6 +14,7 @@ from autotune.tuner.records import Candidate, TuneResult
 from autotune.tuner.session import Session
 from costmodel.spec import load_target
 from search_space.ir import Graph, empty_tensors, singleton_groups
+from search_space.shapes import structure_digest
 from search_space.space import FusionPlan, PlanBucket, PlanGroup, SpacePlan, op_hashes
 
 __all__ = ["bucket_table", "census", "graph_record", "kernel_rows", "no_work", "plan_record"]
@@ -118,6 +119,8 @@ def plan_record(
         meta=meta,
         shape_ranges=ranges,
         buckets=buckets,
+        structure=structure_digest(s.graph) if buckets else "",
+        dim_axes=s.buckets.axes if s.buckets is not None else (),
     ).named(s.graph)
 
 

@@ -18,6 +18,7 @@ from search_space.ir import Graph
 from search_space.onnx import ModelSource, declared_dims, load_graph, read_model
 from search_space.onnx.dims import bound_dim, dim_names
 from search_space.onnx.loader import WEIGHT_INPUTS_KEY
+from search_space.shapes.locate import DimAxis, dim_axes
 from search_space.shapes.ranges import Bucket, ShapeRangeError, ShapeRanges
 from search_space.zoo import ZooOptions, load_model_spec, model_axes
 
@@ -126,6 +127,7 @@ class BucketGraphs:
     ranges: ShapeRanges
     buckets: tuple[Bucket, ...]
     graphs: tuple[Graph, ...]
+    axes: tuple[DimAxis, ...] = ()  # where each ranged dim shows in the inputs (a plan's key)
 
     def __len__(self) -> int:
         return len(self.buckets)
@@ -144,8 +146,8 @@ def bucket_graphs(
     """Every bucket's graph (:meth:`ShapeRanges.buckets`, weighted by ``counts``).
 
     Raises:
-        ShapeRangeError: a range on a dim the model does not have as dynamic, or a bucket
-            whose graph differs from the others beyond its shapes.
+        ShapeRangeError: a range on a dim the model does not have as dynamic, a bucket whose
+            graph differs from the others beyond its shapes, or a dim no input axis follows.
     """
     dynamic = source.dynamic_dims()
     for r in ranges.ranges:
@@ -159,7 +161,7 @@ def bucket_graphs(
     graphs = tuple(source.graph(b.values) for b in buckets)
     for bucket, graph in zip(buckets, graphs, strict=True):
         _check_same_ops(graphs[-1], buckets[-1], graph, bucket)
-    return BucketGraphs(ranges, buckets, graphs)
+    return BucketGraphs(ranges, buckets, graphs, dim_axes(ranges, buckets, graphs))
 
 
 def _check_same_ops(ref: Graph, ref_bucket: Bucket, graph: Graph, bucket: Bucket) -> None:

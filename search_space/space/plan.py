@@ -18,6 +18,16 @@ from search_space.atomic import atomic_write_text
 from search_space.exceptions import AutofusionError, check
 from search_space.fusion import FusionContext
 from search_space.ir import GROUP_KINDS, Graph, KernelConfig
+from search_space.shapes import (
+    DimAxis,
+    ShapeRangeError,
+    ShapeRanges,
+    axes_from_json,
+    axes_json,
+    dims_of,
+    parse_range,
+    structure_digest,
+)
 from search_space.space.names import kernel_names
 
 __all__ = ["SCHEMA_VERSION", "FusionPlan", "PlanBucket", "PlanError", "PlanGroup"]
@@ -134,11 +144,16 @@ class FusionPlan:
     # configs and the fingerprint are its); none for a plan of one shape
     shape_ranges: tuple[str, ...] = ()
     buckets: tuple[PlanBucket, ...] = ()
+    # what ties a range plan to its model at any shape of the range (search_space.shapes.locate)
+    structure: str = ""
+    dim_axes: tuple[DimAxis, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         ranged = (
             {
                 "shape_ranges": list(self.shape_ranges),
+                "structure": self.structure,
+                "dim_axes": axes_json(self.dim_axes),
                 "buckets": [b.to_json() for b in self.buckets],
             }
             if self.buckets
@@ -191,6 +206,8 @@ class FusionPlan:
                 meta=dict(data.get("meta", {})),
                 shape_ranges=tuple(str(r) for r in data.get("shape_ranges", ())),
                 buckets=tuple(PlanBucket.from_json(b) for b in data.get("buckets", ())),
+                structure=str(data.get("structure", "")),
+                dim_axes=axes_from_json(data.get("dim_axes", {})),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise PlanError(f"plan is missing or has a bad field: {err}") from None
@@ -215,14 +232,19 @@ class FusionPlan:
         return replace(self, groups=groups)
 
     def check_model(self, graph: Graph) -> None:
-        """Raise :class:`PlanError` unless the plan was made for this graph."""
+        """Raise :class:`PlanError` unless the plan was made for this graph (a range plan:
+        for this graph at any shape of its range)."""
         fp = graph.fingerprint()
-        check(
-            self.fingerprint == fp,
-            f"plan was made for a different model (fingerprint {self.fingerprint}, this model "
-            f"is {fp}); re-tune for this model or pass the model the plan was made for",
-            PlanError,
-        )
+        if self.buckets and self.fingerprint != fp:
+            self.bucket_of(graph)
+        else:
+            check(
+                self.fingerprint == fp,
+                f"plan was made for a different model (fingerprint {self.fingerprint}, this "
+                f"model is {fp}); re-tune for this model or pass the model the plan was made "
+                "for",
+                PlanError,
+            )
         seen: set[str] = set()
         for g in self.groups:
             for op in g.ops:
@@ -244,6 +266,58 @@ class FusionPlan:
                     f"{verdict.reason}; re-create the plan",
                     PlanError,
                 )
+
+    def bucket_of(self, graph: Graph) -> PlanBucket:
+        """A range plan's bucket for ``graph``: the model at one shape of the range, which
+        runs with the next bucket's configs.
+
+        Raises:
+            PlanError: another model (its ops differ), or a shape outside the range.
+        """
+        check(
+            self.structure == structure_digest(graph),
+            "plan was made for a different model (its ops differ from this model's); re-tune "
+            "for this model or pass the model the plan was made for",
+            PlanError,
+        )
+        edges: dict[str, set[int]] = {}
+        for b in self.buckets:
+            for k, v in b.dims:
+                edges.setdefault(k, set()).add(v)
+        try:
+            parsed = tuple(parse_range(r) for r in self.shape_ranges)
+            ranges = ShapeRanges(parsed, {k: tuple(sorted(v)) for k, v in edges.items()})
+            key = ranges.bucket_of(dims_of(graph, self.dim_axes))
+        except ShapeRangeError as err:
+            raise PlanError(f"this shape is not the plan's: {err}") from None
+        return next(b for b in self.buckets if b.dims == key)
+
+    def at_shape(self, graph: Graph) -> FusionPlan:
+        """The plan for ``graph`` alone (one shape of a range plan's range): its groups at the
+        configs of the shape's bucket, its figures where the shape is the bucket's own; a plan
+        of one shape as it is.
+
+        Raises:
+            PlanError: what :meth:`bucket_of` raises.
+        """
+        if not self.buckets:
+            return self
+        b = self.bucket_of(graph)
+        exact = dims_of(graph, self.dim_axes) == dict(b.dims)
+        groups = tuple(replace(g, config=c) for g, c in zip(self.groups, b.configs, strict=True))
+        meta = {k: v for k, v in self.meta.items() if k != "kernels"} | {"bucket": b.label}
+        return replace(
+            self,
+            fingerprint=graph.fingerprint(),
+            groups=groups,
+            predicted_us=b.predicted_us if exact else None,
+            measured_us=b.simulated_us if exact else None,
+            meta=meta,
+            shape_ranges=(),
+            buckets=(),
+            structure="",
+            dim_axes=(),
+        )
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         return atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")

@@ -82,7 +82,10 @@ def test_the_table_lists_every_bucket() -> None:
         (("--shape-range", "width=1..4"), "'width' is not a dynamic dim of the model"),
         (("--buckets", "seq=16,64"), "--buckets and --traffic divide a --shape-range"),
         (("--shape-range", "batch=1..4", "--batch", "2"), "--batch and --shape-range batch"),
-        (("--shape-range", "seq=16..64", "--plan", "plan.json"), "a plan file holds one shape"),
+        (
+            ("--shape-range", "seq=16..64", "--plan", "nowhere.json"),
+            "plan file 'nowhere.json' not found",
+        ),
     ],
 )
 def test_bad_ranges_are_one_line_and_exit_1(extra: tuple[str, ...], says: str) -> None:

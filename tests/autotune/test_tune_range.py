@@ -161,3 +161,60 @@ def test_a_search_on_few_buckets_measures_its_best_plans_at_every_bucket(tmp_pat
     sources = [c["source"] for c in plan["meta"]["candidates"]]
     assert sources and all(s.endswith("every bucket") for s in sources)
     assert plan["meta"]["source"].endswith("every bucket")
+
+
+def _saved(tuned: dict[str, Any], tmp_path: Path) -> Path:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(tuned))
+    return path
+
+
+def test_estimate_runs_a_range_plan_at_every_bucket_as_it_was_simulated(
+    tuned: dict[str, Any], tmp_path: Path
+) -> None:
+    """The plan read back at each bucket's shape (its ops' digest and input axes tell the
+    bucket) costs on the simulator what the study simulated there."""
+    path = _saved(tuned, tmp_path)
+    res = run("estimate", *MODEL, *RANGES, "--plan", str(path), "--cost", "simulator", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    for got, want in zip(doc["buckets"], tuned["buckets"], strict=True):
+        assert got["dims"] == want["dims"]
+        assert got["latency"]["us"] == pytest.approx(want["simulated_us"], rel=1e-9)
+        assert [k["config"] for k in got["kernels"]] == want["configs"]
+
+
+def test_a_shape_between_buckets_runs_at_the_next_buckets_configs(
+    tuned: dict[str, Any], tmp_path: Path
+) -> None:
+    path = _saved(tuned, tmp_path)
+    res = run("estimate", *MODEL, "--batch", "2", "--seq-len", "20", "--plan", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    (bucket,) = [b for b in tuned["buckets"] if b["dims"] == {"batch": 2, "seq": 32}]
+    assert [k["config"] for k in doc["kernels"]] == bucket["configs"]
+    plan = read_plan(path, _bucket_graph({"batch": 2, "seq": 20}))  # it belongs to the model
+    alone = plan.at_shape(_bucket_graph({"batch": 2, "seq": 20}))
+    assert alone.meta["bucket"] == "batch=2,seq=32" and alone.measured_us is None
+    exact = plan.at_shape(_bucket_graph({"batch": 2, "seq": 32}))
+    assert exact.measured_us == bucket["simulated_us"] and not exact.buckets
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        (("--batch", "2", "--seq-len", "64"), "seq=64 is outside the range seq=16..32"),
+        (("--batch", "3", "--seq-len", "16"), "batch=3 is outside the range batch=1..2"),
+        (("--layers", "2", "--batch", "2", "--seq-len", "32"), "its ops differ from this model's"),
+    ],
+)
+def test_a_range_plan_refuses_shapes_and_models_it_does_not_hold(
+    tuned: dict[str, Any], tmp_path: Path, model: tuple[str, ...], says: str
+) -> None:
+    path = _saved(tuned, tmp_path)
+    base = ["zoo:bert-base", "--scale", "0.25"]
+    if "--layers" not in model:
+        base += ["--layers", "1"]
+    res = run("estimate", *base, *model, "--plan", str(path))
+    assert res.exit_code == 1, res.output
+    assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -18,6 +18,8 @@ __all__ = ["CATEGORIES", "input_cases"]
 CATEGORIES = ("storage", "range", "nesting", "start-up", "network")
 TUNE = ("tune", "{valid}", "--cost", "analytic", "--polish", "0", "--trials", "1")
 PLAN = ("-o", "{tmp}/p.json")
+ZOO = ("zoo:bert-base", "--layers", "1", "--scale", "0.25", "--shape-range", "seq=8..16")
+TUNE_RANGED = ("tune", *ZOO, "--cost", "analytic", "--polish", "0", "--trials", "1")
 FRESH = (*PLAN, "--storage", "{tmp}/s.journal")
 CALIBRATE = ("calibrate", "--models", "{valid}", "--samples", "2", "-o", "{tmp}/t.parquet")
 NOT_OPS = "is not an optuna journal operation"
@@ -83,6 +85,38 @@ RANGES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("calibrate_dask_timeout_inf", (*CALIBRATE, "--dask-timeout", "inf"), 1, "--dask-timeout"),
     ("calibrate_hw_weight_inf", (*CALIBRATE, "--hardware-weight", "inf"), 1, "--hardware-weight"),
     ("calibrate_hw_weight_-1", (*CALIBRATE, "--hardware-weight", "-1"), 1, "--hardware-weight"),
+    # shape ranges (issue 49): a dim the model does not have, a range upside down, buckets
+    # without a range, a traffic file that is not there, no bucket to search on
+    (
+        "tune_range_static_dim",
+        (*TUNE, "--shape-range", "seq=1..8", *FRESH),
+        1,
+        "not a dynamic dim",
+    ),
+    (
+        "tune_range_upside_down",
+        (*TUNE, "--shape-range", "n=9..3", *FRESH),
+        1,
+        "lo 9 is above hi 3",
+    ),
+    (
+        "estimate_buckets_alone",
+        ("estimate", "{valid}", "--buckets", "n=1,2"),
+        1,
+        "divide a --shape",
+    ),
+    (
+        "tune_range_traffic_missing",
+        (*TUNE_RANGED, "--traffic", "{tmp}/none.csv", *FRESH),
+        1,
+        "cannot read it as csv",
+    ),
+    (
+        "tune_search_buckets_0",
+        (*TUNE_RANGED, "--search-buckets", "0", *FRESH),
+        1,
+        "--search-buckets",
+    ),
     (
         "zoo_export_seed_-1",
         ("zoo", "export", "bert-base", "-o", "{tmp}/m.onnx", "--seed", "-1"),
@@ -140,7 +174,7 @@ def _nesting(case: type[Case]) -> list[Case]:
 
 def _start_up(case: type[Case]) -> list[Case]:
     """Ctrl-C to a real ``autotune tune`` as it starts: once it has loaded numpy (the
-    command line's imports) and once pandas (``--trials``'s check, as the command line is
+    command line's imports) and once onnx (a flag's check imports it, as the command line is
     read); either way before the study."""
     written = ("{tmp}/p.json", "{tmp}/s.journal")
     argv = ("tune", "{valid}", "--cost", "analytic", "--trials", "50", *FRESH)

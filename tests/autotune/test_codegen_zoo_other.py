@@ -23,8 +23,13 @@ MODELS = {
 EXPORTED = ["bert_dynamo.onnx", "resnet18_dynamo.onnx"]
 
 
-@pytest.mark.parametrize("plan", ["none", "greedy", "max"])
-@pytest.mark.parametrize("name", list(MODELS))
+# every op alone ("none") for one encoder and one CNN: the others' lone ops take the same
+# templates; experiments/bench_codegen.py generates every zoo model under every plan
+CASES = [(m, p) for m in MODELS for p in ("none", "greedy", "max")]
+SAMPLED = [c for c in CASES if c[1] != "none" or c[0] in ("bert-base", "resnet50")]
+
+
+@pytest.mark.parametrize(("name", "plan"), SAMPLED)
 def test_generated_model_reproduces_onnxruntime(name: str, plan: str, tmp_path) -> None:
     check_zoo_model(name, plan, tmp_path / "pkg", **MODELS[name])
 

@@ -73,7 +73,9 @@ def test_a_range_plan_fuses_a_dynamic_model_that_runs_at_every_shape(
     assert plan["dim_axes"] == {"batch": ["x", 0, 0], "seq": ["x", 1, 0]}
     assert any(len(g["ops"]) > 1 for g in plan["groups"])  # something is fused
     fused_path = tmp_path / "fused.onnx"
-    res = run("apply", str(path), str(plan_path), "--input-shape", "x=3x20x32", "-o", str(fused_path))
+    res = run(
+        "apply", str(path), str(plan_path), "--input-shape", "x=3x20x32", "-o", str(fused_path)
+    )
     assert res.exit_code == 0, res.output
     fused = onnx.load(fused_path)
     dims = [d.dim_param for d in fused.graph.input[0].type.tensor_type.shape.dim[:2]]

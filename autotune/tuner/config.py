@@ -27,6 +27,9 @@ SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
 SEEDS = 2**32  # a seed is < this: numpy's legacy seeding, which Optuna's samplers use
 
 
+SEARCH_BUCKETS = 4  # a range study's search weighs this many buckets (the rest at the end)
+
+
 @dataclass(frozen=True)
 class TuneConfig:
     """Everything ``autotune tune`` takes besides the model (flags map one to one)."""
@@ -53,7 +56,7 @@ class TuneConfig:
     polish: int = 1
     dataset: str | None = None
     policy: Policy = field(default_factory=Policy)
-    search_buckets: int = 4  # shape ranges: buckets the search weighs (the rest: at the end)
+    search_buckets: int = SEARCH_BUCKETS  # shape ranges: buckets the search weighs
 
     @property
     def multi(self) -> bool:

@@ -264,6 +264,16 @@ class Evaluator:
                 self.rows.append(r)
                 self._pending.append(r)
 
+    @property
+    def pending(self) -> int:
+        """Rows measured since the model last took them."""
+        return len(self._pending)
+
+    def take_pending(self) -> list[Measurement]:
+        """The rows measured since the last call, for a refit (one refit takes them once)."""
+        out, self._pending = self._pending, []
+        return out
+
     def retrain(self, force: bool = False) -> bool:
         """Refit a model that learns on the measured rows when enough new ones have come in."""
         if not self.model.learns or not self._pending:
@@ -271,8 +281,7 @@ class Evaluator:
         if len(self._pending) < self.retrain_every and not force:
             return False
         before = self.model.version
-        self.model.update(self._pending)
-        self._pending = []
+        self.model.update(self.take_pending())
         if self.model.version == before:  # too few rows yet for a refit
             return False
         self.refits += 1

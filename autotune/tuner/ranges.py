@@ -17,6 +17,7 @@ every bucket's configs follow the refit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -24,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.tuner.config import SEARCH_BUCKETS
 from autotune.tuner.evaluator import Evaluator
 from autotune.tuner.records import MeasureResult
 from costmodel.base import CostModel
 from costmodel.exceptions import CostModelError
 from costmodel.kernel import Kernel
-from costmodel.measure import Measurement
+from costmodel.measure import Measurement, merge_table
 from costmodel.oracle import CostOracle
 from costmodel.registry import make_cost_model
 from costmodel.spec import Target
@@ -39,9 +41,8 @@ from search_space.rules import Policy
 from search_space.shapes import Bucket, BucketGraphs, representatives
 from search_space.space import SpacePlan
 
-__all__ = ["SEARCH_BUCKETS", "BucketPlan", "RangeEvaluator", "range_suffix"]
+__all__ = ["BucketPlan", "RangeEvaluator", "range_suffix"]
 
-SEARCH_BUCKETS = 4  # buckets a range study searches on by default (--search-buckets)
 FINAL = 4  # candidates measured at every bucket before the pick
 
 
@@ -63,7 +64,8 @@ class BucketPlan:
 
 
 class _Bucket:
-    """One bucket's graph, its evaluator and the oracle that picks its configs."""
+    """One bucket's graph, its evaluator and the oracle that picks its configs (made on first
+    use: the top bucket's configs are the trial's own, and it never needs one)."""
 
     def __init__(
         self,
@@ -75,11 +77,20 @@ class _Bucket:
         **kw: Any,
     ) -> None:
         self.bucket, self.graph = bucket, graph
+        self.target, self.model, self.policy = target, model, policy
         self.ev = Evaluator(graph, target, model, **kw)
-        ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
-        rank = make_cost_model("analytic", target)
-        self.oracle = CostOracle(graph, target, model=model, ctx=ctx, rank_model=rank)
         self._groups: dict[tuple[str, ...], FusionGroup] = {}
+
+    @functools.cached_property
+    def oracle(self) -> CostOracle:
+        ctx = FusionContext(self.graph, self.policy.no_fusion_ops, self.policy.max_fused_ops)
+        rank = make_cost_model("analytic", self.target)
+        return CostOracle(self.graph, self.target, model=self.model, ctx=ctx, rank_model=rank)
+
+    def refresh(self) -> None:
+        """The best configs follow a refitted model (an oracle not made yet has none)."""
+        if "oracle" in vars(self):
+            self.oracle.refresh()
 
     def group(self, g: FusionGroup) -> FusionGroup:
         """The top bucket's group on this bucket's graph (the same ops)."""
@@ -134,8 +145,8 @@ class RangeEvaluator:
         self.model, self.target = model, target
         self.retrain_every = retrain_every
         self.refits = 0
-        self._fed = [0] * len(self.buckets)
-        self._plans: dict[str, list[BucketPlan]] = {}
+        # (plan key, bucket) -> the plan there: only the buckets that weigh are ever asked
+        self._plans: dict[tuple[str, int], SpacePlan | None] = {}
         self._measured: dict[tuple[str, bool], MeasureResult] = {}
         # plan key -> what was simulated: each bucket's plan and latency (None: not run)
         self.measured_at: dict[str, list[tuple[BucketPlan, float | None]]] = {}
@@ -166,15 +177,20 @@ class RangeEvaluator:
         """Each kernel's predicted latency at the top bucket."""
         return self.top.kernel_latencies(plan)
 
+    def at(self, plan: SpacePlan, i: int, key: str | None = None) -> SpacePlan | None:
+        """The plan at bucket ``i``: the top bucket's as given, another's at its configs
+        (``key``: the plan's, when the caller has it)."""
+        if i == len(self.buckets) - 1:
+            return plan
+        k = (key or plan.key(), i)
+        if k not in self._plans:
+            self._plans[k] = self.buckets[i].at(plan)
+        return self._plans[k]
+
     def expand(self, plan: SpacePlan) -> list[BucketPlan]:
-        """The plan at every bucket: the top bucket's as given, each other's at its configs."""
+        """The plan at every bucket."""
         key = plan.key()
-        if key not in self._plans:
-            *rest, _ = self.buckets
-            self._plans[key] = [BucketPlan(b.bucket, b.at(plan)) for b in rest] + [
-                BucketPlan(self.buckets[-1].bucket, plan)
-            ]
-        return self._plans[key]
+        return [BucketPlan(b.bucket, self.at(plan, i, key)) for i, b in enumerate(self.buckets)]
 
     def score(self, plan: SpacePlan) -> float:
         """The traffic-weighted predicted latency (us) under the current model."""
@@ -184,26 +200,20 @@ class RangeEvaluator:
         """As :meth:`score`, under the study model's prior."""
         return self._weighted(plan, lambda ev, p: ev.prior_score(p))
 
-    def bucket_scores(self, plan: SpacePlan) -> list[float]:
-        """Each bucket's predicted latency (``inf`` where the plan cannot run)."""
-        return [
-            math.inf if bp.plan is None else b.ev.score(bp.plan)
-            for b, bp in zip(self.buckets, self.expand(plan), strict=True)
-        ]
-
     def weight(self, i: int) -> float:
         """Bucket ``i``'s weight in scores and measurements now: its representative's share
         while searching, its own once :meth:`finish` has run."""
         return self.buckets[i].bucket.weight if self.full else self.search.get(i, 0.0)
 
     def _weighted(self, plan: SpacePlan, one: Any) -> float:
-        total = 0.0
-        for i, (b, bp) in enumerate(zip(self.buckets, self.expand(plan), strict=True)):
+        total, key = 0.0, plan.key()
+        for i, b in enumerate(self.buckets):
             if self.weight(i) == 0:
                 continue
-            if bp.plan is None:
+            here = self.at(plan, i, key)
+            if here is None:
                 return math.inf
-            total += self.weight(i) * one(b.ev, bp.plan)
+            total += self.weight(i) * one(b.ev, here)
         return total
 
     def prefetch(self, plans: Sequence[SpacePlan], prior: bool = False) -> None:
@@ -214,7 +224,7 @@ class RangeEvaluator:
                 continue
             if b.ev is not self.top:
                 b.oracle.prefetch(b.group(g) for p in plans for g in p.groups)
-            here = [self.expand(p)[i].plan for p in plans]
+            here = [self.at(p, i) for p in plans]
             b.ev.prefetch([p for p in here if p is not None], prior)
 
     def measure(self, plan: SpacePlan) -> MeasureResult:
@@ -227,7 +237,10 @@ class RangeEvaluator:
 
     def _measure(self, plan: SpacePlan, key: str) -> MeasureResult:
         total, each = 0.0, list[tuple[BucketPlan, float | None]]()
-        for i, (b, bp) in enumerate(zip(self.buckets, self.expand(plan), strict=True)):
+        for i, b in enumerate(self.buckets):
+            bp = BucketPlan(
+                b.bucket, self.at(plan, i, key) if self.full or self.weight(i) else None
+            )
             if self.weight(i) == 0:
                 each.append((bp, None))
                 continue
@@ -252,22 +265,19 @@ class RangeEvaluator:
     def retrain(self, force: bool = False) -> bool:
         """Refit a model that learns on every bucket's new rows together (and every bucket's
         configs follow it)."""
-        pending = [
-            r for b, fed in zip(self.buckets, self._fed, strict=True) for r in b.ev.rows[fed:]
-        ]
-        if not self.model.learns or not pending:
+        waiting = sum(b.ev.pending for b in self.buckets)
+        if not self.model.learns or not waiting:
             return False
-        if len(pending) < self.retrain_every and not force:
+        if waiting < self.retrain_every and not force:
             return False
         before = self.model.version
-        self.model.update(pending)
-        self._fed = [len(b.ev.rows) for b in self.buckets]
+        self.model.update([r for b in self.buckets for r in b.ev.take_pending()])
         if self.model.version == before:
             return False
         self.refits += 1
         self._plans.clear()  # each bucket's best configs under the refitted model
         for b in self.buckets:
-            b.oracle.refresh()
+            b.refresh()
         return True
 
     def load_rows(self, path: Path) -> int:
@@ -275,6 +285,6 @@ class RangeEvaluator:
         return self.top.load_rows(path)
 
     def save_rows(self, path: Path) -> None:
-        """Every bucket's rows, merged into the run's dataset."""
-        for b in self.buckets:
-            b.ev.save_rows(path)
+        """Every bucket's rows, merged into the run's dataset in one write."""
+        if self.rows:
+            merge_table(self.rows, path)

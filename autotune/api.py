@@ -116,21 +116,14 @@ def tune(
     for every bucket, a config table per bucket."""
     from autotune.tuner import make_safety
     from costmodel.spec import load_target
-    from search_space.shapes import (
-        ShapeRanges,
-        ZooShapes,
-        bucket_graphs,
-        read_traffic,
-        shape_source,
-    )
+    from search_space.shapes import load_buckets, shape_source, zoo_at
 
     ranged = None
     if shape_ranges:
-        ranges = ShapeRanges.parse(shape_ranges, buckets)
-        counts = None if traffic is None else read_traffic(Path(traffic), ranges)
-        ranged = bucket_graphs(shape_source(model, zoo, input_shapes), ranges, counts)
-        if isinstance(model, str) and model.startswith("zoo:"):  # safe mode's: the top's
-            zoo = ZooShapes(model[4:], zoo or ZooOptions()).options_at(ranged.buckets[-1].values)
+        where = None if traffic is None else Path(traffic)
+        symbolic = shape_source(model, zoo, input_shapes)
+        ranged = load_buckets(symbolic, shape_ranges, buckets, where)
+        zoo = zoo_at(model, zoo, ranged.buckets[-1].values)  # safe mode's: the top's
     source = resolve_model(model, zoo) if isinstance(model, str) else model
     graph = load_graph(source, input_shapes=input_shapes) if ranged is None else ranged.reference
     name = model.removeprefix("zoo:") if isinstance(model, str) else "model"

@@ -29,18 +29,16 @@ from search_space.fusion import FusionContext
 from search_space.ir import FusionGroup, Graph, make_group
 from search_space.rules import Policy
 from search_space.shapes import Bucket, BucketGraphs
-from search_space.space import BASELINES, PlanError
+from search_space.space import BASELINES, PlanError, baseline_config
 
 __all__ = ["RangeEstimate", "bucket_kernels", "estimate_range"]
-
-_BEST = ("max", "optimal")  # baselines whose groups run at the model's best config
 
 
 def bucket_kernels(
     graph: Graph, groups: Sequence[FusionGroup], plan: str, target: Target, policy: Policy
 ) -> list[Kernel]:
     """The top bucket's ``groups`` on another bucket's ``graph``, each lowered at that
-    bucket's config under the baseline's rule.
+    bucket's config under the baseline's rule (:func:`search_space.space.baseline_config`).
 
     Raises:
         InfeasibleConfig: a group no config of which fits a buffer at this bucket.
@@ -48,16 +46,12 @@ def bucket_kernels(
     ctx = FusionContext(graph, policy.no_fusion_ops, policy.max_fused_ops)
     oracle = CostOracle(graph, target, ctx=ctx)
     mine = [make_group(graph, g.ops, g.kind) for g in groups]
-    configs = []
-    for g in mine:
-        if plan in _BEST:
-            config, cost = oracle.best(g)
-            if cost == float("inf"):
-                raise InfeasibleConfig(f"no config of kernel {g.ops[0]!r} fits at this shape")
-        else:
-            config = oracle.default(g)
-        configs.append(config)
-    return [oracle.lowering.kernel(g, c) for g, c in zip(mine, configs, strict=True)]
+    kernels = [oracle.lowering.kernel(g, baseline_config(plan, oracle, g)) for g in mine]
+    for k in kernels:
+        ok, why = k.feasible(target.spec)
+        if not ok:
+            raise InfeasibleConfig(f"kernel '{k.name}' ({k.config.short()}) at this shape: {why}")
+    return kernels
 
 
 @dataclass(frozen=True)

@@ -182,21 +182,17 @@ class ModelOptions:
             AutofusionError: a bad range, bucket list or traffic file; a zoo flag that fixes
                 a ranged dim; a range on a dim the model does not have as dynamic.
         """
-        from search_space.shapes import ShapeRanges, bucket_graphs, read_traffic
+        from search_space.shapes import load_buckets, parse_range
 
-        ranges = ShapeRanges.parse(self.shaped.ranges, self.shaped.buckets)
-        counts = None if self.shaped.traffic is None else read_traffic(self.shaped.traffic, ranges)
-        return bucket_graphs(self._shape_source(model, ranges.names), ranges, counts)
+        s = self.shaped
+        source = self._shape_source(model, [parse_range(r).name for r in s.ranges])
+        return load_buckets(source, s.ranges, s.buckets, s.traffic)
 
     def zoo_at(self, model: str, values: Mapping[str, int]) -> ZooOptions:
         """The zoo options that build MODEL at a bucket's ``values`` (as given for a file)."""
-        from search_space.shapes import ZooShapes
+        from search_space.shapes import zoo_at
 
-        return (
-            ZooShapes(model[4:], self.zoo).options_at(values)
-            if model.startswith("zoo:")
-            else self.zoo
-        )
+        return zoo_at(model, self.zoo, values) or self.zoo
 
     def _shape_source(self, model: str, ranged: Sequence[str]) -> ShapeSource:
         from search_space.shapes import shape_source

@@ -101,11 +101,13 @@ def report(
 
 def _print_buckets(rep: dict[str, Any]) -> None:
     """A range plan's buckets: each one's weight and latency (the kernels below: the top's)."""
+    from search_space.shapes import dims_label
+
     table = Table(title=f"buckets over {', '.join(rep['shape_ranges'])} (kernels below: the last)")
     for col in ("bucket", "weight", "us predicted", "us simulated"):
         table.add_column(col, justify="left" if col == "bucket" else "right")
     for b in rep["buckets"]:
-        label = ",".join(f"{k}={v}" for k, v in b["dims"].items())
+        label = dims_label(b["dims"].items())
         table.add_row(label, f"{b['weight']:.3f}", _us(b["predicted_us"]), _us(b["simulated_us"]))
     out.print(table)
 

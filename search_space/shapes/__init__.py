@@ -23,6 +23,7 @@ from search_space.shapes.ranges import (
     DimRange,
     ShapeRangeError,
     ShapeRanges,
+    dims_label,
     parse_buckets,
     parse_range,
     pow2_edges,
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
         ShapeSource,
         ZooShapes,
         bucket_graphs,
+        load_buckets,
         shape_source,
+        zoo_at,
     )
 
 __all__ = [
@@ -54,7 +57,9 @@ __all__ = [
     "axes_json",
     "bucket_graphs",
     "dim_axes",
+    "dims_label",
     "dims_of",
+    "load_buckets",
     "parse_buckets",
     "parse_range",
     "pow2_edges",
@@ -62,10 +67,20 @@ __all__ = [
     "representatives",
     "shape_source",
     "structure_digest",
+    "zoo_at",
 ]
 
 _INSTANCES = frozenset(
-    {"BucketGraphs", "OnnxShapes", "ShapeSource", "ZooShapes", "bucket_graphs", "shape_source"}
+    {
+        "BucketGraphs",
+        "OnnxShapes",
+        "ShapeSource",
+        "ZooShapes",
+        "bucket_graphs",
+        "load_buckets",
+        "shape_source",
+        "zoo_at",
+    }
 )
 
 

@@ -10,8 +10,11 @@ in the same order): one set of fusion decisions holds for all of them.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from search_space.ir import Graph
@@ -20,6 +23,7 @@ from search_space.onnx.dims import bound_dim, dim_names
 from search_space.onnx.loader import WEIGHT_INPUTS_KEY
 from search_space.shapes.locate import DimAxis, dim_axes
 from search_space.shapes.ranges import Bucket, ShapeRangeError, ShapeRanges
+from search_space.shapes.traffic import read_traffic
 from search_space.zoo import ZooOptions, load_model_spec, model_axes
 
 __all__ = [
@@ -48,9 +52,10 @@ class OnnxShapes:
     source: ModelSource
     fixed: Mapping[str, Sequence[int]] = dataclasses.field(default_factory=dict)
 
+    @functools.cached_property
     def _inputs(self) -> dict[str, list[int | str]]:
         """Fed graph inputs (not initializers, not weights stood in as inputs) with their
-        declared dims."""
+        declared dims (the model read once, not once per bucket)."""
         model, _ = read_model(self.source)
         meta = {p.key: p.value for p in model.metadata_props}
         skip = {t.name for t in model.graph.initializer} | set(_weights(meta))
@@ -62,7 +67,7 @@ class OnnxShapes:
 
     def dynamic_dims(self) -> tuple[str, ...]:
         names: dict[str, None] = {}
-        for dims in self._inputs().values():
+        for dims in self._inputs.values():
             for d in dims:
                 names.update(dict.fromkeys(sorted(dim_names(d))))
         return tuple(names)
@@ -71,7 +76,7 @@ class OnnxShapes:
         """The model with its dims bound to ``values`` (an input a name of which has no
         value is left for the loader, which asks for its shape)."""
         shapes: dict[str, Sequence[int]] = dict(self.fixed)
-        for name, dims in self._inputs().items():
+        for name, dims in self._inputs.items():
             bound = [bound_dim(d, values) for d in dims]
             if dims and all(b is not None for b in bound):
                 shapes[name] = tuple(int(b) for b in bound if b is not None)
@@ -79,8 +84,6 @@ class OnnxShapes:
 
 
 def _weights(meta: Mapping[str, str]) -> list[str]:
-    import json
-
     return list(json.loads(meta.get(WEIGHT_INPUTS_KEY, "[]")))
 
 
@@ -117,6 +120,34 @@ def shape_source(
     if isinstance(model, str) and model.startswith("zoo:"):
         return ZooShapes(model[4:], zoo or ZooOptions())
     return OnnxShapes(model, dict(input_shapes or {}))
+
+
+def zoo_at(
+    model: str | ModelSource, zoo: ZooOptions | None, values: Mapping[str, int]
+) -> ZooOptions | None:
+    """The zoo options that build MODEL at a bucket's ``values`` (``zoo`` as given for a file:
+    its graph is bound by its inputs)."""
+    if isinstance(model, str) and model.startswith("zoo:"):
+        return ZooShapes(model[4:], zoo or ZooOptions()).options_at(values)
+    return zoo
+
+
+def load_buckets(
+    source: ShapeSource,
+    ranges: Sequence[str],
+    buckets: Sequence[str] = (),
+    traffic: Path | None = None,
+) -> BucketGraphs:
+    """MODEL at every bucket of the ``--shape-range``s, cut by ``--buckets`` and weighted by
+    ``--traffic`` (what ``tune`` and ``estimate`` take, and ``autotune.tune``).
+
+    Raises:
+        ShapeRangeError: what :meth:`ShapeRanges.parse`, :func:`read_traffic` and
+            :func:`bucket_graphs` raise.
+    """
+    parsed = ShapeRanges.parse(ranges, buckets)
+    counts = None if traffic is None else read_traffic(traffic, parsed)
+    return bucket_graphs(source, parsed, counts)
 
 
 @dataclass(frozen=True)

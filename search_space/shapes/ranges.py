@@ -22,6 +22,7 @@ __all__ = [
     "DimRange",
     "ShapeRangeError",
     "ShapeRanges",
+    "dims_label",
     "parse_buckets",
     "parse_range",
     "pow2_edges",
@@ -131,6 +132,11 @@ def _checked_edges(text: str, values: list[int], r: DimRange) -> tuple[int, ...]
     return tuple(values)
 
 
+def dims_label(dims: Iterable[tuple[str, int]]) -> str:
+    """``batch=4,seq=128``: a bucket's name in tables and plan files."""
+    return ",".join(f"{k}={v}" for k, v in dims)
+
+
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One concrete instance of the model: an edge per ranged dim, and its share of the
@@ -145,8 +151,7 @@ class Bucket:
 
     @property
     def label(self) -> str:
-        """``batch=4,seq=128``: the bucket's name in tables, parameters and plan files."""
-        return ",".join(f"{k}={v}" for k, v in self.dims)
+        return dims_label(self.dims)
 
 
 @dataclass(frozen=True)

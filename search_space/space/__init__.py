@@ -3,7 +3,13 @@ baselines beside it (none, greedy, max, the exact optimal) and the persisted pla
 
 from __future__ import annotations
 
-from search_space.space.baselines import BASELINES, baseline_partition, baseline_plan, plan_cost
+from search_space.space.baselines import (
+    BASELINES,
+    baseline_config,
+    baseline_partition,
+    baseline_plan,
+    plan_cost,
+)
 from search_space.space.classes import op_hashes
 from search_space.space.memory import peak_live_bytes
 from search_space.space.names import kernel_names
@@ -39,6 +45,7 @@ __all__ = [
     "SearchSpace",
     "SpacePlan",
     "TrialLike",
+    "baseline_config",
     "baseline_partition",
     "baseline_plan",
     "build_space",

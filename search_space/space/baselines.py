@@ -8,16 +8,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from search_space.exceptions import AutofusionError
 from search_space.fusion import FusionContext
+from search_space.ir import FusionGroup, KernelConfig
 from search_space.rules import Policy, greedy, policy_rules
 from search_space.space.search import GroupOracle, SpacePlan
 
 __all__ = [
     "BASELINES",
+    "baseline_config",
     "baseline_partition",
     "baseline_plan",
     "plan_cost",
@@ -87,10 +88,13 @@ def baseline_plan(
     """A baseline as groups + configs (default configs for none/greedy, best for max/optimal)."""
     partition = baseline_partition(kind, ctx, oracle, policy, **kw)
     groups = tuple(ctx.to_groups(partition))
-    pick: Callable = (
-        oracle.default if kind in ("none", "greedy") else (lambda g: oracle.best(g)[0])
-    )
-    return SpacePlan(groups, tuple(pick(g) for g in groups))
+    return SpacePlan(groups, tuple(baseline_config(kind, oracle, g) for g in groups))
+
+
+def baseline_config(kind: str, oracle: GroupOracle, group: FusionGroup) -> KernelConfig:
+    """A baseline's config of one group: the default for none and greedy (what a rulebook
+    compiler runs), the oracle's best for max and optimal."""
+    return oracle.default(group) if kind in ("none", "greedy") else oracle.best(group)[0]
 
 
 def plan_cost(plan: SpacePlan, oracle: GroupOracle) -> float:

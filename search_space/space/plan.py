@@ -24,6 +24,7 @@ from search_space.shapes import (
     ShapeRanges,
     axes_from_json,
     axes_json,
+    dims_label,
     dims_of,
     parse_range,
     structure_digest,
@@ -99,7 +100,7 @@ class PlanBucket:
 
     @property
     def label(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.dims)
+        return dims_label(self.dims)
 
     def to_json(self) -> dict[str, Any]:
         return {

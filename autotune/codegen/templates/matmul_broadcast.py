@@ -23,14 +23,12 @@ from autotune.codegen.source import Body
 from autotune.codegen.templates.common import (
     KernelSource,
     check_outputs,
-    finish,
     next_pow2,
     store,
 )
 from autotune.codegen.templates.matmul import (
     cube_constexprs,
     cube_tiles,
-    dot_dtype,
     tile_body,
     tile_vars,
 )
@@ -170,17 +168,4 @@ def matmul_broadcast_kernel(
     tiles = first.nb * tiles_m * tiles_n
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), ("TILE_E", tile_e), ("BLOCK_E", next_pow2(tile_e))]
-    return finish(
-        name,
-        graph,
-        group,
-        config,
-        ph.io,
-        body,
-        tiles,
-        consts,
-        "matmul_broadcast",
-        outputs=ph.outputs,
-        scratch=ph.scratch,
-        dot_dtype=dot_dtype(ph.head_io, ph.prods),
-    )
+    return ph.finish(name, graph, group, config, body, tiles, consts, "matmul_broadcast")

@@ -25,13 +25,11 @@ from autotune.codegen.templates.common import (
     KernelSource,
     block_of,
     check_outputs,
-    finish,
 )
 from autotune.codegen.templates.matmul import (
     PRODUCTS,
     cube_constexprs,
     cube_tiles,
-    dot_dtype,
     tile_body,
     tile_lanes,
 )
@@ -109,18 +107,4 @@ def matmul_rows_kernel(
     tiles = first.nb * tiles_m
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), *row_constexprs(tm, block_of(tm), tile_c)]
-    dots = dot_dtype(ph.head_io, ph.prods)
-    return finish(
-        name,
-        graph,
-        group,
-        config,
-        ph.io,
-        body,
-        tiles,
-        consts,
-        "matmul_rows",
-        outputs=ph.outputs,
-        scratch=ph.scratch,
-        dot_dtype=dots,
-    )
+    return ph.finish(name, graph, group, config, body, tiles, consts, "matmul_rows")

@@ -25,12 +25,11 @@ from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, evaluate, offset, same_index, sample
 from autotune.codegen.pull import Anchor, Pull, lanes
 from autotune.codegen.source import Body, paren
-from autotune.codegen.templates.common import KernelSource, check_outputs, finish, next_pow2, store
+from autotune.codegen.templates.common import KernelSource, check_outputs, next_pow2, store
 from autotune.codegen.templates.matmul import (
     PRODUCTS,
     cube_constexprs,
     cube_tiles,
-    dot_dtype,
     placement,
     tile_body,
 )
@@ -222,20 +221,7 @@ def matmul_window_kernel(
     tiles = images * band.bands
     body.nest(f"for tile in range(pid, {tiles}, NPROG):", row)
     consts = [*cube_constexprs(tm, tn, tk), ("BAND", band.rows), ("BLOCK_F", max(16, block))]
-    return finish(
-        name,
-        graph,
-        group,
-        config,
-        ph.io,
-        body,
-        tiles,
-        consts,
-        "matmul_window",
-        outputs=ph.outputs,
-        scratch=ph.scratch,
-        dot_dtype=dot_dtype(ph.head_io, ph.prods),
-    )
+    return ph.finish(name, graph, group, config, body, tiles, consts, "matmul_window")
 
 
 def _conv_phase(ph: Phases, band: Band, row: Body, image: tuple[int, int], tiles_n: int) -> None:

@@ -11,14 +11,17 @@ ops that made it: a transpose stores elsewhere), as no barrier spans programs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from autotune.codegen.errors import Unsupported
 from autotune.codegen.indexing import Index, same_index, substitute
 from autotune.codegen.kernel_io import KernelIO
 from autotune.codegen.pull import Anchor, Pull
-from autotune.codegen.templates.common import Scratch, kernel_io
-from autotune.codegen.templates.matmul import one_tile_shape, placement, products_of
+from autotune.codegen.source import Body
+from autotune.codegen.templates.common import KernelSource, Scratch, finish, kernel_io
+from autotune.codegen.templates.matmul import dot_dtype, one_tile_shape, placement, products_of
 from autotune.codegen.templates.placement import Placed
-from search_space.ir import FusionGroup, Graph
+from search_space.ir import FusionGroup, Graph, KernelConfig
 
 __all__ = ["Phases"]
 
@@ -89,3 +92,31 @@ class Phases:
             return pull.load(tensor, idx, mask)
 
         return resolve
+
+    def finish(
+        self,
+        name: str,
+        graph: Graph,
+        group: FusionGroup,
+        config: KernelConfig,
+        body: Body,
+        tiles: int,
+        consts: Sequence[tuple[str, int]],
+        template: str,
+    ) -> KernelSource:
+        """The kernel record of a two-phase template (:func:`~.common.finish` with the whole
+        group's pointers, its outputs and scratch, and the matmul phase's ``tl.dot`` format)."""
+        return finish(
+            name,
+            graph,
+            group,
+            config,
+            self.io,
+            body,
+            tiles,
+            consts,
+            template,
+            outputs=self.outputs,
+            scratch=self.scratch,
+            dot_dtype=dot_dtype(self.head_io, self.prods),
+        )

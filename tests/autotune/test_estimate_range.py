@@ -40,6 +40,10 @@ def test_each_bucket_costs_as_the_model_built_at_its_shape(plan: str) -> None:
             assert bucket["latency"]["us"] == pytest.approx(alone["latency"]["us"], rel=1e-9)
         else:  # max groups as at the top bucket, at each bucket
             assert bucket["n_kernels"] == doc["buckets"][-1]["n_kernels"]
+            # a group max also makes at this shape alone runs at the config it has there
+            there = {tuple(k["ops"]): k["config"] for k in alone["kernels"]}
+            shared = [k for k in bucket["kernels"] if tuple(k["ops"]) in there]
+            assert shared and all(k["config"] == there[tuple(k["ops"])] for k in shared)
         assert bucket["roofline_us"] == pytest.approx(alone["roofline_us"], rel=1e-9)
     weights = [b["weight"] for b in doc["buckets"]]
     assert sum(weights) == pytest.approx(1.0) and len(set(weights)) == 1

@@ -357,22 +357,11 @@ def zoo_export(
 ) -> None:
     """Write a zoo model to an ONNX file."""
     from search_space.onnx import save_model
-    from search_space.zoo import build
+    from search_space.zoo import build_zoo
 
     output_path(output, None, "onnx", force)  # before building: a refusal costs nothing
 
     name = name.removeprefix("zoo:")
-    z = opts.zoo
-    model = build(
-        name,
-        weights=z.weights,
-        scale=z.scale,
-        layers=z.layers,
-        batch=z.batch,
-        seq_len=z.seq_len,
-        cache_len=z.cache_len,
-        cache_form=z.cache_form,
-        seed=seed,
-    )
+    model = build_zoo(name, opts.zoo, seed=seed)
     path = save_model(model, output)
     err.print(f"wrote {path} ({human(path.stat().st_size, 'B')})")

@@ -23,7 +23,7 @@ from search_space.zoo.builder import (
     ZooError,
 )
 from search_space.zoo.catalog import ZooInfo, build, list_models, model_axes
-from search_space.zoo.resolve import ZooOptions, load_model_spec, resolve_model
+from search_space.zoo.resolve import ZooOptions, build_zoo, load_model_spec, resolve_model
 
 __all__ = [
     "INPUT_RANGES_KEY",
@@ -36,6 +36,7 @@ __all__ = [
     "ZooInfo",
     "ZooOptions",
     "build",
+    "build_zoo",
     "list_models",
     "load_model_spec",
     "model_axes",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 
@@ -11,7 +13,7 @@ from search_space.ir import Graph
 from search_space.onnx import load_graph
 from search_space.zoo.catalog import build
 
-__all__ = ["ZooOptions", "load_model_spec", "resolve_model"]
+__all__ = ["ZooOptions", "build_zoo", "load_model_spec", "resolve_model"]
 
 
 @dataclass(frozen=True)
@@ -35,17 +37,17 @@ def resolve_model(spec: str, zoo: ZooOptions | None = None) -> str | onnx.ModelP
     """
     if not spec.startswith("zoo:"):
         return spec
-    opts = zoo or ZooOptions()
-    return build(
-        spec[4:],
-        weights=opts.weights,
-        scale=opts.scale,
-        layers=opts.layers,
-        batch=opts.batch,
-        seq_len=opts.seq_len,
-        cache_len=opts.cache_len,
-        cache_form=opts.cache_form,
-    )
+    return build_zoo(spec[4:], zoo or ZooOptions())
+
+
+def build_zoo(name: str, zoo: ZooOptions, **extra: Any) -> onnx.ModelProto:
+    """The zoo model ``name`` built with ``zoo``'s options (``extra``: more of
+    :func:`~search_space.zoo.catalog.build`'s, such as ``seed``).
+
+    Raises:
+        ZooError: an unknown name or an option outside its rule.
+    """
+    return build(name, **dataclasses.asdict(zoo), **extra)
 
 
 def load_model_spec(
